@@ -1,0 +1,102 @@
+"""What the PyTorch and TensorFlow trainers share with `eagle train`: the Fashion-MNIST IDX loader,
+the shuffle (tools/eagle/train.c's splitmix64 Fisher-Yates, bit for bit), the options, and the
+training driver that times the loop and prints the same lines as `eagle train`, so run.sh
+parses all three the same way."""
+import argparse
+import gzip
+import os
+import time
+
+import numpy as np
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def load_idx(path):
+    """A gzip (or plain) IDX file as a numpy array of its element type, in its shape."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[0] or raw[1] or raw[2] != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    ndim = raw[3]
+    dims = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {data.size} bytes of data for shape {dims}")
+    return data.reshape(dims)
+
+
+def load(train, limit=0, directory=DATA_DIR):
+    """(images uint8 [n, 784], labels int64 [n]); the first `limit` examples when limit > 0, as
+    `eagle train --limit` does."""
+    prefix = "train" if train else "t10k"
+    images = load_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte.gz"))
+    labels = load_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
+    if limit > 0:
+        images, labels = images[:limit], labels[:limit]
+    return (np.ascontiguousarray(images.reshape(len(images), 784)),
+            labels.astype(np.int64))
+
+
+def shuffle(n, seed, epoch):
+    """The permutation train.c's shuffle(order, n, seed, epoch) produces."""
+    base = (seed * _GOLDEN + epoch) & _MASK
+    k = np.arange(1, n, dtype=np.uint64)  # the k-th draw swaps position i = n - k
+    with np.errstate(over="ignore"):
+        z = np.uint64(base) + k * np.uint64(_GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    i = (n - k.astype(np.int64))
+    j = (z % (i.astype(np.uint64) + np.uint64(1))).astype(np.int64)
+    order = list(range(n))
+    for a, b in zip(i.tolist(), j.tolist()):
+        order[a], order[b] = order[b], order[a]
+    return np.array(order, dtype=np.int64)
+
+
+def parse_args(description, extra=None):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--hidden", default="64", help="hidden sizes, e.g. 64 or 512,512")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--limit", type=int, default=0, help="train on the first N examples only")
+    if extra:
+        extra(p)
+    args = p.parse_args()
+    args.hidden = [int(h) for h in args.hidden.split(",")]
+    return args
+
+
+def train(args, name, step, evaluate, n_train):
+    """Runs args.epochs epochs of step(indices) -> (mean loss, hits) over shuffled batches, then
+    evaluate() -> (accuracy, loss) after each; prints what `eagle train` prints. Only the steps
+    are timed (the shuffle and the evaluation are not, as in train.c)."""
+    print(f"{name}: {n_train} training examples, {args.threads} thread(s), "
+          f"hidden {','.join(map(str, args.hidden))}, batch {args.batch_size}", flush=True)
+    bs = args.batch_size
+    train_seconds = 0.0
+    for epoch in range(1, args.epochs + 1):
+        order = shuffle(n_train, args.seed, epoch)
+        print(f"Epoch {epoch}/{args.epochs}", flush=True)
+        loss_sum = hits = 0.0
+        start = time.perf_counter()
+        for s in range(0, n_train, bs):
+            idx = order[s:s + bs]
+            loss, batch_hits = step(idx)
+            loss_sum += loss * len(idx)
+            hits += batch_hits
+        seconds = time.perf_counter() - start
+        train_seconds += seconds
+        print(f"  {n_train} samples in {seconds:.2f} s ({n_train / seconds:.0f} samples/s)  "
+              f"loss {loss_sum / n_train:.4f}  accuracy {hits / n_train:.4f}", flush=True)
+        accuracy, loss = evaluate()
+        print(f"  test accuracy {accuracy:.4f}  test loss {loss:.4f}", flush=True)
+    print(f"trained {args.epochs} epoch(s) in {train_seconds:.2f} s: "
+          f"{n_train * args.epochs / train_seconds:.0f} samples/s", flush=True)

@@ -1,0 +1,17 @@
+/* Eagle — the whole public API. */
+#ifndef EAGLE_H
+#define EAGLE_H
+
+#include "eagle/status.h"
+#include "eagle/device.h"
+#include "eagle/tensor.h"
+#include "eagle/memory.h"
+#include "eagle/ops.h"
+#include "eagle/autograd.h"
+#include "eagle/runtime.h"
+#include "eagle/io.h"
+#include "eagle/checkpoint.h"
+#include "eagle/nn.h"
+#include "eagle/optim.h"
+
+#endif

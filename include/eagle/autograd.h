@@ -1,0 +1,83 @@
+/* Eagle — gradient tapes and variables (TensorFlow's GradientTape, in C).
+ *
+ * While a tape is recording, every op whose inputs include a watched tensor (or the output of an
+ * op already recorded) is recorded with what its backward rule needs. Variables are watched
+ * automatically. Several tapes may record at once (nested tapes give higher-order gradients:
+ * the gradient computation of the inner tape is itself recorded by the outer one). Tapes are
+ * per thread. */
+#ifndef EAGLE_AUTOGRAD_H
+#define EAGLE_AUTOGRAD_H
+
+#include "eagle/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct eg_tape eg_tape;
+
+/* What eg_tape_gradient returns for a source the target does not depend on. */
+typedef enum eg_unconnected {
+    EG_UNCONNECTED_NULL = 0, /* NULL, like TF's UnconnectedGradients.NONE (the default) */
+    EG_UNCONNECTED_ZERO = 1  /* zeros shaped like the source */
+} eg_unconnected;
+
+/* Starts a tape recording on this thread. A persistent tape allows several eg_tape_gradient
+ * calls; a non-persistent one allows one. Free with eg_tape_free. NULL only on out of memory. */
+eg_tape *eg_tape_begin(bool persistent);
+/* Stops recording (recorded ops are kept for eg_tape_gradient). Idempotent. */
+eg_status eg_tape_end(eg_tape *tape);
+/* Makes the tape track t (ops on t get recorded). t is retained until the tape is freed. */
+eg_status eg_tape_watch(eg_tape *tape, const eg_tensor *t);
+/* d(sum of target)/d(source_i) for n_sources sources, written as new references into grads.
+ * target must be a float tensor recorded by (or watched on) this tape. May be called while the
+ * tape still records (the backward ops are then not recorded on this tape, but are on any outer
+ * tape, which is how higher-order gradients are taken). EG_ERR_STATE for a second call on a
+ * non-persistent tape. */
+eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
+                           const eg_tensor *const *sources, eg_tensor **grads,
+                           eg_unconnected unconnected);
+/* Like eg_tape_gradient with an explicit upstream gradient for target (same shape as target);
+ * output_gradient == NULL means ones. */
+eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
+                              const eg_tensor *output_gradient, int n_sources,
+                              const eg_tensor *const *sources, eg_tensor **grads,
+                              eg_unconnected unconnected);
+/* Number of ops recorded so far. */
+size_t eg_tape_n_records(const eg_tape *tape);
+/* Stops recording if needed and releases everything the tape holds. NULL is ignored. */
+void eg_tape_free(eg_tape *tape);
+
+/* No-grad regions: while the depth is > 0 no tape on this thread records. They nest. */
+void eg_no_grad_begin(void);
+void eg_no_grad_end(void);
+
+/* ---- variables: trainable state that outlives scopes; watched by every tape ----
+ * A variable is an eg_tensor: use it in ops like any other. It is never owned by a scope: the
+ * creator releases it with eg_release. */
+/* A variable holding a copy of initial_value (a float tensor). name may be NULL; it is copied. */
+eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name);
+bool eg_is_variable(const eg_tensor *t);
+/* The name given at creation ("" when none); valid while the variable lives. */
+const char *eg_variable_name(const eg_tensor *variable);
+bool eg_variable_trainable(const eg_tensor *variable);
+void eg_variable_set_trainable(eg_tensor *variable, bool trainable);
+/* In-place updates; value must have the variable's shape (or broadcast to it) and dtype. The
+ * update is not recorded on tapes. */
+eg_status eg_assign(eg_tensor *variable, const eg_tensor *value);
+eg_status eg_assign_add(eg_tensor *variable, const eg_tensor *value);
+eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);
+
+#if !defined(EG_NO_CALLSITE)
+#define eg_tape_gradient(...) EG_CALLSITE_(eg_tape_gradient(__VA_ARGS__))
+#define eg_tape_gradient_ex(...) EG_CALLSITE_(eg_tape_gradient_ex(__VA_ARGS__))
+#define eg_variable(...) EG_CALLSITE_(eg_variable(__VA_ARGS__))
+#define eg_assign(...) EG_CALLSITE_(eg_assign(__VA_ARGS__))
+#define eg_assign_add(...) EG_CALLSITE_(eg_assign_add(__VA_ARGS__))
+#define eg_assign_sub(...) EG_CALLSITE_(eg_assign_sub(__VA_ARGS__))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

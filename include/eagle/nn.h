@@ -1,0 +1,351 @@
+/* Eagle — neural-network building blocks in the shape of Keras: initializers, layers (Dense,
+ * Flatten, Activation), the Sequential model with its summary, losses and metrics.
+ *
+ * Ownership follows tensor.h: every function returning an eg_tensor * returns a NEW reference
+ * (owned by the innermost open scope, if any; otherwise released by the caller); tensor arguments
+ * are borrowed. Layers and models are plain heap objects, not tensors: the creator frees a layer
+ * with eg_layer_free() unless it handed it to a model with eg_sequential_add(), which then owns
+ * it. The variables a layer creates (its kernel and bias) are owned by the layer: they live
+ * until the layer is freed, outlive every scope, and are watched by every tape.
+ *
+ * Errors follow status.h: functions returning a pointer return NULL on failure, the others an
+ * eg_status; eg_last_error() says why (with the caller's file:line). */
+#ifndef EAGLE_NN_H
+#define EAGLE_NN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "eagle/status.h"
+#include "eagle/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================
+ * Initializers: how a new variable is filled. Keras' formulas; fan_in / fan_out of a shape are
+ * Keras' too: (in, out) for 2-d shapes; n, n for 1-d; for k >= 3 dims the product of the
+ * leading k-2 dims (the receptive field) times shape[k-2] and shape[k-1]; 1, 1 for 0-d.
+ * ====================================================================================== */
+
+typedef enum eg_initializer_kind {
+    EG_INITIALIZER_GLOROT_UNIFORM = 0, /* U(-l, l), l = sqrt(6 / (fan_in + fan_out)); Keras' */
+                                       /* default kernel initializer */
+    EG_INITIALIZER_GLOROT_NORMAL,      /* truncated normal, variance 2 / (fan_in + fan_out) */
+    EG_INITIALIZER_HE_NORMAL,          /* truncated normal, variance 2 / fan_in */
+    EG_INITIALIZER_HE_UNIFORM,         /* U(-l, l), l = sqrt(6 / fan_in) */
+    EG_INITIALIZER_ZEROS,              /* Keras' default bias initializer */
+    EG_INITIALIZER_ONES,
+    EG_INITIALIZER_CONSTANT,       /* every element = value */
+    EG_INITIALIZER_RANDOM_NORMAL,  /* N(mean, stddev^2), not truncated (Keras RandomNormal) */
+    EG_INITIALIZER_RANDOM_UNIFORM, /* U(minval, maxval) */
+    EG_INITIALIZER_COUNT
+} eg_initializer_kind;
+
+/* A plain value: copy it freely. The truncated normals (glorot_normal, he_normal) are Keras'
+ * VarianceScaling: a normal with stddev sqrt(variance) / 0.87962566103423978, values beyond two
+ * of its standard deviations drawn again, so the result has the stated variance. */
+typedef struct eg_initializer {
+    eg_initializer_kind kind;
+    double value;          /* CONSTANT */
+    double mean, stddev;   /* RANDOM_NORMAL (Keras defaults 0, 0.05) */
+    double minval, maxval; /* RANDOM_UNIFORM (Keras defaults -0.05, 0.05) */
+} eg_initializer;
+
+/* An initializer of `kind` with Keras' default parameters (see the struct). */
+eg_initializer eg_initializer_of(eg_initializer_kind kind);
+/* Constant `value`. */
+eg_initializer eg_initializer_constant(double value);
+/* N(mean, stddev^2); stddev >= 0. */
+eg_initializer eg_initializer_random_normal(double mean, double stddev);
+/* U(minval, maxval); minval < maxval. */
+eg_initializer eg_initializer_random_uniform(double minval, double maxval);
+/* Keras' name of the kind ("glorot_uniform", "he_normal", ...); "invalid" when out of range. */
+const char *eg_initializer_name(eg_initializer_kind kind);
+
+/* A new tensor of `dtype` (a float type) and shape, filled by `initializer` with random numbers
+ * from `generator` (NULL = the default generator; see eg_manual_seed): the same seed and the
+ * same sequence of calls give the same values. NULL with an error for a NULL initializer, an
+ * invalid kind or parameters, a non-float dtype or a bad shape. */
+eg_tensor *eg_initializer_generate(const eg_initializer *initializer, eg_generator *generator,
+                                   eg_dtype dtype, int n_dims, const int64_t *shape);
+
+/* ======================================================================================
+ * Layers
+ * ====================================================================================== */
+
+/* Activation functions of Dense and Activation layers. SOFTMAX is over the last axis; GELU is
+ * the exact x * Phi(x). */
+typedef enum eg_activation {
+    EG_ACTIVATION_NONE = 0, /* identity ("linear") */
+    EG_ACTIVATION_RELU,
+    EG_ACTIVATION_SIGMOID,
+    EG_ACTIVATION_TANH,
+    EG_ACTIVATION_GELU,
+    EG_ACTIVATION_SOFTMAX,
+    EG_ACTIVATION_COUNT
+} eg_activation;
+
+/* Keras' name ("linear", "relu", "sigmoid", "tanh", "gelu", "softmax"); "invalid" when out of
+ * range. Static storage. */
+const char *eg_activation_name(eg_activation activation);
+/* activation(x) as a new tensor (NONE: a new reference to the same values, as a view). NULL with
+ * an error for an invalid activation or a failed op. */
+eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x);
+
+/* Opaque layer. */
+typedef struct eg_layer eg_layer;
+
+/* Everything a Dense layer can be told; start from eg_dense_options_default(). */
+typedef struct eg_dense_options {
+    eg_activation activation;          /* default NONE */
+    bool use_bias;                     /* default true */
+    eg_initializer kernel_initializer; /* default glorot_uniform */
+    eg_initializer bias_initializer;   /* default zeros */
+    int64_t input_dim;                 /* > 0: build now for inputs (..., input_dim); 0 (default):
+                                          build at the first call from the input's last dim */
+    eg_dtype dtype;                    /* of the variables; default EG_DTYPE_F32 */
+    eg_generator *generator;           /* for the initializers; NULL (default) = the default
+                                          generator. Borrowed: it must live until the layer is
+                                          built. */
+    const char *name;                  /* NULL (default): "dense", made unique ("dense_1", ...)
+                                          by the model it is added to. Copied. */
+} eg_dense_options;
+
+/* Keras' defaults: Dense(units) with no activation, a bias, glorot_uniform / zeros. */
+eg_dense_options eg_dense_options_default(void);
+
+/* Dense: y = activation(x @ kernel + bias), with kernel (input_dim, units) and bias (units,)
+ * variables named "<layer>/kernel" and "<layer>/bias". x is (..., input_dim), y (..., units); x
+ * must have the variables' dtype. Created unbuilt (no variables) unless input_dim is given; it
+ * builds on its first call. Caller owns the result (eg_layer_free, or eg_sequential_add).
+ * NULL with an error for units < 1, an invalid activation or initializer, a non-float dtype, or
+ * (when input_dim > 0) a failed build. */
+eg_layer *eg_dense_new(int64_t units, eg_activation activation);
+/* Same with every option; options NULL = eg_dense_options_default(). */
+eg_layer *eg_dense_new_ex(int64_t units, const eg_dense_options *options);
+
+/* Flatten: (B, d1, d2, ...) -> (B, d1 * d2 * ...); a 1-d input (B,) becomes (B, 1). No
+ * variables. name NULL = "flatten". Caller owns the result. */
+eg_layer *eg_flatten_new(const char *name);
+
+/* Activation: y = activation(x), same shape. No variables. name NULL = "activation". Caller
+ * owns the result. */
+eg_layer *eg_activation_new(eg_activation activation, const char *name);
+
+/* Runs the layer on x (borrowed) and returns a new tensor; builds the layer first when it is
+ * not built. `training` is passed on for layers that behave differently while training
+ * (dropout, to come); the current layers ignore it. Recorded on active tapes like any op.
+ * NULL with an error for a NULL layer or x, a shape that does not fit the built layer
+ * ("dense: input last dim 3 does not match the input_dim 4 of 'dense'"), or a failed op. */
+eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training);
+
+/* Builds the layer's variables for inputs of shape `input_shape` (n_dims entries; -1 marks an
+ * unknown size, typically the batch). Dense needs a known last dim. Building a built layer again
+ * is EG_OK when the shape fits and EG_ERR_SHAPE otherwise. */
+eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape);
+
+/* Whether the layer has been built (has its variables, knows its output shape). */
+bool eg_layer_built(const eg_layer *layer);
+/* The layer's name ("dense_1"); valid while the layer lives. "" for NULL. */
+const char *eg_layer_name(const eg_layer *layer);
+/* The layer's class name ("Dense", "Flatten", "Activation"). Static storage. */
+const char *eg_layer_type(const eg_layer *layer);
+/* Number of scalars in the layer's variables (0 when unbuilt or NULL). */
+int64_t eg_layer_count_params(const eg_layer *layer);
+/* The layer's variables (trainable or not) in creation order (Dense: kernel, then bias) as an
+ * array owned by the layer and valid until it is freed; the variables are borrowed. *n_variables
+ * gets the count (0 when unbuilt). NULL (and *n_variables = 0) when there are none. */
+eg_tensor *const *eg_layer_variables(const eg_layer *layer, int *n_variables);
+/* Marks all the layer's variables (present and future) trainable or not, like Keras'
+ * layer.trainable. */
+void eg_layer_set_trainable(eg_layer *layer, bool trainable);
+/* Frees a layer that no model owns, with its variables (they must not be used afterwards).
+ * NULL is ignored. Freeing a layer a model owns is refused (the model frees it). */
+void eg_layer_free(eg_layer *layer);
+
+/* ======================================================================================
+ * Models: a Sequential stack of layers
+ * ====================================================================================== */
+
+typedef struct eg_model eg_model;
+
+/* An empty Sequential model named `name` (NULL = "sequential"). Caller owns; eg_model_free.
+ * NULL only when out of host memory. */
+eg_model *eg_sequential_new(const char *name);
+/* Appends `layer` and takes ownership of it. An unnamed layer gets its type's prefix made unique
+ * in this model: "dense", "dense_1", "dense_2"... (an unnamed layer built before it was added,
+ * e.g. with input_dim, that is renamed here gets new variables under the new name holding the
+ * same values; the old ones are released). On failure the layer is freed too (so a chain
+ * eg_sequential_add(model, eg_dense_new(...)) leaks nothing), except when it already belongs
+ * to a model (EG_ERR_INVALID_ARGUMENT; it is left alone). Other errors: NULL model or layer
+ * (EG_ERR_NULL_ARGUMENT, or the pending error that made the layer NULL), a name already taken
+ * in this model (EG_ERR_STATE), a built model whose output does not fit the layer (EG_ERR_SHAPE),
+ * out of host memory. */
+eg_status eg_sequential_add(eg_model *model, eg_layer *layer);
+/* Builds every layer for inputs of shape input_shape (-1 for unknown sizes, e.g. the batch), so
+ * that variables exist and the summary knows every output shape. */
+eg_status eg_model_build(eg_model *model, int n_dims, const int64_t *input_shape);
+/* Runs the layers in order on x and returns the last one's output (new reference); builds the
+ * model from x's shape (batch dim unknown) on the first call. The intermediates are released
+ * (tapes keep what they need). `training` is passed to every layer. An empty model returns a
+ * new reference to x's values (a view). NULL with an error on any failure. */
+eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training);
+/* Number of layers; the i-th (borrowed, owned by the model), NULL when out of range. */
+int eg_model_n_layers(const eg_model *model);
+eg_layer *eg_model_layer(const eg_model *model, int index);
+/* The model's name ("sequential"); valid while it lives. */
+const char *eg_model_name(const eg_model *model);
+/* The trainable variables of all layers in layer order (each layer's in creation order, e.g.
+ * dense/kernel, dense/bias, dense_1/kernel, dense_1/bias), as an array owned by the model, valid
+ * until the next call of this function or a change to the model; the variables are borrowed.
+ * *n_variables gets the count (0 before the model is built). NULL with an error when model or
+ * n_variables is NULL or host memory runs out; otherwise never NULL.
+ * Passing the array to eg_tape_gradient needs a cast: (const eg_tensor *const *)variables. */
+eg_tensor *const *eg_model_trainable_variables(eg_model *model, int *n_variables);
+/* Total number of scalars in all layers' variables (trainable or not). */
+int64_t eg_model_count_params(const eg_model *model);
+/* Writes a table like Keras' (2.x) model.summary() to out: one row per layer with its name and
+ * type, its output shape ("(None, 64)": None for unknown sizes; "?" before the layer is built)
+ * and its parameter count, then total, trainable and non-trainable parameters:
+ *
+ *   Model: "sequential"
+ *   _________________________________________________________________
+ *    Layer (type)                Output Shape              Param #
+ *   =================================================================
+ *    dense (Dense)               (None, 64)                50,240
+ *   _________________________________________________________________
+ *    dense_1 (Dense)             (None, 10)                650
+ *   =================================================================
+ *   Total params: 50,890
+ *   Trainable params: 50,890
+ *   Non-trainable params: 0
+ *   _________________________________________________________________
+ *
+ * EG_ERR_NULL_ARGUMENT for a NULL model or out; EG_ERR_IO when writing fails. */
+eg_status eg_model_summary(const eg_model *model, FILE *out);
+/* Frees the model, its layers and their variables. NULL is ignored. */
+void eg_model_free(eg_model *model);
+
+/* ======================================================================================
+ * Losses: Keras' formulas. Arguments are (y_true, y_pred) like Keras. The per-sample loss has
+ * y_pred's shape without its last axis; `reduction` then gives:
+ *   MEAN (Keras' sum_over_batch_size): a 0-d tensor, the mean of the per-sample losses;
+ *   SUM: a 0-d tensor, their sum;
+ *   NONE: the per-sample losses.
+ * When y_true's dtype differs from y_pred's (except for the sparse labels) it is cast to
+ * y_pred's (integer labels for regression, etc.). y_pred must be f32 or f64. All are built of
+ * recorded ops, so gradients flow to y_pred.
+ * ====================================================================================== */
+
+typedef enum eg_reduction {
+    EG_REDUCTION_MEAN = 0,
+    EG_REDUCTION_SUM,
+    EG_REDUCTION_NONE,
+    EG_REDUCTION_COUNT
+} eg_reduction;
+
+/* labels (...): integer class indices (i32, i64, u8 or an integral float) in [0, C);
+ * y_pred (..., C). from_logits: y_pred are logits, and the loss is the fused, stable
+ * eg_sparse_softmax_cross_entropy op (-log_softmax(logits)[label]); otherwise y_pred are
+ * probabilities, normalised to sum 1 along the last axis and clipped to [1e-7, 1 - 1e-7] as
+ * Keras does, the loss being -log(p[label]). Labels of shape (..., 1) are accepted too.
+ * Out-of-range labels are an error. */
+eg_tensor *eg_loss_sparse_categorical_crossentropy(const eg_tensor *labels, const eg_tensor *y_pred,
+                                                   bool from_logits, eg_reduction reduction);
+/* y_true (..., C): a distribution over the classes (one-hot or smoothed), y_pred (..., C).
+ * from_logits: -sum(y_true * log_softmax(y_pred)); otherwise the probabilities are normalised
+ * and clipped as above: -sum(y_true * log(p)). */
+eg_tensor *eg_loss_categorical_crossentropy(const eg_tensor *y_true, const eg_tensor *y_pred,
+                                            bool from_logits, eg_reduction reduction);
+/* Element-wise binary cross-entropy, averaged over the last axis. from_logits: the stable
+ * form max(x, 0) - x z + log(1 + exp(-|x|)) (TF's sigmoid_cross_entropy_with_logits, with the
+ * exact gradient sigmoid(x) - z everywhere); otherwise p clipped to [1e-7, 1 - 1e-7] and
+ * -(z log p + (1 - z) log(1 - p)). y_true and y_pred must have the same shape after Keras' rank
+ * fix-up (see eg_loss_mean_squared_error). */
+eg_tensor *eg_loss_binary_crossentropy(const eg_tensor *y_true, const eg_tensor *y_pred,
+                                       bool from_logits, eg_reduction reduction);
+/* mean((y_pred - y_true)^2) over the last axis. y_true and y_pred must have the same shape after
+ * Keras' rank fix-up: when the ranks differ by one and the longer ends in a size-1 axis, a 1-d
+ * partner is expanded (y_true (B,) with y_pred (B, 1) is compared element by element, never
+ * broadcast to (B, B)), otherwise that axis is squeezed. EG_ERR_SHAPE otherwise. */
+eg_tensor *eg_loss_mean_squared_error(const eg_tensor *y_true, const eg_tensor *y_pred,
+                                      eg_reduction reduction);
+/* mean(|y_pred - y_true|) over the last axis; shapes as for eg_loss_mean_squared_error. */
+eg_tensor *eg_loss_mean_absolute_error(const eg_tensor *y_true, const eg_tensor *y_pred,
+                                       eg_reduction reduction);
+/* Huber: with e = y_pred - y_true, 0.5 e^2 where |e| <= delta, else delta (|e| - 0.5 delta),
+ * averaged over the last axis; shapes as for eg_loss_mean_squared_error. delta > 0 (Keras'
+ * default is 1.0), else EG_ERR_INVALID_ARGUMENT. */
+eg_tensor *eg_loss_huber(const eg_tensor *y_true, const eg_tensor *y_pred, double delta,
+                         eg_reduction reduction);
+
+/* ======================================================================================
+ * Metrics: per-sample functions returning f32 tensors of 1 (hit) and 0 (miss), never recorded on
+ * tapes, plus a running mean to accumulate them (or losses) over batches.
+ * ====================================================================================== */
+
+/* Keras' accuracy with argmax: when predictions has one more axis than labels, its argmax over
+ * the last axis are the predicted classes; otherwise predictions are the predicted values
+ * themselves. Returns 1.0f where they equal labels (compared as doubles), shaped like labels.
+ * Labels: any integer or float dtype. */
+eg_tensor *eg_metric_accuracy(const eg_tensor *labels, const eg_tensor *predictions);
+/* labels (...) or (..., 1): integer class indices (i32, i64, u8, or integral floats);
+ * predictions (..., C) logits or probabilities. 1.0f where argmax(predictions) == label.
+ * Ties take the first index, like argmax. */
+eg_tensor *eg_metric_sparse_categorical_accuracy(const eg_tensor *labels,
+                                                 const eg_tensor *predictions);
+/* y_true (..., C) one-hot, predictions (..., C): 1.0f where the argmaxes agree. */
+eg_tensor *eg_metric_categorical_accuracy(const eg_tensor *y_true, const eg_tensor *predictions);
+
+/* A running (weighted) mean, Keras' metrics.Mean. A plain struct: zero-initialise it
+ * (eg_metric_mean m = {0};) or call eg_metric_mean_reset. No ownership, nothing to free. */
+typedef struct eg_metric_mean {
+    double total; /* sum of value * weight */
+    double count; /* sum of weights */
+} eg_metric_mean;
+
+/* Forgets everything (total = count = 0). */
+void eg_metric_mean_reset(eg_metric_mean *metric);
+/* Adds one value with a weight (weight >= 0). EG_ERR_NULL_ARGUMENT for a NULL metric,
+ * EG_ERR_INVALID_ARGUMENT for a negative or non-finite weight. */
+eg_status eg_metric_mean_add(eg_metric_mean *metric, double value, double weight);
+/* Adds every element of `values` (any dtype, e.g. a batch's per-sample hits or a 0-d loss) with
+ * weight 1 each. Reads the values on the host; nothing is recorded on tapes. */
+eg_status eg_metric_mean_update(eg_metric_mean *metric, const eg_tensor *values);
+/* total / count, or 0 when nothing was added (as Keras). 0 for NULL. */
+double eg_metric_mean_result(const eg_metric_mean *metric);
+
+#if !defined(EG_NO_CALLSITE)
+#define eg_initializer_generate(...) EG_CALLSITE_(eg_initializer_generate(__VA_ARGS__))
+#define eg_activation_apply(...)     EG_CALLSITE_(eg_activation_apply(__VA_ARGS__))
+#define eg_dense_new(...)            EG_CALLSITE_(eg_dense_new(__VA_ARGS__))
+#define eg_dense_new_ex(...)         EG_CALLSITE_(eg_dense_new_ex(__VA_ARGS__))
+#define eg_layer_call(...)           EG_CALLSITE_(eg_layer_call(__VA_ARGS__))
+#define eg_layer_build(...)          EG_CALLSITE_(eg_layer_build(__VA_ARGS__))
+#define eg_sequential_add(...)       EG_CALLSITE_(eg_sequential_add(__VA_ARGS__))
+#define eg_model_build(...)          EG_CALLSITE_(eg_model_build(__VA_ARGS__))
+#define eg_model_call(...)           EG_CALLSITE_(eg_model_call(__VA_ARGS__))
+#define eg_model_summary(...)        EG_CALLSITE_(eg_model_summary(__VA_ARGS__))
+#define eg_loss_sparse_categorical_crossentropy(...)                                               \
+    EG_CALLSITE_(eg_loss_sparse_categorical_crossentropy(__VA_ARGS__))
+#define eg_loss_categorical_crossentropy(...)                                                      \
+    EG_CALLSITE_(eg_loss_categorical_crossentropy(__VA_ARGS__))
+#define eg_loss_binary_crossentropy(...) EG_CALLSITE_(eg_loss_binary_crossentropy(__VA_ARGS__))
+#define eg_loss_mean_squared_error(...)  EG_CALLSITE_(eg_loss_mean_squared_error(__VA_ARGS__))
+#define eg_loss_mean_absolute_error(...) EG_CALLSITE_(eg_loss_mean_absolute_error(__VA_ARGS__))
+#define eg_loss_huber(...)               EG_CALLSITE_(eg_loss_huber(__VA_ARGS__))
+#define eg_metric_accuracy(...)          EG_CALLSITE_(eg_metric_accuracy(__VA_ARGS__))
+#define eg_metric_sparse_categorical_accuracy(...)                                                 \
+    EG_CALLSITE_(eg_metric_sparse_categorical_accuracy(__VA_ARGS__))
+#define eg_metric_categorical_accuracy(...)                                                        \
+    EG_CALLSITE_(eg_metric_categorical_accuracy(__VA_ARGS__))
+#define eg_metric_mean_update(...) EG_CALLSITE_(eg_metric_mean_update(__VA_ARGS__))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

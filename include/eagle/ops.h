@@ -1,0 +1,208 @@
+/* Eagle — ops. Each runs at once (eager mode) and is recorded on every active gradient tape.
+ *
+ * Common contract for every function here:
+ *  - inputs are borrowed, the result is a new reference (owned by the current scope, if any);
+ *  - on failure the result is NULL and eg_last_error() names the op, the shapes/dtypes involved
+ *    and the caller's file:line; a NULL input returns NULL quietly when an error is already
+ *    pending (so chains are checked once at the end), and raises EG_ERR_NULL_ARGUMENT otherwise;
+ *  - binary ops broadcast like numpy; the dtypes of the operands must match (no implicit
+ *    promotion, as in TensorFlow) — use eg_cast;
+ *  - float math (unary ops, pow, softmax, ...) runs on f32 and f64; add/sub/mul/div/maximum/
+ *    minimum and comparisons also on i32 and i64; f16/bf16 are storage types: cast them to f32;
+ *  - negative axes count from the end;
+ *  - view ops (reshape when possible, permute, transpose, slice, broadcast_to, squeeze, unsqueeze)
+ *    share storage with their input: writing through one is visible through the other. */
+#ifndef EAGLE_OPS_H
+#define EAGLE_OPS_H
+
+#include "eagle/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- elementwise unary: y = f(x), same shape and dtype ---- */
+eg_tensor *eg_neg(const eg_tensor *x);
+eg_tensor *eg_abs(const eg_tensor *x);
+eg_tensor *eg_exp(const eg_tensor *x);
+eg_tensor *eg_log(const eg_tensor *x);
+eg_tensor *eg_sqrt(const eg_tensor *x);
+eg_tensor *eg_rsqrt(const eg_tensor *x);
+eg_tensor *eg_sin(const eg_tensor *x);
+eg_tensor *eg_cos(const eg_tensor *x);
+eg_tensor *eg_tanh(const eg_tensor *x);
+eg_tensor *eg_sigmoid(const eg_tensor *x);
+eg_tensor *eg_relu(const eg_tensor *x);
+/* Exact GELU: x * Phi(x) (Keras approximate=False, PyTorch default). */
+eg_tensor *eg_gelu(const eg_tensor *x);
+/* log(1 + exp(x)), computed without overflow. */
+eg_tensor *eg_softplus(const eg_tensor *x);
+/* -1, 0 or 1; its gradient is zero (the op is not recorded on tapes). */
+eg_tensor *eg_sign(const eg_tensor *x);
+eg_tensor *eg_square(const eg_tensor *x);
+eg_tensor *eg_reciprocal(const eg_tensor *x);
+eg_tensor *eg_erf(const eg_tensor *x);
+
+/* ---- elementwise binary with broadcasting ---- */
+eg_tensor *eg_add(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_sub(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_mul(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_div(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_pow(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_maximum(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_minimum(const eg_tensor *a, const eg_tensor *b);
+/* a (op) scalar, with the scalar in a's dtype. */
+eg_tensor *eg_add_scalar(const eg_tensor *a, double value);
+eg_tensor *eg_mul_scalar(const eg_tensor *a, double value);
+eg_tensor *eg_pow_scalar(const eg_tensor *a, double exponent);
+
+/* ---- comparisons (bool result, broadcasting) and selection ---- */
+eg_tensor *eg_equal(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_not_equal(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_less(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_less_equal(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_greater(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_greater_equal(const eg_tensor *a, const eg_tensor *b);
+/* cond ? a : b elementwise; cond is bool; all three broadcast together. */
+eg_tensor *eg_where(const eg_tensor *cond, const eg_tensor *a, const eg_tensor *b);
+/* Converts between any two dtypes (floats to ints truncate toward zero; to bool: != 0). */
+eg_tensor *eg_cast(const eg_tensor *x, eg_dtype dtype);
+/* min(max(x, low), high). */
+eg_tensor *eg_clip(const eg_tensor *x, double low, double high);
+
+/* ---- reductions: over n_axes axes (n_axes == 0 or axes == NULL: all axes) ---- */
+eg_tensor *eg_sum(const eg_tensor *x, int n_axes, const int *axes, bool keepdims);
+eg_tensor *eg_mean(const eg_tensor *x, int n_axes, const int *axes, bool keepdims);
+eg_tensor *eg_max(const eg_tensor *x, int n_axes, const int *axes, bool keepdims);
+eg_tensor *eg_min(const eg_tensor *x, int n_axes, const int *axes, bool keepdims);
+eg_tensor *eg_logsumexp(const eg_tensor *x, int n_axes, const int *axes, bool keepdims);
+/* Population variance (divides by N), like tf.math.reduce_variance. */
+eg_tensor *eg_var(const eg_tensor *x, int n_axes, const int *axes, bool keepdims);
+/* Index (i64) of the first largest / smallest element along one axis. */
+eg_tensor *eg_argmax(const eg_tensor *x, int axis, bool keepdims);
+eg_tensor *eg_argmin(const eg_tensor *x, int axis, bool keepdims);
+eg_tensor *eg_softmax(const eg_tensor *x, int axis);
+eg_tensor *eg_log_softmax(const eg_tensor *x, int axis);
+
+/* ---- linear algebra ----
+ * a: (..., M, K), b: (..., K, N) -> (..., M, N); leading (batch) dims broadcast; a 1-d operand is
+ * promoted like numpy.matmul. transpose_a/b transpose the last two axes of that operand first
+ * (no copy is made). */
+eg_tensor *eg_matmul(const eg_tensor *a, const eg_tensor *b);
+eg_tensor *eg_matmul_ex(const eg_tensor *a, const eg_tensor *b, bool transpose_a,
+                        bool transpose_b);
+
+/* ---- shape and views ---- */
+/* One entry of shape may be -1 (inferred). A view when t's strides allow, else a copy. */
+eg_tensor *eg_reshape(const eg_tensor *t, int n_dims, const int64_t *shape);
+/* axes: a permutation of 0..n_dims-1 (n_dims = t's). */
+eg_tensor *eg_permute(const eg_tensor *t, const int *axes);
+eg_tensor *eg_transpose(const eg_tensor *t, int axis0, int axis1);
+/* Elements start, start+step, ... < stop (step > 0) along axis; start/stop clamp like Python
+ * slices and may be negative. */
+eg_tensor *eg_slice(const eg_tensor *t, int axis, int64_t start, int64_t stop, int64_t step);
+eg_tensor *eg_broadcast_to(const eg_tensor *t, int n_dims, const int64_t *shape);
+/* Removes a size-1 axis. */
+eg_tensor *eg_squeeze(const eg_tensor *t, int axis);
+/* Inserts a size-1 axis at position axis (0..n_dims). */
+eg_tensor *eg_unsqueeze(const eg_tensor *t, int axis);
+/* Row-major copy when t is not contiguous; otherwise a new reference to t itself. */
+eg_tensor *eg_contiguous(const eg_tensor *t);
+/* Always a new contiguous copy with its own storage. */
+eg_tensor *eg_copy(const eg_tensor *t);
+/* Joins n tensors of equal shape except along axis. */
+eg_tensor *eg_concat(int n, const eg_tensor *const *tensors, int axis);
+/* Joins n tensors of equal shape along a new axis. */
+eg_tensor *eg_stack(int n, const eg_tensor *const *tensors, int axis);
+/* Splits t along axis into n pieces of the given sizes (sizes == NULL: n equal pieces; then the
+ * axis size must divide by n). Writes n new references into out. */
+eg_status eg_split(const eg_tensor *t, int axis, int n, const int64_t *sizes, eg_tensor **out);
+/* Picks entries along axis by indices (i32/i64, any shape): the result's shape is
+ * t.shape[:axis] + indices.shape + t.shape[axis+1:]. Out-of-range indices are an error. */
+eg_tensor *eg_gather(const eg_tensor *t, const eg_tensor *indices, int axis);
+/* (…) int indices -> (…, depth) with on/off values 1/0 in dtype; out-of-range rows are all 0. */
+eg_tensor *eg_one_hot(const eg_tensor *indices, int64_t depth, eg_dtype dtype);
+/* Pads with a constant; widths has 2 entries per axis (before, after), all >= 0. */
+eg_tensor *eg_pad(const eg_tensor *t, const int64_t *widths, double value);
+
+/* ---- neural-network ops ---- */
+/* logits: (B, C) float, labels: (B,) i32/i64 in [0, C) -> (B,) per-example loss, computed in one
+ * numerically stable pass; gradient (softmax - one_hot) * upstream. */
+eg_tensor *eg_sparse_softmax_cross_entropy(const eg_tensor *logits, const eg_tensor *labels);
+/* training: zeroes each element with probability rate and scales the rest by 1/(1-rate); the
+ * mask depends only on (seed, element index). Not training or rate == 0: returns x itself. */
+eg_tensor *eg_dropout(const eg_tensor *x, double rate, uint64_t seed, bool training);
+
+#if !defined(EG_NO_CALLSITE)
+#define eg_neg(...) EG_CALLSITE_(eg_neg(__VA_ARGS__))
+#define eg_abs(...) EG_CALLSITE_(eg_abs(__VA_ARGS__))
+#define eg_exp(...) EG_CALLSITE_(eg_exp(__VA_ARGS__))
+#define eg_log(...) EG_CALLSITE_(eg_log(__VA_ARGS__))
+#define eg_sqrt(...) EG_CALLSITE_(eg_sqrt(__VA_ARGS__))
+#define eg_rsqrt(...) EG_CALLSITE_(eg_rsqrt(__VA_ARGS__))
+#define eg_sin(...) EG_CALLSITE_(eg_sin(__VA_ARGS__))
+#define eg_cos(...) EG_CALLSITE_(eg_cos(__VA_ARGS__))
+#define eg_tanh(...) EG_CALLSITE_(eg_tanh(__VA_ARGS__))
+#define eg_sigmoid(...) EG_CALLSITE_(eg_sigmoid(__VA_ARGS__))
+#define eg_relu(...) EG_CALLSITE_(eg_relu(__VA_ARGS__))
+#define eg_gelu(...) EG_CALLSITE_(eg_gelu(__VA_ARGS__))
+#define eg_softplus(...) EG_CALLSITE_(eg_softplus(__VA_ARGS__))
+#define eg_sign(...) EG_CALLSITE_(eg_sign(__VA_ARGS__))
+#define eg_square(...) EG_CALLSITE_(eg_square(__VA_ARGS__))
+#define eg_reciprocal(...) EG_CALLSITE_(eg_reciprocal(__VA_ARGS__))
+#define eg_erf(...) EG_CALLSITE_(eg_erf(__VA_ARGS__))
+#define eg_add(...) EG_CALLSITE_(eg_add(__VA_ARGS__))
+#define eg_sub(...) EG_CALLSITE_(eg_sub(__VA_ARGS__))
+#define eg_mul(...) EG_CALLSITE_(eg_mul(__VA_ARGS__))
+#define eg_div(...) EG_CALLSITE_(eg_div(__VA_ARGS__))
+#define eg_pow(...) EG_CALLSITE_(eg_pow(__VA_ARGS__))
+#define eg_maximum(...) EG_CALLSITE_(eg_maximum(__VA_ARGS__))
+#define eg_minimum(...) EG_CALLSITE_(eg_minimum(__VA_ARGS__))
+#define eg_add_scalar(...) EG_CALLSITE_(eg_add_scalar(__VA_ARGS__))
+#define eg_mul_scalar(...) EG_CALLSITE_(eg_mul_scalar(__VA_ARGS__))
+#define eg_pow_scalar(...) EG_CALLSITE_(eg_pow_scalar(__VA_ARGS__))
+#define eg_equal(...) EG_CALLSITE_(eg_equal(__VA_ARGS__))
+#define eg_not_equal(...) EG_CALLSITE_(eg_not_equal(__VA_ARGS__))
+#define eg_less(...) EG_CALLSITE_(eg_less(__VA_ARGS__))
+#define eg_less_equal(...) EG_CALLSITE_(eg_less_equal(__VA_ARGS__))
+#define eg_greater(...) EG_CALLSITE_(eg_greater(__VA_ARGS__))
+#define eg_greater_equal(...) EG_CALLSITE_(eg_greater_equal(__VA_ARGS__))
+#define eg_where(...) EG_CALLSITE_(eg_where(__VA_ARGS__))
+#define eg_cast(...) EG_CALLSITE_(eg_cast(__VA_ARGS__))
+#define eg_clip(...) EG_CALLSITE_(eg_clip(__VA_ARGS__))
+#define eg_sum(...) EG_CALLSITE_(eg_sum(__VA_ARGS__))
+#define eg_mean(...) EG_CALLSITE_(eg_mean(__VA_ARGS__))
+#define eg_max(...) EG_CALLSITE_(eg_max(__VA_ARGS__))
+#define eg_min(...) EG_CALLSITE_(eg_min(__VA_ARGS__))
+#define eg_logsumexp(...) EG_CALLSITE_(eg_logsumexp(__VA_ARGS__))
+#define eg_var(...) EG_CALLSITE_(eg_var(__VA_ARGS__))
+#define eg_argmax(...) EG_CALLSITE_(eg_argmax(__VA_ARGS__))
+#define eg_argmin(...) EG_CALLSITE_(eg_argmin(__VA_ARGS__))
+#define eg_softmax(...) EG_CALLSITE_(eg_softmax(__VA_ARGS__))
+#define eg_log_softmax(...) EG_CALLSITE_(eg_log_softmax(__VA_ARGS__))
+#define eg_matmul(...) EG_CALLSITE_(eg_matmul(__VA_ARGS__))
+#define eg_matmul_ex(...) EG_CALLSITE_(eg_matmul_ex(__VA_ARGS__))
+#define eg_reshape(...) EG_CALLSITE_(eg_reshape(__VA_ARGS__))
+#define eg_permute(...) EG_CALLSITE_(eg_permute(__VA_ARGS__))
+#define eg_transpose(...) EG_CALLSITE_(eg_transpose(__VA_ARGS__))
+#define eg_slice(...) EG_CALLSITE_(eg_slice(__VA_ARGS__))
+#define eg_broadcast_to(...) EG_CALLSITE_(eg_broadcast_to(__VA_ARGS__))
+#define eg_squeeze(...) EG_CALLSITE_(eg_squeeze(__VA_ARGS__))
+#define eg_unsqueeze(...) EG_CALLSITE_(eg_unsqueeze(__VA_ARGS__))
+#define eg_contiguous(...) EG_CALLSITE_(eg_contiguous(__VA_ARGS__))
+#define eg_copy(...) EG_CALLSITE_(eg_copy(__VA_ARGS__))
+#define eg_concat(...) EG_CALLSITE_(eg_concat(__VA_ARGS__))
+#define eg_stack(...) EG_CALLSITE_(eg_stack(__VA_ARGS__))
+#define eg_split(...) EG_CALLSITE_(eg_split(__VA_ARGS__))
+#define eg_gather(...) EG_CALLSITE_(eg_gather(__VA_ARGS__))
+#define eg_one_hot(...) EG_CALLSITE_(eg_one_hot(__VA_ARGS__))
+#define eg_pad(...) EG_CALLSITE_(eg_pad(__VA_ARGS__))
+#define eg_sparse_softmax_cross_entropy(...)                                                       \
+    EG_CALLSITE_(eg_sparse_softmax_cross_entropy(__VA_ARGS__))
+#define eg_dropout(...) EG_CALLSITE_(eg_dropout(__VA_ARGS__))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,39 @@
+/* Eagle — process-wide runtime settings: version, threads, shutdown. */
+#ifndef EAGLE_RUNTIME_H
+#define EAGLE_RUNTIME_H
+
+#include <stddef.h>
+
+#include "eagle/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EG_VERSION_MAJOR 0
+#define EG_VERSION_MINOR 1
+#define EG_VERSION_PATCH 0
+/* "0.1.0"; static storage. */
+const char *eg_version(void);
+/* One line of build options (compiler, BLAS, sanitizers, CUDA). Static storage. */
+const char *eg_build_info(void);
+
+/* The BLAS library behind matmul and its configuration, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH
+ * NO_AFFINITY Haswell MAX_THREADS=64". Static storage. */
+const char *eg_blas_info(void);
+
+/* Threads used by CPU kernels. The default is EG_NUM_THREADS from the environment, else the
+ * number of cores. n >= 1; the pool is resized at the next parallel op. BLAS runs
+ * single-threaded on tiles that this pool shares out, so the two never oversubscribe; results
+ * are bitwise the same for every n. */
+eg_status eg_set_num_threads(int n);
+int eg_get_num_threads(void);
+
+/* Joins the worker threads and gives all cached memory back. Live tensors stay valid (their
+ * memory is freed when they are released). Optional; useful before leak checkers run. */
+void eg_shutdown(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

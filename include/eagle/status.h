@@ -1,0 +1,57 @@
+/* Eagle — status codes and the per-thread error state.
+ *
+ * Every fallible non-op function returns an eg_status (EG_OK == 0, failures negative). Ops return
+ * a tensor or NULL; the reason for a NULL is kept per thread and read with eg_last_error().
+ * Only the FIRST error since the last eg_clear_error() is kept: later failures caused by passing a
+ * NULL along a chain of calls do not overwrite the message that names the real cause. */
+#ifndef EAGLE_STATUS_H
+#define EAGLE_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, value, description): the one table every status code and its text come from. */
+#define EG_STATUS_TABLE(X)                                                                         \
+    X(EG_OK, 0, "ok")                                                                              \
+    X(EG_ERR_INVALID_ARGUMENT, -1, "invalid argument")                                             \
+    X(EG_ERR_NULL_ARGUMENT, -2, "NULL argument")                                                   \
+    X(EG_ERR_SHAPE, -3, "shape mismatch")                                                          \
+    X(EG_ERR_DTYPE, -4, "dtype mismatch")                                                          \
+    X(EG_ERR_DEVICE, -5, "device mismatch")                                                        \
+    X(EG_ERR_AXIS, -6, "axis out of range")                                                        \
+    X(EG_ERR_OUT_OF_MEMORY, -7, "out of memory")                                                   \
+    X(EG_ERR_UNSUPPORTED, -8, "unsupported")                                                       \
+    X(EG_ERR_STATE, -9, "invalid state")                                                           \
+    X(EG_ERR_IO, -10, "input/output error")                                                        \
+    X(EG_ERR_FORMAT, -11, "malformed data")                                                        \
+    X(EG_ERR_INTERNAL, -12, "internal error")
+
+typedef enum eg_status {
+#define EG_STATUS_ENUM_(name, value, text) name = value,
+    EG_STATUS_TABLE(EG_STATUS_ENUM_)
+#undef EG_STATUS_ENUM_
+} eg_status;
+
+/* Short fixed text of a status code ("shape mismatch"); never NULL, static storage. */
+const char *eg_status_string(eg_status status);
+
+/* The message of the first error on this thread since the last eg_clear_error(), e.g.
+ * "matmul: inner dimensions differ: (32, 784) x (128, 64) at train.c:41", or "" when none.
+ * The pointer stays valid until the next eg_clear_error() on this thread. */
+const char *eg_last_error(void);
+
+/* The status of that first error, or EG_OK when none is pending. */
+eg_status eg_last_status(void);
+
+/* Forget the pending error on this thread. */
+void eg_clear_error(void);
+
+/* Records the caller's file:line for the next library call on this thread; the public headers'
+ * macros call it so that errors name the user's line. Not normally called directly. */
+void eg_callsite_set(const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

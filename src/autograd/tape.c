@@ -1,0 +1,348 @@
+/* Gradient tapes: recording ops and running their backward rules in reverse. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/idmap.h"
+#include "autograd/internal.h"
+#include "core/error.h"
+
+typedef struct record {
+    eg__op op;
+    int n_inputs;
+    const eg_tensor **inputs; /* retained; points at inline_inputs for small arity */
+    const eg_tensor *inline_inputs[3];
+    eg_tensor *output; /* retained */
+    eg__attrs attrs;
+} record;
+
+struct eg_tape {
+    bool persistent;
+    bool recording;
+    bool paused; /* while computing its own gradient */
+    bool used;
+    record *records;
+    size_t n_records, capacity;
+    eg__idmap tracked; /* ids of watched tensors and recorded outputs */
+    eg_tensor **watched;
+    size_t n_watched, watched_capacity;
+    eg_tape *outer; /* next recording tape out */
+};
+
+_Thread_local eg_tape *eg__recording_tapes;
+_Thread_local int eg__no_grad_depth;
+
+void eg_no_grad_begin(void) { eg__no_grad_depth++; }
+void eg_no_grad_end(void) {
+    if (eg__no_grad_depth > 0) eg__no_grad_depth--;
+}
+
+eg_tape *eg_tape_begin(bool persistent) {
+    eg_tape *tape = calloc(1, sizeof *tape);
+    if (!tape) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "tape_begin: out of host memory");
+        return NULL;
+    }
+    tape->persistent = persistent;
+    tape->recording = true;
+    tape->outer = eg__recording_tapes;
+    eg__recording_tapes = tape;
+    return tape;
+}
+
+eg_status eg_tape_end(eg_tape *tape) {
+    if (!tape) return eg__error(EG_ERR_NULL_ARGUMENT, "tape_end: tape is NULL");
+    if (!tape->recording) return EG_OK;
+    /* Unlink wherever it sits: tapes may be ended out of order. */
+    for (eg_tape **link = &eg__recording_tapes; *link; link = &(*link)->outer) {
+        if (*link == tape) {
+            *link = tape->outer;
+            break;
+        }
+    }
+    tape->recording = false;
+    tape->outer = NULL;
+    return EG_OK;
+}
+
+size_t eg_tape_n_records(const eg_tape *tape) { return tape ? tape->n_records : 0; }
+
+static bool is_tracked(eg_tape *tape, const eg_tensor *t) {
+    if (eg__idmap_contains(&tape->tracked, t->id)) return true;
+    return eg_is_variable(t) && eg_variable_trainable(t);
+}
+
+eg_status eg_tape_watch(eg_tape *tape, const eg_tensor *t) {
+    if (!tape) return eg__error(EG_ERR_NULL_ARGUMENT, "tape_watch: tape is NULL");
+    if (!eg__check_arg(t, "tape_watch", 1)) return eg_last_status();
+    if (eg__idmap_contains(&tape->tracked, t->id)) return EG_OK;
+    if (tape->n_watched == tape->watched_capacity) {
+        size_t capacity = tape->watched_capacity ? tape->watched_capacity * 2 : 16;
+        eg_tensor **watched = realloc(tape->watched, capacity * sizeof *watched);
+        if (!watched) return eg__error(EG_ERR_OUT_OF_MEMORY, "tape_watch: out of host memory");
+        tape->watched = watched;
+        tape->watched_capacity = capacity;
+    }
+    if (!eg__idmap_put(&tape->tracked, t->id, (void *)t))
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "tape_watch: out of host memory");
+    eg__ref(t);
+    tape->watched[tape->n_watched++] = (eg_tensor *)t;
+    return EG_OK;
+}
+
+static void record_one(eg_tape *tape, eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                       const eg__attrs *attrs, eg_tensor *output) {
+    if (tape->n_records == tape->capacity) {
+        size_t capacity = tape->capacity ? tape->capacity * 2 : 64;
+        record *records = realloc(tape->records, capacity * sizeof *records);
+        if (!records) {
+            eg__error(EG_ERR_OUT_OF_MEMORY, "tape: out of host memory while recording");
+            return;
+        }
+        tape->records = records;
+        tape->capacity = capacity;
+    }
+    record *r = &tape->records[tape->n_records];
+    r->inputs = r->inline_inputs;
+    if (n_inputs > 3) {
+        r->inputs = malloc((size_t)n_inputs * sizeof *r->inputs);
+        if (!r->inputs) {
+            eg__error(EG_ERR_OUT_OF_MEMORY, "tape: out of host memory while recording");
+            return;
+        }
+    }
+    if (!eg__idmap_put(&tape->tracked, output->id, output)) {
+        if (n_inputs > 3) free(r->inputs);
+        eg__error(EG_ERR_OUT_OF_MEMORY, "tape: out of host memory while recording");
+        return;
+    }
+    r->op = op;
+    r->n_inputs = n_inputs;
+    for (int i = 0; i < n_inputs; i++) {
+        r->inputs[i] = inputs[i];
+        eg__ref(inputs[i]);
+    }
+    r->output = output;
+    eg__ref(output);
+    if (attrs) r->attrs = *attrs;
+    else memset(&r->attrs, 0, sizeof r->attrs);
+    tape->n_records++;
+}
+
+void eg__tape_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                     const eg__attrs *attrs, eg_tensor *output) {
+    for (eg_tape *tape = eg__recording_tapes; tape; tape = tape->outer) {
+        if (tape->paused) continue;
+        for (int i = 0; i < n_inputs; i++) {
+            if (is_tracked(tape, inputs[i])) {
+                record_one(tape, op, n_inputs, inputs, attrs, output);
+                break;
+            }
+        }
+    }
+}
+
+static void release_records(eg_tape *tape) {
+    for (size_t i = 0; i < tape->n_records; i++) {
+        record *r = &tape->records[i];
+        for (int j = 0; j < r->n_inputs; j++) eg__unref(r->inputs[j]);
+        if (r->inputs != r->inline_inputs) free(r->inputs);
+        eg__unref(r->output);
+    }
+    free(tape->records);
+    tape->records = NULL;
+    tape->n_records = tape->capacity = 0;
+}
+
+/* Adds g (a reference we own) to the gradient accumulated for id. */
+static eg_status accumulate(eg__idmap *grads, uint64_t id, eg_tensor *g) {
+    eg_tensor *existing = eg__idmap_get(grads, id);
+    if (existing) {
+        eg_tensor *sum = eg_add(existing, g);
+        eg__unref(existing);
+        eg__unref(g);
+        if (!sum) return eg_last_status();
+        g = sum;
+    }
+    if (!eg__idmap_put(grads, id, g)) {
+        eg__unref(g);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradient: out of host memory");
+    }
+    return EG_OK;
+}
+
+static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
+                               const eg_tensor *output_gradient, int n_sources,
+                               const eg_tensor *const *sources, eg_tensor **grads_out,
+                               eg_unconnected unconnected) {
+    eg__idmap reachable = {0}, grads = {0};
+    eg_status status = EG_OK;
+    /* Forward sweep: which tensors depend on a source. Only their gradients are computed. */
+    for (int i = 0; i < n_sources; i++)
+        if (!eg__idmap_put(&reachable, sources[i]->id, (void *)sources[i])) goto out_of_memory;
+    for (size_t i = 0; i < tape->n_records; i++) {
+        record *r = &tape->records[i];
+        for (int j = 0; j < r->n_inputs; j++) {
+            if (eg__idmap_contains(&reachable, r->inputs[j]->id)) {
+                if (!eg__idmap_put(&reachable, r->output->id, r->output)) goto out_of_memory;
+                break;
+            }
+        }
+    }
+    if (eg__idmap_contains(&reachable, target->id)) {
+        eg_tensor *seed;
+        if (output_gradient) {
+            seed = (eg_tensor *)output_gradient;
+            eg__ref(seed);
+        } else {
+            seed = eg_full_like(target, 1.0);
+            if (!seed) {
+                status = eg_last_status();
+                goto done;
+            }
+        }
+        if ((status = accumulate(&grads, target->id, seed)) != EG_OK) goto done;
+        for (size_t i = tape->n_records; i-- > 0;) {
+            record *r = &tape->records[i];
+            eg_tensor *g = eg__idmap_get(&grads, r->output->id);
+            if (!g) continue;
+            bool needs[EG_MAX_DIMS * 4] = {0};
+            eg_tensor *inline_grads[8] = {0};
+            eg_tensor **input_grads = inline_grads;
+            bool *needs_grad = needs;
+            bool any = false;
+            if (r->n_inputs > 8) {
+                input_grads = calloc((size_t)r->n_inputs, sizeof *input_grads);
+                needs_grad = calloc((size_t)r->n_inputs, sizeof *needs_grad);
+                if (!input_grads || !needs_grad) {
+                    free(r->n_inputs > 8 ? input_grads : NULL);
+                    free(r->n_inputs > 8 ? needs_grad : NULL);
+                    goto out_of_memory;
+                }
+            }
+            for (int j = 0; j < r->n_inputs; j++) {
+                needs_grad[j] = eg_dtype_is_float(r->inputs[j]->dtype) &&
+                                eg__idmap_contains(&reachable, r->inputs[j]->id);
+                any |= needs_grad[j];
+            }
+            if (any) {
+                eg__backward_call call = {r->op,    r->n_inputs, r->inputs,  r->output,
+                                          g,        &r->attrs,   needs_grad, input_grads};
+                status = eg__op_defs[r->op].backward(&call);
+                for (int j = 0; j < r->n_inputs; j++) {
+                    if (!input_grads[j]) continue;
+                    if (status == EG_OK) status = accumulate(&grads, r->inputs[j]->id, input_grads[j]);
+                    else eg__unref(input_grads[j]);
+                }
+                if (status == EG_OK && eg__error_pending()) status = eg_last_status();
+            }
+            if (input_grads != inline_grads) {
+                free(input_grads);
+                free(needs_grad);
+            }
+            if (status != EG_OK) goto done;
+            /* This output's gradient is complete and used; drop it unless a source wants it. */
+            bool is_source = false;
+            for (int s = 0; s < n_sources; s++) is_source |= sources[s]->id == r->output->id;
+            if (!is_source) {
+                void **slot = eg__idmap_find(&grads, r->output->id);
+                eg__unref(*slot);
+                *slot = NULL;
+                /* keep the key: a NULL value reads as "no gradient" */
+            }
+        }
+    }
+    for (int i = 0; i < n_sources; i++) {
+        eg_tensor *g = eg__idmap_get(&grads, sources[i]->id);
+        if (g) {
+            eg__ref(g);
+        } else if (unconnected == EG_UNCONNECTED_ZERO) {
+            g = eg_full_like(sources[i], 0.0);
+            if (!g) {
+                status = eg_last_status();
+                goto done;
+            }
+        }
+        grads_out[i] = g;
+    }
+    goto done;
+out_of_memory:
+    status = eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradient: out of host memory");
+done:
+    if (status != EG_OK)
+        for (int i = 0; i < n_sources; i++) {
+            eg__unref(grads_out[i]);
+            grads_out[i] = NULL;
+        }
+    for (size_t i = 0; i < grads.capacity; i++)
+        if (grads.keys[i] && grads.values[i]) eg__unref(grads.values[i]);
+    eg__idmap_clear(&grads);
+    eg__idmap_clear(&reachable);
+    return status;
+}
+
+eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
+                              const eg_tensor *output_gradient, int n_sources,
+                              const eg_tensor *const *sources, eg_tensor **grads,
+                              eg_unconnected unconnected) {
+    if (!tape) return eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradient: tape is NULL");
+    if (!grads || (n_sources > 0 && !sources) || n_sources < 0)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradient: sources/grads arrays are NULL");
+    for (int i = 0; i < n_sources; i++) grads[i] = NULL;
+    if (!eg__check_arg(target, "tape_gradient", 1)) return eg_last_status();
+    for (int i = 0; i < n_sources; i++)
+        if (!eg__check_arg(sources[i], "tape_gradient (source)", i)) return eg_last_status();
+    if (!eg_dtype_is_float(target->dtype))
+        return eg__error(EG_ERR_DTYPE, "tape_gradient: target must be a float tensor, got %s",
+                         eg_dtype_name(target->dtype));
+    if (output_gradient && (output_gradient->n_elems != target->n_elems ||
+                            output_gradient->dtype != target->dtype))
+        return eg__error(EG_ERR_SHAPE, "tape_gradient: output gradient does not match target");
+    if (tape->used && !tape->persistent)
+        return eg__error(EG_ERR_STATE, "tape_gradient: a non-persistent tape can compute one "
+                         "gradient only; use eg_tape_begin(true) for several");
+    tape->used = true;
+    tape->paused = true;
+    eg__scope_suspend();
+    eg_status status = backpropagate(tape, target, output_gradient, n_sources, sources, grads,
+                                     unconnected);
+    /* A scope slot owns one reference of one tensor object, so every gradient handed out must be
+     * an object of its own: backward rules pass gradients through unchanged (add, copy), which
+     * can make two sources share one object, or hand back output_gradient (possibly owned by a
+     * scope already). A shared one is replaced by an identity reshape: a new object on the same
+     * storage that outer tapes still connect (higher-order gradients). */
+    for (int i = 0; i < n_sources && status == EG_OK; i++) {
+        eg_tensor *g = grads[i];
+        if (!g || (atomic_load(&g->refcount) == 1 && !g->scope)) continue;
+        grads[i] = eg_reshape(g, g->n_dims, g->shape);
+        eg__unref(g);
+        if (!grads[i]) {
+            status = eg_last_status();
+            for (int j = 0; j < n_sources; j++) {
+                eg__unref(grads[j]);
+                grads[j] = NULL;
+            }
+        }
+    }
+    eg__scope_resume();
+    tape->paused = false;
+    for (int i = 0; i < n_sources; i++)
+        if (grads[i]) eg__scope_register(grads[i]);
+    if (!tape->persistent) release_records(tape);
+    return status;
+}
+
+eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
+                           const eg_tensor *const *sources, eg_tensor **grads,
+                           eg_unconnected unconnected) {
+    return eg_tape_gradient_ex(tape, target, NULL, n_sources, sources, grads, unconnected);
+}
+
+void eg_tape_free(eg_tape *tape) {
+    if (!tape) return;
+    eg_tape_end(tape);
+    release_records(tape);
+    for (size_t i = 0; i < tape->n_watched; i++) eg__unref(tape->watched[i]);
+    free(tape->watched);
+    eg__idmap_clear(&tape->tracked);
+    free(tape);
+}

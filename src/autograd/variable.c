@@ -1,0 +1,129 @@
+/* Variables: tensors that own trainable state, outlive scopes and are watched by every tape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/internal.h"
+#include "core/error.h"
+
+typedef struct eg__variable_info {
+    char *name;
+    bool trainable;
+} eg__variable_info;
+
+void eg__variable_info_free(eg__variable_info *info);
+void eg__variable_info_free(eg__variable_info *info) {
+    free(info->name);
+    free(info);
+}
+
+eg_status eg__copy_into(eg_tensor *dst, const eg_tensor *src);
+
+eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name) {
+    if (!eg__check_arg(initial_value, "variable", 0)) return NULL;
+    if (!eg_dtype_is_float(initial_value->dtype)) {
+        eg__error(EG_ERR_DTYPE, "variable: initial value must be a float tensor, got %s",
+                  eg_dtype_name(initial_value->dtype));
+        return NULL;
+    }
+    eg__variable_info *info = calloc(1, sizeof *info);
+    char *copy = strdup(name ? name : "");
+    if (!info || !copy) {
+        free(info);
+        free(copy);
+        eg__error(EG_ERR_OUT_OF_MEMORY, "variable: out of host memory");
+        return NULL;
+    }
+    info->name = copy;
+    info->trainable = true;
+    eg__scope_suspend();
+    eg_tensor *v = eg__tensor_alloc(initial_value->dtype, initial_value->n_dims,
+                                    initial_value->shape, initial_value->device);
+    eg__scope_resume();
+    if (!v || eg__copy_into(v, initial_value) != EG_OK) {
+        eg__unref(v);
+        eg__variable_info_free(info);
+        return NULL;
+    }
+    v->variable = info;
+    return v;
+}
+
+bool eg_is_variable(const eg_tensor *t) { return t && t->variable; }
+const char *eg_variable_name(const eg_tensor *v) {
+    return v && v->variable ? v->variable->name : "";
+}
+bool eg_variable_trainable(const eg_tensor *v) { return v && v->variable && v->variable->trainable; }
+void eg_variable_set_trainable(eg_tensor *v, bool trainable) {
+    if (v && v->variable) v->variable->trainable = trainable;
+}
+
+typedef enum { ASSIGN_SET, ASSIGN_ADD, ASSIGN_SUB } assign_kind;
+
+/* numpy broadcasting of value to exactly the variable's shape. */
+static bool broadcasts_to(const eg_tensor *value, const eg_tensor *variable) {
+    if (value->n_dims > variable->n_dims) return false;
+    for (int d = 1; d <= value->n_dims; d++) {
+        int64_t from = value->shape[value->n_dims - d], to = variable->shape[variable->n_dims - d];
+        if (from != to && from != 1) return false;
+    }
+    return true;
+}
+
+static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
+    static const char *const names[] = {"assign", "assign_add", "assign_sub"};
+    if (!eg__check_arg(variable, names[kind], 0) || !eg__check_arg(value, names[kind], 1))
+        return eg_last_status();
+    if (!variable->variable)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: the target is not a variable",
+                         names[kind]);
+    if (value->dtype != variable->dtype)
+        return eg__error(EG_ERR_DTYPE, "%s: value is %s, variable is %s", names[kind],
+                         eg_dtype_name(value->dtype), eg_dtype_name(variable->dtype));
+    if (!broadcasts_to(value, variable)) { /* checked here so the message names this function */
+        char a[160], b[160];
+        return eg__error(EG_ERR_SHAPE, "%s: value of shape %s does not fit variable %s",
+                         names[kind], eg__shape_format(value->n_dims, value->shape, a, 160),
+                         eg__shape_format(variable->n_dims, variable->shape, b, 160));
+    }
+    eg_no_grad_begin();
+    eg__scope_suspend();
+    eg_tensor *result = NULL;
+    if (kind == ASSIGN_SET) {
+        result = eg_broadcast_to(value, variable->n_dims, variable->shape);
+        if (result && eg_tensor_shares_storage(result, variable)) {
+            /* value views the variable itself (v = v^T): copying in place would read elements
+             * already overwritten, so go through a copy */
+            eg_tensor *copy = eg_copy(result);
+            eg__unref(result);
+            result = copy;
+        }
+    }
+    else if (kind == ASSIGN_ADD) result = eg_add(variable, value);
+    else result = eg_sub(variable, value);
+    eg_status status = eg_last_status();
+    if (result) {
+        if (result->n_dims != variable->n_dims ||
+            memcmp(result->shape, variable->shape, sizeof(int64_t) * (size_t)result->n_dims)) {
+            char a[160], b[160];
+            status = eg__error(EG_ERR_SHAPE, "%s: value of shape %s does not fit variable %s",
+                               names[kind], eg__shape_format(value->n_dims, value->shape, a, 160),
+                               eg__shape_format(variable->n_dims, variable->shape, b, 160));
+        } else {
+            status = eg__copy_into(variable, result);
+        }
+    }
+    eg__unref(result);
+    eg__scope_resume();
+    eg_no_grad_end();
+    return status;
+}
+
+eg_status eg_assign(eg_tensor *variable, const eg_tensor *value) {
+    return assign(variable, value, ASSIGN_SET);
+}
+eg_status eg_assign_add(eg_tensor *variable, const eg_tensor *value) {
+    return assign(variable, value, ASSIGN_ADD);
+}
+eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value) {
+    return assign(variable, value, ASSIGN_SUB);
+}

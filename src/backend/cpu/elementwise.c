@@ -1,0 +1,311 @@
+/* CPU kernels for elementwise ops: unary math, binary arithmetic with broadcasting,
+ * comparisons, where, cast, clip, dropout and copies.
+ * Inner loops have a contiguous case the compiler vectorizes and a strided fallback. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "core/random.h"
+
+/* Applies EXPR (in terms of x) from operand 1 into operand 0. */
+#define UNARY_LOOP(T, EXPR)                                                                        \
+    do {                                                                                           \
+        if (s[0] == sizeof(T) && s[1] == sizeof(T)) {                                              \
+            T *restrict out_ = (T *)p[0];                                                          \
+            const T *restrict in_ = (const T *)p[1];                                               \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T x = in_[i];                                                                      \
+                out_[i] = (EXPR);                                                                  \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T x = *(const T *)(p[1] + i * s[1]);                                               \
+                *(T *)(p[0] + i * s[0]) = (EXPR);                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+typedef struct unary_context {
+    eg__op op;
+    eg_dtype dtype;
+    double low, high;
+} unary_context;
+
+#define UNARY_CASES(T, EXP, LOG, SQRT, SIN, COS, TANH, ERF, FABS, LOG1P)                            \
+    switch (c->op) {                                                                               \
+    case EG__OP_NEG: UNARY_LOOP(T, -x); break;                                                     \
+    case EG__OP_ABS: UNARY_LOOP(T, FABS(x)); break;                                                \
+    case EG__OP_EXP: UNARY_LOOP(T, EXP(x)); break;                                                 \
+    case EG__OP_LOG: UNARY_LOOP(T, LOG(x)); break;                                                 \
+    case EG__OP_SQRT: UNARY_LOOP(T, SQRT(x)); break;                                               \
+    case EG__OP_RSQRT: UNARY_LOOP(T, (T)1 / SQRT(x)); break;                                       \
+    case EG__OP_SIN: UNARY_LOOP(T, SIN(x)); break;                                                 \
+    case EG__OP_COS: UNARY_LOOP(T, COS(x)); break;                                                 \
+    case EG__OP_TANH: UNARY_LOOP(T, TANH(x)); break;                                               \
+    case EG__OP_SIGMOID: UNARY_LOOP(T, (T)1 / ((T)1 + EXP(-x))); break;                            \
+    case EG__OP_RELU: UNARY_LOOP(T, x > (T)0 ? x : (T)0); break;                                   \
+    case EG__OP_GELU: UNARY_LOOP(T, (T)0.5 * x * ((T)1 + ERF(x * (T)M_SQRT1_2))); break;           \
+    case EG__OP_SOFTPLUS: UNARY_LOOP(T, (x > (T)0 ? x : (T)0) + LOG1P(EXP(-FABS(x)))); break;      \
+    case EG__OP_SIGN: UNARY_LOOP(T, (T)((x > (T)0) - (x < (T)0))); break;                          \
+    case EG__OP_SQUARE: UNARY_LOOP(T, x * x); break;                                               \
+    case EG__OP_RECIPROCAL: UNARY_LOOP(T, (T)1 / x); break;                                        \
+    case EG__OP_ERF: UNARY_LOOP(T, ERF(x)); break;                                                 \
+    case EG__OP_CLIP: {                                                                            \
+        T low = (T)c->low, high = (T)c->high;                                                      \
+        UNARY_LOOP(T, x < low ? low : (x > high ? high : x));                                      \
+        break;                                                                                     \
+    }                                                                                              \
+    default: break;                                                                                \
+    }
+
+static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
+    const unary_context *c = context;
+    if (c->dtype == EG_DTYPE_F32) {
+        UNARY_CASES(float, expf, logf, sqrtf, sinf, cosf, tanhf, erff, fabsf, log1pf)
+    } else {
+        UNARY_CASES(double, exp, log, sqrt, sin, cos, tanh, erf, fabs, log1p)
+    }
+}
+
+static eg_status run_loop(const eg__kernel_call *call, int n_operands, eg__nd_inner_fn inner,
+                          void *context) {
+    const eg_tensor *operands[EG_ND_MAX_OPERANDS] = {call->output};
+    for (int i = 1; i < n_operands; i++) operands[i] = call->inputs[i - 1];
+    eg__nd_loop loop;
+    eg__nd_loop_init(&loop, n_operands, operands);
+    eg__nd_loop_run(&loop, inner, context);
+    return EG_OK;
+}
+
+eg_status eg__cpu_unary(const eg__kernel_call *call);
+eg_status eg__cpu_unary(const eg__kernel_call *call) {
+    unary_context c = {call->op, call->output->dtype, call->attrs->scalars[0],
+                       call->attrs->scalars[1]};
+    return run_loop(call, 2, unary_inner, &c);
+}
+
+/* ---- binary ---- */
+
+#define BINARY_LOOP(T, EXPR)                                                                       \
+    do {                                                                                           \
+        const int64_t size_ = sizeof(T);                                                           \
+        if (s[0] == size_ && s[1] == size_ && s[2] == size_) {                                     \
+            T *restrict out_ = (T *)p[0];                                                          \
+            const T *restrict a_ = (const T *)p[1], *restrict b_ = (const T *)p[2];                \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T a = a_[i], b = b_[i];                                                            \
+                out_[i] = (EXPR);                                                                  \
+            }                                                                                      \
+        } else if (s[0] == size_ && s[1] == size_ && s[2] == 0) {                                  \
+            T *restrict out_ = (T *)p[0];                                                          \
+            const T *restrict a_ = (const T *)p[1];                                                \
+            const T b = *(const T *)p[2];                                                          \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T a = a_[i];                                                                       \
+                out_[i] = (EXPR);                                                                  \
+            }                                                                                      \
+        } else if (s[0] == size_ && s[1] == 0 && s[2] == size_) {                                  \
+            T *restrict out_ = (T *)p[0];                                                          \
+            const T a = *(const T *)p[1];                                                          \
+            const T *restrict b_ = (const T *)p[2];                                                \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T b = b_[i];                                                                       \
+                out_[i] = (EXPR);                                                                  \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T a = *(const T *)(p[1] + i * s[1]), b = *(const T *)(p[2] + i * s[2]);            \
+                *(T *)(p[0] + i * s[0]) = (EXPR);                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* Signed overflow is undefined in C: integer arithmetic wraps through the unsigned type, and
+ * division by zero gives 0 instead of a crash. */
+#define INT_BINARY_CASES(T, U, MIN)                                                                \
+    switch (c->op) {                                                                               \
+    case EG__OP_ADD: BINARY_LOOP(T, (T)((U)a + (U)b)); break;                                      \
+    case EG__OP_SUB: BINARY_LOOP(T, (T)((U)a - (U)b)); break;                                      \
+    case EG__OP_MUL: BINARY_LOOP(T, (T)((U)a * (U)b)); break;                                      \
+    case EG__OP_DIV: BINARY_LOOP(T, b == 0 || (a == MIN && b == -1) ? (T)0 : (T)(a / b)); break;   \
+    case EG__OP_MAXIMUM: BINARY_LOOP(T, a >= b ? a : b); break;                                    \
+    case EG__OP_MINIMUM: BINARY_LOOP(T, a <= b ? a : b); break;                                    \
+    default: break;                                                                                \
+    }
+
+#define FLOAT_BINARY_CASES(T, POW)                                                                 \
+    switch (c->op) {                                                                               \
+    case EG__OP_ADD: BINARY_LOOP(T, a + b); break;                                                 \
+    case EG__OP_SUB: BINARY_LOOP(T, a - b); break;                                                 \
+    case EG__OP_MUL: BINARY_LOOP(T, a * b); break;                                                 \
+    case EG__OP_DIV: BINARY_LOOP(T, a / b); break;                                                 \
+    case EG__OP_POW: BINARY_LOOP(T, POW(a, b)); break;                                             \
+    case EG__OP_MAXIMUM: BINARY_LOOP(T, a >= b || a != a ? a : b); break;                          \
+    case EG__OP_MINIMUM: BINARY_LOOP(T, a <= b || a != a ? a : b); break;                          \
+    default: break;                                                                                \
+    }
+
+typedef struct binary_context {
+    eg__op op;
+    eg_dtype dtype;
+} binary_context;
+
+static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
+    const binary_context *c = context;
+    switch (c->dtype) {
+    case EG_DTYPE_F32: FLOAT_BINARY_CASES(float, powf) break;
+    case EG_DTYPE_F64: FLOAT_BINARY_CASES(double, pow) break;
+    case EG_DTYPE_I32: INT_BINARY_CASES(int32_t, uint32_t, INT32_MIN) break;
+    case EG_DTYPE_I64: INT_BINARY_CASES(int64_t, uint64_t, INT64_MIN) break;
+    default: break;
+    }
+}
+
+eg_status eg__cpu_binary(const eg__kernel_call *call);
+eg_status eg__cpu_binary(const eg__kernel_call *call) {
+    binary_context c = {call->op, call->inputs[0]->dtype};
+    return run_loop(call, 3, binary_inner, &c);
+}
+
+/* ---- comparisons ---- */
+
+#define COMPARE_LOOP(T, EXPR)                                                                      \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        T a = *(const T *)(p[1] + i * s[1]), b = *(const T *)(p[2] + i * s[2]);                    \
+        *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)(EXPR);                                           \
+    }
+
+#define COMPARE_CASES(T)                                                                           \
+    switch (c->op) {                                                                               \
+    case EG__OP_EQUAL: COMPARE_LOOP(T, a == b) break;                                              \
+    case EG__OP_NOT_EQUAL: COMPARE_LOOP(T, a != b) break;                                          \
+    case EG__OP_LESS: COMPARE_LOOP(T, a < b) break;                                                \
+    case EG__OP_LESS_EQUAL: COMPARE_LOOP(T, a <= b) break;                                         \
+    case EG__OP_GREATER: COMPARE_LOOP(T, a > b) break;                                             \
+    case EG__OP_GREATER_EQUAL: COMPARE_LOOP(T, a >= b) break;                                      \
+    default: break;                                                                                \
+    }
+
+static void compare_inner(void *context, int64_t n, char **p, const int64_t *s) {
+    const binary_context *c = context;
+    switch (c->dtype) {
+    case EG_DTYPE_F32: COMPARE_CASES(float) break;
+    case EG_DTYPE_F64: COMPARE_CASES(double) break;
+    case EG_DTYPE_I32: COMPARE_CASES(int32_t) break;
+    case EG_DTYPE_I64: COMPARE_CASES(int64_t) break;
+    case EG_DTYPE_U8:
+    case EG_DTYPE_BOOL: COMPARE_CASES(uint8_t) break;
+    default: break;
+    }
+}
+
+eg_status eg__cpu_compare(const eg__kernel_call *call);
+eg_status eg__cpu_compare(const eg__kernel_call *call) {
+    binary_context c = {call->op, call->inputs[0]->dtype};
+    return run_loop(call, 3, compare_inner, &c);
+}
+
+/* ---- where: a pure selection, so it only needs the element size ---- */
+
+static void where_inner(void *context, int64_t n, char **p, const int64_t *s) {
+    size_t size = *(const size_t *)context;
+    for (int64_t i = 0; i < n; i++) {
+        const char *src = *(const uint8_t *)(p[1] + i * s[1]) ? p[2] + i * s[2] : p[3] + i * s[3];
+        memcpy(p[0] + i * s[0], src, size);
+    }
+}
+
+eg_status eg__cpu_where(const eg__kernel_call *call);
+eg_status eg__cpu_where(const eg__kernel_call *call) {
+    size_t size = eg_dtype_size(call->output->dtype);
+    return run_loop(call, 4, where_inner, &size);
+}
+
+/* ---- cast ---- */
+
+typedef struct cast_context {
+    eg_dtype from, to;
+} cast_context;
+
+static void cast_inner(void *context, int64_t n, char **p, const int64_t *s) {
+    const cast_context *c = context;
+    if (c->from == EG_DTYPE_U8 && c->to == EG_DTYPE_F32) {
+        for (int64_t i = 0; i < n; i++)
+            *(float *)(p[0] + i * s[0]) = (float)*(const uint8_t *)(p[1] + i * s[1]);
+        return;
+    }
+    if (c->from == EG_DTYPE_F32 && c->to == EG_DTYPE_F16 && s[0] == 2 && s[1] == 4) {
+        eg_f32_to_f16((const float *)p[1], (uint16_t *)p[0], (size_t)n);
+        return;
+    }
+    if (c->from == EG_DTYPE_F16 && c->to == EG_DTYPE_F32 && s[0] == 4 && s[1] == 2) {
+        eg_f16_to_f32((const uint16_t *)p[1], (float *)p[0], (size_t)n);
+        return;
+    }
+    if (c->from == EG_DTYPE_F32 && c->to == EG_DTYPE_BF16 && s[0] == 2 && s[1] == 4) {
+        eg_f32_to_bf16((const float *)p[1], (uint16_t *)p[0], (size_t)n);
+        return;
+    }
+    if (c->from == EG_DTYPE_BF16 && c->to == EG_DTYPE_F32 && s[0] == 4 && s[1] == 2) {
+        eg_bf16_to_f32((const uint16_t *)p[1], (float *)p[0], (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        eg__store_from_double(p[0] + i * s[0], c->to, 0,
+                              eg__load_as_double(p[1] + i * s[1], c->from, 0));
+}
+
+eg_status eg__cpu_cast(const eg__kernel_call *call);
+eg_status eg__cpu_cast(const eg__kernel_call *call) {
+    cast_context c = {call->inputs[0]->dtype, call->output->dtype};
+    return run_loop(call, 2, cast_inner, &c);
+}
+
+/* ---- copies ---- */
+
+eg_status eg__cpu_copy(const eg__kernel_call *call);
+eg_status eg__cpu_copy(const eg__kernel_call *call) {
+    return eg__copy_into(call->output, call->inputs[0]);
+}
+
+/* ---- dropout: the mask of element i depends only on (seed, i) ---- */
+
+typedef struct dropout_context {
+    eg_dtype dtype;
+    double rate;
+    uint64_t seed;
+    const char *out_base;
+} dropout_context;
+
+static void dropout_inner(void *context, int64_t n, char **p, const int64_t *s) {
+    const dropout_context *c = context;
+    size_t size = eg_dtype_size(c->dtype);
+    int64_t first = (p[0] - c->out_base) / (int64_t)size; /* the output is contiguous */
+    double scale = 1.0 / (1.0 - c->rate);
+    float threshold = (float)c->rate;
+    uint32_t words[4];
+    int64_t block = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t index = first + i;
+        if (index / 4 != block) {
+            block = index / 4;
+            eg__philox4x32(c->seed, 2, (uint64_t)block, words);
+        }
+        bool keep = eg__uniform_f32(words[index % 4]) >= threshold;
+        if (c->dtype == EG_DTYPE_F32) {
+            float x = *(const float *)(p[1] + i * s[1]);
+            *(float *)(p[0] + i * s[0]) = keep ? x * (float)scale : 0.0f;
+        } else {
+            double x = *(const double *)(p[1] + i * s[1]);
+            *(double *)(p[0] + i * s[0]) = keep ? x * scale : 0.0;
+        }
+    }
+}
+
+eg_status eg__cpu_dropout(const eg__kernel_call *call);
+eg_status eg__cpu_dropout(const eg__kernel_call *call) {
+    dropout_context c = {call->output->dtype, call->attrs->scalars[0], call->attrs->seed,
+                         eg__data(call->output)};
+    return run_loop(call, 2, dropout_inner, &c);
+}

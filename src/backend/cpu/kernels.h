@@ -1,0 +1,39 @@
+/* Internal: helpers shared by the CPU kernels. */
+#ifndef EAGLE_SRC_BACKEND_CPU_KERNELS_H
+#define EAGLE_SRC_BACKEND_CPU_KERNELS_H
+
+#include "backend/backend.h"
+#include "backend/cpu/threadpool.h"
+
+#define EG_ND_MAX_OPERANDS 4
+
+/* A strided loop over the result's shape for up to four operands (operand 0 is the result),
+ * with broadcast axes given stride 0 and adjacent axes merged where every operand allows it, so
+ * that the innermost axis is as long as possible. Strides are in bytes. */
+typedef struct eg__nd_loop {
+    int n_operands;
+    int n_dims; /* >= 1 */
+    int64_t shape[EG_MAX_DIMS];
+    int64_t strides[EG_ND_MAX_OPERANDS][EG_MAX_DIMS];
+    char *base[EG_ND_MAX_OPERANDS];
+    int64_t n_elems;
+} eg__nd_loop;
+
+/* operands[0] is the output; the others broadcast to its shape. */
+void eg__nd_loop_init(eg__nd_loop *loop, int n_operands, const eg_tensor *const *operands);
+
+/* Processes n elements whose first elements are at pointers[i], stepping strides[i] bytes. */
+typedef void (*eg__nd_inner_fn)(void *context, int64_t n, char **pointers,
+                                const int64_t *strides);
+
+/* Runs inner over every element of the loop, in parallel when it is large. */
+void eg__nd_loop_run(const eg__nd_loop *loop, eg__nd_inner_fn inner, void *context);
+
+/* Copies src into dst element by element (same shape and dtype, any strides). */
+eg_status eg__copy_into(eg_tensor *dst, const eg_tensor *src);
+
+/* A contiguous tensor with src's values: src itself (a new reference) when already contiguous.
+ * Not registered with any scope; drop with eg__unref. NULL on out of memory. */
+eg_tensor *eg__contiguous_temp(const eg_tensor *src);
+
+#endif

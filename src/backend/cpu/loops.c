@@ -1,0 +1,157 @@
+/* The strided, broadcasting loop machinery every elementwise kernel runs on. */
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+
+void eg__nd_loop_init(eg__nd_loop *loop, int n_operands, const eg_tensor *const *operands) {
+    const eg_tensor *out = operands[0];
+    loop->n_operands = n_operands;
+    loop->n_elems = out->n_elems;
+    int n = 0;
+    /* Walk the output's axes, dropping size-1 axes and merging an axis into the previous one
+     * when every operand steps through both as one. */
+    for (int d = 0; d < out->n_dims; d++) {
+        if (out->shape[d] == 1) continue;
+        int64_t strides[EG_ND_MAX_OPERANDS];
+        for (int i = 0; i < n_operands; i++) {
+            const eg_tensor *t = operands[i];
+            int td = d - (out->n_dims - t->n_dims);
+            strides[i] = (td < 0 || t->shape[td] == 1)
+                             ? 0
+                             : t->strides[td] * (int64_t)eg_dtype_size(t->dtype);
+        }
+        bool merge = n > 0;
+        for (int i = 0; merge && i < n_operands; i++)
+            merge = loop->strides[i][n - 1] == strides[i] * out->shape[d];
+        if (merge) {
+            loop->shape[n - 1] *= out->shape[d];
+            for (int i = 0; i < n_operands; i++) loop->strides[i][n - 1] = strides[i];
+        } else {
+            loop->shape[n] = out->shape[d];
+            for (int i = 0; i < n_operands; i++) loop->strides[i][n] = strides[i];
+            n++;
+        }
+    }
+    if (n == 0) {
+        loop->shape[0] = 1;
+        for (int i = 0; i < n_operands; i++) loop->strides[i][0] = 0;
+        n = 1;
+    }
+    loop->n_dims = n;
+    for (int i = 0; i < n_operands; i++) loop->base[i] = eg__data(operands[i]);
+}
+
+typedef struct run_context {
+    const eg__nd_loop *loop;
+    eg__nd_inner_fn inner;
+    void *context;
+} run_context;
+
+static void run_range(void *arg, int64_t begin, int64_t end) {
+    const run_context *rc = arg;
+    const eg__nd_loop *loop = rc->loop;
+    int last = loop->n_dims - 1;
+    int64_t index[EG_MAX_DIMS];
+    char *pointers[EG_ND_MAX_OPERANDS];
+    int64_t inner_strides[EG_ND_MAX_OPERANDS];
+    int64_t rest = begin;
+    for (int d = last; d >= 0; d--) {
+        index[d] = rest % loop->shape[d];
+        rest /= loop->shape[d];
+    }
+    for (int i = 0; i < loop->n_operands; i++) {
+        pointers[i] = loop->base[i];
+        for (int d = 0; d <= last; d++) pointers[i] += index[d] * loop->strides[i][d];
+        inner_strides[i] = loop->strides[i][last];
+    }
+    int64_t position = begin;
+    while (position < end) {
+        int64_t count = loop->shape[last] - index[last];
+        if (count > end - position) count = end - position;
+        rc->inner(rc->context, count, pointers, inner_strides);
+        position += count;
+        if (position >= end) break;
+        /* carry into the outer axes */
+        index[last] = 0;
+        int d = last - 1;
+        while (d >= 0 && ++index[d] == loop->shape[d]) index[d--] = 0;
+        for (int i = 0; i < loop->n_operands; i++) {
+            pointers[i] = loop->base[i];
+            for (int k = 0; k < last; k++) pointers[i] += index[k] * loop->strides[i][k];
+        }
+    }
+}
+
+void eg__nd_loop_run(const eg__nd_loop *loop, eg__nd_inner_fn inner, void *context) {
+    run_context rc = {loop, inner, context};
+    eg__parallel_for(loop->n_elems, EG_PARALLEL_GRAIN_ELEMENTWISE, run_range, &rc);
+}
+
+typedef struct copy_context {
+    size_t size;
+} copy_context;
+
+static void copy_inner(void *arg, int64_t n, char **p, const int64_t *s) {
+    size_t size = ((copy_context *)arg)->size;
+    if (s[0] == (int64_t)size && s[1] == (int64_t)size) {
+        memcpy(p[0], p[1], (size_t)n * size);
+        return;
+    }
+    char *dst = p[0];
+    const char *src = p[1];
+    switch (size) {
+    case 4:
+        for (int64_t i = 0; i < n; i++, dst += s[0], src += s[1]) memcpy(dst, src, 4);
+        break;
+    case 8:
+        for (int64_t i = 0; i < n; i++, dst += s[0], src += s[1]) memcpy(dst, src, 8);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++, dst += s[0], src += s[1]) memcpy(dst, src, size);
+        break;
+    }
+}
+
+eg_status eg__copy_into(eg_tensor *dst, const eg_tensor *src) {
+    if (dst->dtype != src->dtype || dst->n_elems != src->n_elems)
+        return eg__error(EG_ERR_INTERNAL, "copy_into: mismatched tensors");
+    if (dst->n_elems == 0) return EG_OK;
+    if (eg__is_contiguous(dst) && eg__is_contiguous(src) && dst->n_dims == src->n_dims) {
+        memcpy(eg__data(dst), eg__data(src), (size_t)dst->n_elems * eg_dtype_size(dst->dtype));
+        return EG_OK;
+    }
+    /* A reshaping copy: walk dst as if it had src's shape (dst is contiguous then). */
+    eg_tensor dst_as_src;
+    if (dst->n_dims != src->n_dims ||
+        memcmp(dst->shape, src->shape, sizeof(int64_t) * (size_t)dst->n_dims) != 0) {
+        if (!eg__is_contiguous(dst))
+            return eg__error(EG_ERR_INTERNAL, "copy_into: reshaping into a strided tensor");
+        dst_as_src = *dst;
+        dst_as_src.n_dims = src->n_dims;
+        memcpy(dst_as_src.shape, src->shape, sizeof dst_as_src.shape);
+        eg__contiguous_strides(src->n_dims, src->shape, dst_as_src.strides);
+        dst = &dst_as_src;
+    }
+    const eg_tensor *operands[2] = {dst, src};
+    eg__nd_loop loop;
+    eg__nd_loop_init(&loop, 2, operands);
+    copy_context context = {eg_dtype_size(dst->dtype)};
+    eg__nd_loop_run(&loop, copy_inner, &context);
+    return EG_OK;
+}
+
+eg_tensor *eg__contiguous_temp(const eg_tensor *src) {
+    if (eg__is_contiguous(src)) {
+        eg__ref(src);
+        return (eg_tensor *)src;
+    }
+    eg__scope_suspend();
+    eg_tensor *t = eg__tensor_alloc(src->dtype, src->n_dims, src->shape, src->device);
+    eg__scope_resume();
+    if (t && eg__copy_into(t, src) != EG_OK) {
+        eg__unref(t);
+        return NULL;
+    }
+    return t;
+}

@@ -1,0 +1,163 @@
+/* CPU matmul through BLAS (OpenBLAS). Strided views whose last two axes have a unit stride on
+ * either side are passed as they are (a transposed view becomes a transpose flag), so the
+ * backward pass's A^T·G and G·B^T make no copies.
+ *
+ * Results must not depend on the number of threads, and OpenBLAS's own threading blocks the
+ * K axis differently for different thread counts (so the bits change). BLAS therefore always
+ * runs single-threaded, on fixed TILE_ROWS x TILE_COLS tiles of the output that Eagle's thread
+ * pool shares out: every tile is the same call whichever thread makes it. */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "eagle/runtime.h"
+
+static char blas_description[256];
+
+static void describe_blas(void) {
+    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s",
+             openblas_get_config());
+}
+
+#define TILE_ROWS 64
+#define TILE_COLS 256
+/* Multiply-adds per parallel chunk below which splitting does not pay. */
+#define MIN_CHUNK_WORK (1 << 20)
+
+static void blas_single_thread(void) {
+    openblas_set_num_threads(1);
+}
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* Called by eg_set_num_threads: Eagle's pool does the threading, BLAS stays at one thread. */
+void eg__blas_set_threads(int n);
+void eg__blas_set_threads(int n) {
+    (void)n;
+    pthread_once(&blas_once, blas_single_thread);
+}
+
+const char *eg_blas_info(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, describe_blas);
+    return blas_description;
+}
+
+/* How BLAS should read the last two axes of t (rows x cols as stored in t). */
+typedef struct blas_operand {
+    bool transposed; /* stored column-major: BLAS reads it transposed */
+    int64_t leading; /* leading dimension in elements */
+} blas_operand;
+
+static bool blas_view(const eg_tensor *t, blas_operand *op) {
+    int64_t rows = t->shape[t->n_dims - 2], cols = t->shape[t->n_dims - 1];
+    int64_t row_stride = t->strides[t->n_dims - 2], col_stride = t->strides[t->n_dims - 1];
+    if ((col_stride == 1 || cols == 1) && row_stride >= (cols > 1 ? cols : 1)) {
+        op->transposed = false;
+        op->leading = row_stride > 0 ? row_stride : 1;
+        if (rows == 1) op->leading = cols > 1 ? cols : 1;
+        return true;
+    }
+    if ((row_stride == 1 || rows == 1) && col_stride >= (rows > 1 ? rows : 1)) {
+        op->transposed = true;
+        op->leading = col_stride > 0 ? col_stride : 1;
+        if (cols == 1) op->leading = rows > 1 ? rows : 1;
+        return true;
+    }
+    return false;
+}
+
+/* Offset (elements) of batch element `batch` of t, with broadcasting over the output's batch
+ * shape. */
+static int64_t batch_offset(const eg_tensor *t, const eg_tensor *out, int64_t batch) {
+    int out_batch_dims = out->n_dims - 2, t_batch_dims = t->n_dims - 2;
+    int64_t offset = 0;
+    for (int d = out_batch_dims - 1; d >= 0; d--) {
+        int64_t index = batch % out->shape[d];
+        batch /= out->shape[d];
+        int td = d - (out_batch_dims - t_batch_dims);
+        if (td >= 0 && t->shape[td] != 1) offset += index * t->strides[td];
+    }
+    return offset;
+}
+
+typedef struct matmul_job {
+    const eg_tensor *a, *b;
+    eg_tensor *out;
+    int64_t lda, ldb, m, n, k, row_tiles, col_tiles;
+    bool trans_a, trans_b;
+} matmul_job;
+
+/* Tasks are (batch, row tile, column tile) in row-major order. */
+static void matmul_tiles(void *context, int64_t begin, int64_t end) {
+    const matmul_job *j = context;
+    int64_t per_batch = j->row_tiles * j->col_tiles;
+    size_t size = eg_dtype_size(j->out->dtype);
+    for (int64_t task = begin; task < end; task++) {
+        int64_t batch = task / per_batch, tile = task % per_batch;
+        int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+        int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+        int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+        /* rows i0.. of op(A) and columns j0.. of op(B) in this batch element */
+        int64_t ao = batch_offset(j->a, j->out, batch) + (j->trans_a ? i0 : i0 * j->lda);
+        int64_t bo = batch_offset(j->b, j->out, batch) + (j->trans_b ? j0 * j->ldb : j0);
+        int64_t co = batch * j->m * j->n + i0 * j->n + j0;
+        char *c = (char *)eg__data(j->out) + (size_t)co * size;
+        const char *a = (const char *)eg__data(j->a) + (size_t)ao * size;
+        const char *b = (const char *)eg__data(j->b) + (size_t)bo * size;
+        if (j->k == 0) {
+            for (int r = 0; r < rows; r++)
+                memset(c + (size_t)(r * j->n) * size, 0, (size_t)cols * size);
+            continue;
+        }
+        enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
+        enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
+        if (j->out->dtype == EG_DTYPE_F32)
+            cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
+                        (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c, (int)j->n);
+        else
+            cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
+                        (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c, (int)j->n);
+    }
+}
+
+eg_status eg__cpu_matmul(const eg__kernel_call *call);
+eg_status eg__cpu_matmul(const eg__kernel_call *call) {
+    pthread_once(&blas_once, blas_single_thread);
+    const eg_tensor *a_in = call->inputs[0], *b_in = call->inputs[1];
+    eg_tensor *out = call->output;
+    blas_operand a_op = {false, 1}, b_op = {false, 1};
+    eg_tensor *a = NULL, *b = NULL;
+    if (!blas_view(a_in, &a_op)) {
+        a = eg__contiguous_temp(a_in);
+        if (!a) return eg_last_status();
+        blas_view(a, &a_op);
+    }
+    if (!blas_view(b_in, &b_op)) {
+        b = eg__contiguous_temp(b_in);
+        if (!b) {
+            eg__unref(a);
+            return eg_last_status();
+        }
+        blas_view(b, &b_op);
+    }
+    const eg_tensor *A = a ? a : a_in, *B = b ? b : b_in;
+    matmul_job job = {.a = A, .b = B, .out = out, .lda = a_op.leading, .ldb = b_op.leading};
+    job.m = out->shape[out->n_dims - 2];
+    job.n = out->shape[out->n_dims - 1];
+    job.k = A->shape[A->n_dims - (call->attrs->transpose_a ? 2 : 1)];
+    job.trans_a = call->attrs->transpose_a != a_op.transposed;
+    job.trans_b = call->attrs->transpose_b != b_op.transposed;
+    job.row_tiles = (job.m + TILE_ROWS - 1) / TILE_ROWS;
+    job.col_tiles = (job.n + TILE_COLS - 1) / TILE_COLS;
+    int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
+    int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
+                        (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
+    eg__parallel_for(batches * job.row_tiles * job.col_tiles,
+                     MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, matmul_tiles, &job);
+    eg__unref(a);
+    eg__unref(b);
+    return EG_OK;
+}

@@ -1,0 +1,315 @@
+/* CPU kernels for reductions, softmax and the fused sparse softmax cross-entropy.
+ *
+ * Every reduction is brought to the shape (outer, reduced, inner) over contiguous memory: when
+ * the input is contiguous and the reduced axes are adjacent that is a free reinterpretation;
+ * otherwise a permuted contiguous copy puts the reduced axes last (inner = 1). */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+
+typedef struct reduce_plan {
+    eg_tensor *source; /* contiguous; our own reference */
+    int64_t outer, reduced, inner;
+} reduce_plan;
+
+static eg_status plan_reduction(const eg_tensor *x, int n_axes, const int *axes,
+                                reduce_plan *plan) {
+    bool reduce[EG_MAX_DIMS] = {0};
+    for (int i = 0; i < n_axes; i++) reduce[axes[i]] = true;
+    int first = n_axes ? axes[0] : 0, last = n_axes ? axes[n_axes - 1] : -1;
+    bool adjacent = n_axes == 0 || last - first + 1 == n_axes;
+    if (adjacent && eg__is_contiguous(x)) {
+        plan->source = (eg_tensor *)x;
+        eg__ref(x);
+        plan->outer = plan->reduced = plan->inner = 1;
+        for (int d = 0; d < x->n_dims; d++) {
+            if (n_axes && d < first) plan->outer *= x->shape[d];
+            else if (n_axes && d <= last) plan->reduced *= x->shape[d];
+            else plan->inner *= x->shape[d];
+        }
+        if (n_axes == 0) { /* nothing reduced: every element is its own group */
+            plan->outer = x->n_elems;
+            plan->inner = 1;
+        }
+        return EG_OK;
+    }
+    /* kept axes first, reduced axes last, then a contiguous copy */
+    eg_tensor permuted = *x;
+    int n = 0;
+    plan->outer = plan->reduced = 1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int d = 0; d < x->n_dims; d++) {
+            if (reduce[d] != (pass == 1)) continue;
+            permuted.shape[n] = x->shape[d];
+            permuted.strides[n++] = x->strides[d];
+            if (pass == 0) plan->outer *= x->shape[d];
+            else plan->reduced *= x->shape[d];
+        }
+    plan->inner = 1;
+    if (eg__is_contiguous(&permuted)) {
+        /* x's memory is already in (kept, reduced) order (e.g. a transposed view reduced over
+         * its first axis): read x itself. eg__contiguous_temp would hand back the stack header
+         * `permuted`, which dies with this function. */
+        plan->source = (eg_tensor *)x;
+        eg__ref(x);
+        return EG_OK;
+    }
+    plan->source = eg__contiguous_temp(&permuted);
+    return plan->source ? EG_OK : eg_last_status();
+}
+
+typedef struct reduce_job {
+    eg__op op;
+    const reduce_plan *plan;
+    void *out;
+} reduce_job;
+
+#define FLOAT_ONLY_CASES(T, T_ACC)                                                                 \
+    case EG__OP_LOGSUMEXP: {                                                                       \
+        T_ACC m = -INFINITY, s = 0;                                                                \
+        for (int64_t k = 0; k < r; k++) m = x[k * inner] > m ? x[k * inner] : m;                   \
+        if (isinf(m)) {                                                                            \
+            result = m;                                                                            \
+            break;                                                                                 \
+        }                                                                                          \
+        for (int64_t k = 0; k < r; k++) s += exp((T_ACC)x[k * inner] - m);                         \
+        result = m + log(s);                                                                       \
+        break;                                                                                     \
+    }                                                                                              \
+    case EG__OP_VAR: {                                                                             \
+        T_ACC mean = 0, s = 0;                                                                     \
+        for (int64_t k = 0; k < r; k++) mean += x[k * inner];                                      \
+        mean /= (T_ACC)(r ? r : 1);                                                                \
+        for (int64_t k = 0; k < r; k++) {                                                          \
+            T_ACC d = x[k * inner] - mean;                                                         \
+            s += d * d;                                                                            \
+        }                                                                                          \
+        result = r ? s / (T_ACC)r : (T_ACC)NAN;                                                    \
+        break;                                                                                     \
+    }
+#define NO_CASES(T, T_ACC)
+
+/* max/min never see an empty reduction: inference rejects it. */
+#define ROW_REDUCE(T, T_ACC, EXTRA_CASES)                                                          \
+    static void reduce_rows_##T(const reduce_job *job, int64_t begin, int64_t end) {               \
+        const reduce_plan *plan = job->plan;                                                       \
+        const T *src = eg__data(plan->source);                                                     \
+        T *out = job->out;                                                                         \
+        int64_t r = plan->reduced, inner = plan->inner;                                            \
+        for (int64_t g = begin; g < end; g++) {                                                    \
+            int64_t o = g / inner, i = g % inner;                                                  \
+            const T *x = src + o * r * inner + i;                                                  \
+            T_ACC result = 0;                                                                      \
+            switch (job->op) {                                                                     \
+            case EG__OP_SUM:                                                                       \
+            case EG__OP_MEAN: {                                                                    \
+                T_ACC lanes[8] = {0};                                                              \
+                int64_t k = 0;                                                                     \
+                if (inner == 1)                                                                    \
+                    for (; k + 8 <= r; k += 8)                                                     \
+                        for (int l = 0; l < 8; l++) lanes[l] += x[k + l];                          \
+                for (; k < r; k++) lanes[0] += x[k * inner];                                       \
+                for (int l = 0; l < 8; l++) result += lanes[l];                                    \
+                if (job->op == EG__OP_MEAN) result /= (T_ACC)r;                                    \
+                break;                                                                             \
+            }                                                                                      \
+            case EG__OP_MAX:                                                                       \
+            case EG__OP_MIN: {                                                                     \
+                bool is_max = job->op == EG__OP_MAX;                                               \
+                T best = x[0];                                                                     \
+                for (int64_t k = 1; k < r; k++) {                                                  \
+                    T v = x[k * inner];                                                            \
+                    if (v != v) { best = v; break; }                                               \
+                    if (is_max ? v > best : v < best) best = v;                                    \
+                }                                                                                  \
+                result = best;                                                                     \
+                break;                                                                             \
+            }                                                                                      \
+            EXTRA_CASES(T, T_ACC)                                                                  \
+            default: break;                                                                        \
+            }                                                                                      \
+            out[g] = (T)result;                                                                    \
+        }                                                                                          \
+    }
+
+ROW_REDUCE(float, double, FLOAT_ONLY_CASES)
+ROW_REDUCE(double, double, FLOAT_ONLY_CASES)
+ROW_REDUCE(int32_t, int64_t, NO_CASES)
+ROW_REDUCE(int64_t, int64_t, NO_CASES)
+
+/* Column sums (inner > 1, sum/mean): add whole rows so the inner loop runs over contiguous
+ * memory. Work is split over outer groups, then over the inner axis. */
+static void sum_columns_float(const reduce_job *job, int64_t begin, int64_t end) {
+    const reduce_plan *plan = job->plan;
+    const float *src = eg__data(plan->source);
+    float *out = job->out;
+    int64_t r = plan->reduced, inner = plan->inner;
+    for (int64_t o = 0; o < plan->outer; o++) {
+        float *acc = out + o * inner;
+        for (int64_t i = begin; i < end; i++) acc[i] = 0;
+        for (int64_t k = 0; k < r; k++) {
+            const float *row = src + (o * r + k) * inner;
+            for (int64_t i = begin; i < end; i++) acc[i] += row[i];
+        }
+        if (job->op == EG__OP_MEAN)
+            for (int64_t i = begin; i < end; i++) acc[i] /= (float)r;
+    }
+}
+
+static void reduce_range(void *context, int64_t begin, int64_t end) {
+    const reduce_job *job = context;
+    switch (job->plan->source->dtype) {
+    case EG_DTYPE_F32: reduce_rows_float(job, begin, end); break;
+    case EG_DTYPE_F64: reduce_rows_double(job, begin, end); break;
+    case EG_DTYPE_I32: reduce_rows_int32_t(job, begin, end); break;
+    case EG_DTYPE_I64: reduce_rows_int64_t(job, begin, end); break;
+    default: break;
+    }
+}
+
+static void column_range(void *context, int64_t begin, int64_t end) {
+    sum_columns_float(context, begin, end);
+}
+
+eg_status eg__cpu_reduce(const eg__kernel_call *call);
+eg_status eg__cpu_reduce(const eg__kernel_call *call) {
+    reduce_plan plan;
+    eg_status status = plan_reduction(call->inputs[0], call->attrs->n_axes, call->attrs->axes,
+                                      &plan);
+    if (status != EG_OK) return status;
+    reduce_job job = {call->op, &plan, eg__data(call->output)};
+    int64_t groups = plan.outer * plan.inner;
+    int64_t grain = EG_PARALLEL_GRAIN_ELEMENTWISE / (plan.reduced ? plan.reduced : 1) + 1;
+    if (plan.inner > 1 && plan.source->dtype == EG_DTYPE_F32 &&
+        (call->op == EG__OP_SUM || call->op == EG__OP_MEAN))
+        eg__parallel_for(plan.inner, grain, column_range, &job);
+    else
+        eg__parallel_for(groups, grain, reduce_range, &job);
+    eg__unref(plan.source);
+    return EG_OK;
+}
+
+/* ---- argmax / argmin ---- */
+
+eg_status eg__cpu_arg_reduce(const eg__kernel_call *call);
+eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
+    int axis = call->attrs->axis;
+    reduce_plan plan;
+    eg_status status = plan_reduction(call->inputs[0], 1, &axis, &plan);
+    if (status != EG_OK) return status;
+    int64_t *out = eg__data(call->output);
+    const char *src = eg__data(plan.source);
+    eg_dtype dtype = plan.source->dtype;
+    bool is_max = call->op == EG__OP_ARGMAX;
+    for (int64_t o = 0; o < plan.outer; o++)
+        for (int64_t i = 0; i < plan.inner; i++) {
+            int64_t base = o * plan.reduced * plan.inner + i, best = 0;
+            double best_value = eg__load_as_double(src, dtype, base);
+            for (int64_t k = 1; k < plan.reduced; k++) {
+                double v = eg__load_as_double(src, dtype, base + k * plan.inner);
+                if (is_max ? v > best_value : v < best_value) {
+                    best_value = v;
+                    best = k;
+                }
+            }
+            out[o * plan.inner + i] = best;
+        }
+    eg__unref(plan.source);
+    return EG_OK;
+}
+
+/* ---- softmax and log_softmax along one axis ---- */
+
+#define SOFTMAX_ROWS(T)                                                                            \
+    static void softmax_##T(const T *x, T *y, int64_t outer, int64_t r, int64_t inner, bool log_) \
+    {                                                                                              \
+        for (int64_t o = 0; o < outer; o++)                                                        \
+            for (int64_t i = 0; i < inner; i++) {                                                  \
+                const T *xr = x + o * r * inner + i;                                               \
+                T *yr = y + o * r * inner + i;                                                     \
+                T m = -INFINITY;                                                                   \
+                for (int64_t k = 0; k < r; k++) m = xr[k * inner] > m ? xr[k * inner] : m;         \
+                double s = 0;                                                                      \
+                for (int64_t k = 0; k < r; k++) {                                                  \
+                    T e = (T)exp((double)(xr[k * inner] - m));                                     \
+                    if (!log_) yr[k * inner] = e;                                                  \
+                    s += e;                                                                        \
+                }                                                                                  \
+                if (log_) {                                                                        \
+                    T log_s = (T)log(s);                                                           \
+                    for (int64_t k = 0; k < r; k++) yr[k * inner] = xr[k * inner] - m - log_s;     \
+                } else {                                                                           \
+                    T inv = (T)(1.0 / s);                                                          \
+                    for (int64_t k = 0; k < r; k++) yr[k * inner] *= inv;                          \
+                }                                                                                  \
+            }                                                                                      \
+    }
+SOFTMAX_ROWS(float)
+SOFTMAX_ROWS(double)
+
+eg_status eg__cpu_softmax(const eg__kernel_call *call);
+eg_status eg__cpu_softmax(const eg__kernel_call *call) {
+    const eg_tensor *x0 = call->inputs[0];
+    eg_tensor *x = eg__contiguous_temp(x0);
+    if (!x) return eg_last_status();
+    int axis = call->attrs->axis;
+    int64_t outer = 1, inner = 1, r = x->shape[axis];
+    for (int d = 0; d < axis; d++) outer *= x->shape[d];
+    for (int d = axis + 1; d < x->n_dims; d++) inner *= x->shape[d];
+    bool log_ = call->op == EG__OP_LOG_SOFTMAX;
+    if (x->dtype == EG_DTYPE_F32)
+        softmax_float(eg__data(x), eg__data(call->output), outer, r, inner, log_);
+    else
+        softmax_double(eg__data(x), eg__data(call->output), outer, r, inner, log_);
+    eg__unref(x);
+    return EG_OK;
+}
+
+/* ---- sparse softmax cross-entropy: loss_b = logsumexp(x_b) - x_b[label_b] ---- */
+
+static int64_t load_label(const eg_tensor *labels, const char *base, int64_t b) {
+    int64_t offset = b * labels->strides[0];
+    switch (labels->dtype) {
+    case EG_DTYPE_I32: return ((const int32_t *)base)[offset];
+    case EG_DTYPE_I64: return ((const int64_t *)base)[offset];
+    default: return ((const uint8_t *)base)[offset];
+    }
+}
+
+#define XENT_ROWS(T)                                                                               \
+    static eg_status xent_##T(const eg_tensor *logits, const eg_tensor *labels, T *loss) {        \
+        int64_t batch = logits->shape[0], classes = logits->shape[1];                              \
+        const T *x = eg__data(logits);                                                             \
+        const char *label_base = eg__data(labels);                                                 \
+        for (int64_t b = 0; b < batch; b++) {                                                      \
+            int64_t label = load_label(labels, label_base, b);                                     \
+            if (label < 0 || label >= classes)                                                     \
+                return eg__error(EG_ERR_INVALID_ARGUMENT,                                          \
+                                 "sparse_softmax_cross_entropy: label %lld of row %lld is out "    \
+                                 "of range [0, %lld)",                                             \
+                                 (long long)label, (long long)b, (long long)classes);              \
+            const T *row = x + b * classes;                                                        \
+            T m = -INFINITY;                                                                       \
+            for (int64_t k = 0; k < classes; k++) m = row[k] > m ? row[k] : m;                     \
+            double s = 0;                                                                          \
+            for (int64_t k = 0; k < classes; k++) s += exp((double)(row[k] - m));                  \
+            loss[b] = (T)(log(s) + (double)m - (double)row[label]);                                \
+        }                                                                                          \
+        return EG_OK;                                                                              \
+    }
+XENT_ROWS(float)
+XENT_ROWS(double)
+
+eg_status eg__cpu_sparse_softmax_cross_entropy(const eg__kernel_call *call);
+eg_status eg__cpu_sparse_softmax_cross_entropy(const eg__kernel_call *call) {
+    eg_tensor *logits = eg__contiguous_temp(call->inputs[0]);
+    if (!logits) return eg_last_status();
+    eg_status status = logits->dtype == EG_DTYPE_F32
+                           ? xent_float(logits, call->inputs[1], eg__data(call->output))
+                           : xent_double(logits, call->inputs[1], eg__data(call->output));
+    eg__unref(logits);
+    return status;
+}

@@ -1,0 +1,24 @@
+/* Internal: the persistent CPU thread pool. */
+#ifndef EAGLE_SRC_BACKEND_CPU_THREADPOOL_H
+#define EAGLE_SRC_BACKEND_CPU_THREADPOOL_H
+
+#include <stdint.h>
+
+/* Processes [begin, end) of the work. */
+typedef void (*eg__parallel_fn)(void *context, int64_t begin, int64_t end);
+
+/* Runs fn over [0, n) split into contiguous chunks of at least `grain` items, one per thread,
+ * and returns when all are done. Runs inline (one call over [0, n)) when n <= grain, when one
+ * thread is configured, when called from inside a pool task, or when another thread is using the
+ * pool — so small ops never pay for waking threads. Chunk boundaries depend only on n, grain and
+ * the thread count. */
+void eg__parallel_for(int64_t n, int64_t grain, eg__parallel_fn fn, void *context);
+
+/* Elements of elementwise work below which an op stays on one thread: waking a sleeping thread
+ * costs a few microseconds, about what one core needs for this many simple elements. */
+#define EG_PARALLEL_GRAIN_ELEMENTWISE 32768
+
+int eg__num_threads(void);
+void eg__threadpool_shutdown(void);
+
+#endif

@@ -1,0 +1,153 @@
+/* Scopes own the tensors created inside them; debug tracking lists live tensors. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/tensor_internal.h"
+
+typedef struct eg__scope {
+    eg_tensor **items; /* slots; NULL where a tensor was released or kept */
+    size_t n_items, capacity;
+    struct eg__scope *parent;
+} eg__scope;
+
+static _Thread_local eg__scope *innermost_scope;
+static _Thread_local int scope_depth;
+
+void eg_scope_begin(void) {
+    eg__scope *scope = calloc(1, sizeof *scope);
+    if (!scope) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "scope_begin: out of host memory");
+        return;
+    }
+    scope->parent = innermost_scope;
+    innermost_scope = scope;
+    scope_depth++;
+}
+
+int eg_scope_depth(void) { return scope_depth; }
+
+static void scope_append(eg__scope *scope, eg_tensor *t) {
+    if (scope->n_items == scope->capacity) {
+        size_t capacity = scope->capacity ? scope->capacity * 2 : 64;
+        eg_tensor **items = realloc(scope->items, capacity * sizeof *items);
+        if (!items) {
+            /* The tensor stays valid but unowned; say so rather than lose it silently. */
+            eg__error(EG_ERR_OUT_OF_MEMORY, "scope: out of host memory; tensor left unowned");
+            return;
+        }
+        scope->items = items;
+        scope->capacity = capacity;
+    }
+    t->scope = scope;
+    t->scope_slot = scope->n_items;
+    scope->items[scope->n_items++] = t;
+}
+
+static _Thread_local int scope_suspended;
+
+void eg__scope_suspend(void) { scope_suspended++; }
+void eg__scope_resume(void) { scope_suspended--; }
+
+void eg__scope_register(eg_tensor *t) {
+    if (innermost_scope && !scope_suspended) scope_append(innermost_scope, t);
+}
+
+void eg__scope_forget(eg_tensor *t) {
+    eg__scope *scope = t->scope;
+    if (!scope) return;
+    if (t->scope_slot < scope->n_items && scope->items[t->scope_slot] == t)
+        scope->items[t->scope_slot] = NULL;
+    t->scope = NULL;
+}
+
+eg_status eg_scope_end(void) {
+    eg__scope *scope = innermost_scope;
+    if (!scope) return eg__error(EG_ERR_STATE, "scope_end: no scope is open");
+    innermost_scope = scope->parent;
+    scope_depth--;
+    /* Reverse order: the newest tensors first, mirroring creation. */
+    for (size_t i = scope->n_items; i-- > 0;) {
+        eg_tensor *t = scope->items[i];
+        if (!t) continue;
+        t->scope = NULL;
+        eg__unref(t);
+    }
+    free(scope->items);
+    free(scope);
+    return EG_OK;
+}
+
+eg_tensor *eg_scope_keep(eg_tensor *t) {
+    if (!t || !innermost_scope || t->scope != innermost_scope) return t;
+    eg__scope_forget(t);
+    if (innermost_scope->parent) scope_append(innermost_scope->parent, t);
+    return t;
+}
+
+/* ---- debug tracking ---- */
+
+static pthread_mutex_t debug_mutex = PTHREAD_MUTEX_INITIALIZER;
+static eg_tensor *debug_head;
+static atomic_bool debug_enabled;
+static pthread_once_t debug_env_once = PTHREAD_ONCE_INIT;
+
+static void debug_report_at_exit(void) {
+    size_t n = eg_debug_live_tensors(NULL);
+    if (n) {
+        fprintf(stderr, "eagle: %zu tensor(s) still alive at exit:\n", n);
+        eg_debug_live_tensors(stderr);
+    }
+}
+
+static void debug_read_environment(void) {
+    const char *value = getenv("EG_DEBUG_TENSORS");
+    if (value && value[0] && strcmp(value, "0") != 0) {
+        atomic_store(&debug_enabled, true);
+        atexit(debug_report_at_exit);
+    }
+}
+
+void eg_debug_track_tensors(bool on) {
+    pthread_once(&debug_env_once, debug_read_environment);
+    atomic_store(&debug_enabled, on);
+}
+
+void eg__debug_track(eg_tensor *t) {
+    pthread_once(&debug_env_once, debug_read_environment);
+    if (!atomic_load_explicit(&debug_enabled, memory_order_relaxed)) return;
+    pthread_mutex_lock(&debug_mutex);
+    t->debug_tracked = true;
+    t->debug_next = debug_head;
+    if (debug_head) debug_head->debug_prev = t;
+    debug_head = t;
+    pthread_mutex_unlock(&debug_mutex);
+}
+
+void eg__debug_untrack(eg_tensor *t) {
+    if (!t->debug_tracked) return;
+    pthread_mutex_lock(&debug_mutex);
+    if (t->debug_prev) t->debug_prev->debug_next = t->debug_next;
+    else debug_head = t->debug_next;
+    if (t->debug_next) t->debug_next->debug_prev = t->debug_prev;
+    t->debug_tracked = false;
+    pthread_mutex_unlock(&debug_mutex);
+}
+
+size_t eg_debug_live_tensors(FILE *out) {
+    size_t n = 0;
+    pthread_mutex_lock(&debug_mutex);
+    for (eg_tensor *t = debug_head; t; t = t->debug_next) {
+        n++;
+        if (!out) continue;
+        char shape[160];
+        fprintf(out, "  tensor #%llu %s %s refs=%ld%s created at %s:%d\n",
+                (unsigned long long)t->id, eg__shape_format(t->n_dims, t->shape, shape, 160),
+                eg_dtype_name(t->dtype), (long)atomic_load(&t->refcount),
+                t->variable ? " (variable)" : "", t->created_file ? t->created_file : "?",
+                t->created_line);
+    }
+    pthread_mutex_unlock(&debug_mutex);
+    return n;
+}

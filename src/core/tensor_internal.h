@@ -1,0 +1,101 @@
+/* Internal: the tensor and storage structs and the helpers every layer uses to make tensors.
+ *
+ * Reference counting has two faces. The public eg_release() also ends scope ownership (the
+ * scope's creation reference is the one being released); library code that takes and drops its
+ * own references (tapes, optimizers, views) uses eg__ref/eg__unref, which never touch scopes. */
+#ifndef EAGLE_SRC_CORE_TENSOR_INTERNAL_H
+#define EAGLE_SRC_CORE_TENSOR_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "eagle/tensor.h"
+
+typedef struct eg__storage {
+    atomic_long refcount;
+    void *data;
+    size_t n_bytes;
+    const eg_device *device;
+    void *allocation; /* the allocator's handle; NULL for memory owned elsewhere */
+} eg__storage;
+
+struct eg__scope;
+struct eg__variable_info;
+
+struct eg_tensor {
+    atomic_long refcount;
+    eg_dtype dtype;
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS];
+    int64_t strides[EG_MAX_DIMS]; /* in elements */
+    int64_t offset;               /* in elements, from storage->data */
+    int64_t n_elems;
+    eg__storage *storage;
+    const eg_device *device;
+    uint64_t id; /* unique in the process; tapes key on it */
+    struct eg__scope *scope;
+    size_t scope_slot;
+    struct eg__variable_info *variable; /* NULL unless a variable */
+    const char *created_file;
+    int created_line;
+    bool debug_tracked;
+    struct eg_tensor *debug_prev, *debug_next;
+};
+
+/* Shape and dtype of an op's result, as inferred before anything is allocated. When is_view is
+ * set the result shares input 0's storage with the given strides and offset. */
+typedef struct eg__meta {
+    eg_dtype dtype;
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS];
+    bool is_view;
+    int64_t strides[EG_MAX_DIMS];
+    int64_t offset;
+} eg__meta;
+
+/* A new contiguous tensor with uninitialised memory from the device's allocator, registered
+ * with the current scope. NULL + error (out of memory, bad shape). */
+eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
+                            const eg_device *device);
+/* A new tensor sharing base's storage with the given geometry, registered with the scope. */
+eg_tensor *eg__tensor_view(const eg_tensor *base, int n_dims, const int64_t *shape,
+                           const int64_t *strides, int64_t offset);
+void eg__ref(const eg_tensor *t);
+void eg__unref(const eg_tensor *t);
+
+/* Pointer to element 0 of t (storage data + offset), typed. */
+static inline void *eg__data(const eg_tensor *t) {
+    return (char *)t->storage->data + (size_t)t->offset * eg_dtype_size(t->dtype);
+}
+
+/* Product of shape (1 for 0 dims); -1 when a size is negative or the product overflows. */
+int64_t eg__shape_n_elems(int n_dims, const int64_t *shape);
+void eg__contiguous_strides(int n_dims, const int64_t *shape, int64_t *strides);
+bool eg__is_contiguous(const eg_tensor *t);
+/* "(2, 3)" into buf. */
+char *eg__shape_format(int n_dims, const int64_t *shape, char *buf, size_t size);
+/* Normalises axis into [0, n_dims); false (no error raised) when out of range. */
+bool eg__normalize_axis(int *axis, int n_dims);
+
+/* Scopes: register a freshly created tensor with the innermost scope of this thread. */
+void eg__scope_register(eg_tensor *t);
+void eg__scope_forget(eg_tensor *t);
+/* While suspended (nestable), new tensors are not registered with any scope: library code that
+ * manages its intermediates with eg__ref/eg__unref alone (the tape's gradient computation,
+ * optimizers) brackets its work with these, then registers what it hands out. */
+void eg__scope_suspend(void);
+void eg__scope_resume(void);
+
+/* Debug tracking of live tensors. */
+void eg__debug_track(eg_tensor *t);
+void eg__debug_untrack(eg_tensor *t);
+
+/* The NULL-argument rule of the public API: true when t is usable; otherwise raises
+ * EG_ERR_NULL_ARGUMENT unless an error is already pending. */
+bool eg__check_arg(const eg_tensor *t, const char *op, int index);
+
+/* Copies a contiguous buffer of dtype values into double / from double (for printing, item,
+ * generic casts). */
+double eg__load_as_double(const void *data, eg_dtype dtype, int64_t index);
+void eg__store_from_double(void *data, eg_dtype dtype, int64_t index, double value);
+
+#endif

@@ -1,0 +1,61 @@
+/* Eager execution: the path every op call takes. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "autograd/internal.h"
+#include "backend/backend.h"
+#include "core/error.h"
+
+eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...) {
+    if (eg__error_pending()) return status;
+    char message[768];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof message, fmt, args);
+    va_end(args);
+    return eg__error(status, "%s: %s", eg__op_defs[op].name, message);
+}
+
+eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                       const eg__attrs *attrs) {
+    const eg__op_def *def = &eg__op_defs[op];
+    for (int i = 0; i < n_inputs; i++)
+        if (!eg__check_arg(inputs[i], def->name, i)) return NULL;
+    const eg_device *device = inputs[0]->device;
+    for (int i = 1; i < n_inputs; i++) {
+        if (inputs[i]->device != device) {
+            eg__op_error(op, EG_ERR_DEVICE, "inputs on different devices: %s and %s",
+                         device->name, inputs[i]->device->name);
+            return NULL;
+        }
+    }
+    eg__meta meta;
+    meta.is_view = false;
+    if (def->infer(op, n_inputs, inputs, attrs, &meta) != EG_OK) return NULL;
+    eg_tensor *output;
+    if (meta.is_view) {
+        output = eg__tensor_view(inputs[0], meta.n_dims, meta.shape, meta.strides, meta.offset);
+        if (!output) return NULL;
+    } else {
+        eg__kernel_fn kernel = device->kernels[op];
+        if (!kernel) {
+            eg__op_error(op, EG_ERR_UNSUPPORTED, "no kernel on %s", device->name);
+            return NULL;
+        }
+        output = eg__tensor_alloc(meta.dtype, meta.n_dims, meta.shape, device);
+        if (!output) return NULL;
+        eg__kernel_call call = {op, n_inputs, inputs, output, attrs};
+        if (output->n_elems > 0) {
+            eg_status status = kernel(&call);
+            if (status != EG_OK) {
+                eg__op_error(op, status, "kernel failed on %s", device->name);
+                eg_release(output);
+                return NULL;
+            }
+        }
+    }
+    if (eg__tapes_active() && !(def->flags & EG__OPF_NO_GRAD))
+        eg__tape_record(op, n_inputs, inputs, attrs, output);
+    return output;
+}

@@ -1,0 +1,515 @@
+/* IDX reader (the MNIST family's file format) and the MNIST / Fashion-MNIST loader.
+ *
+ * Format: 2 zero bytes, a type code, the number of dimensions D, D big-endian u32 sizes, then the
+ * elements, big-endian, row-major. Everything read from disk is treated as hostile: sizes are
+ * checked for overflow, and the data must be exactly as long as the header says. */
+
+/* The public headers' call-site macros must not expand here: they would define the functions
+ * under the wrong name and make library-internal calls overwrite the user's call site. */
+#ifndef EG_NO_CALLSITE
+#define EG_NO_CALLSITE
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/error.h"
+#include "eagle/io.h"
+#include "io/internal.h"
+
+/* ---- pure parsing ---- */
+
+typedef struct idx_type_info {
+    eg__idx_type type;
+    const char *name;
+    size_t size;
+    eg_dtype dtype;
+} idx_type_info;
+
+static const idx_type_info idx_types[] = {
+    {EG__IDX_U8, "u8", 1, EG_DTYPE_U8},    {EG__IDX_I8, "i8", 1, EG_DTYPE_I32},
+    {EG__IDX_I16, "i16", 2, EG_DTYPE_I32}, {EG__IDX_I32, "i32", 4, EG_DTYPE_I32},
+    {EG__IDX_F32, "f32", 4, EG_DTYPE_F32}, {EG__IDX_F64, "f64", 8, EG_DTYPE_F64},
+};
+
+static const idx_type_info *find_type(unsigned code) {
+    for (size_t i = 0; i < sizeof idx_types / sizeof idx_types[0]; i++)
+        if ((unsigned)idx_types[i].type == code) return &idx_types[i];
+    return NULL;
+}
+
+static uint32_t read_be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static uint64_t read_be64(const uint8_t *p) {
+    return (uint64_t)read_be32(p) << 32 | read_be32(p + 4);
+}
+
+/* "60000x28x28"; 8 dimensions of at most 10 digits fit in 96 bytes. */
+static void format_dims(const int64_t *shape, int n_dims, char *buf, size_t buf_size) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n_dims && used < buf_size; i++) {
+        int n = snprintf(buf + used, buf_size - used, i ? "x%lld" : "%lld", (long long)shape[i]);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
+/* The element count as the header states it, so that truncation messages can say what was
+ * expected ("60000x28x28 = 47040000 bytes" for u8, "2x3 i32 (4 bytes each) = 24 bytes"). */
+static void format_expected(const int64_t *shape, int n_dims, const idx_type_info *info,
+                            size_t data_bytes, char *buf, size_t buf_size) {
+    char dims[128];
+    format_dims(shape, n_dims, dims, sizeof dims);
+    if (info->type == EG__IDX_U8)
+        snprintf(buf, buf_size, "%s = %zu bytes of data", dims, data_bytes);
+    else
+        snprintf(buf, buf_size, "%s %s (%zu byte%s each) = %zu bytes of data", dims, info->name,
+                 info->size, info->size == 1 ? "" : "s", data_bytes);
+}
+
+eg_status eg__idx_parse(const uint8_t *bytes, size_t n_bytes, const char *name_for_errors,
+                        eg__idx_view *out) {
+    const char *name = name_for_errors ? name_for_errors : "IDX data";
+    if (!out) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_parse: out is NULL", name);
+    memset(out, 0, sizeof *out);
+    if (!bytes && n_bytes > 0)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_parse: bytes is NULL", name);
+
+    if (n_bytes < 4)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: not an IDX file: %zu byte%s, the IDX header alone needs at least 4",
+                         name, n_bytes, n_bytes == 1 ? "" : "s");
+    if (bytes[0] == 0x1f && bytes[1] == 0x8b)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: not an IDX file: still starts with the gzip magic 1f 8b after "
+                         "decompression (compressed twice?)",
+                         name);
+    if (bytes[0] != 0 || bytes[1] != 0)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: not an IDX file: bad magic %02x %02x %02x %02x, an IDX file starts "
+                         "with 00 00 <type code> <number of dimensions>",
+                         name, bytes[0], bytes[1], bytes[2], bytes[3]);
+    const idx_type_info *info = find_type(bytes[2]);
+    if (!info)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: unknown IDX type code 0x%02x; known: 0x08 u8, 0x09 i8, 0x0b i16, "
+                         "0x0c i32, 0x0d f32, 0x0e f64",
+                         name, bytes[2]);
+    int n_dims = bytes[3];
+    if (n_dims < 1 || n_dims > EG_MAX_DIMS)
+        return eg__error(EG_ERR_FORMAT, "%s: IDX header has %d dimensions; supported: 1 to %d",
+                         name, n_dims, EG_MAX_DIMS);
+    size_t header_bytes = 4 + 4 * (size_t)n_dims;
+    if (n_bytes < header_bytes)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: truncated header: %d dimensions need a %zu-byte header, file has "
+                         "%zu bytes",
+                         name, n_dims, header_bytes, n_bytes);
+
+    int64_t shape[EG_MAX_DIMS] = {0};
+    bool any_zero = false;
+    for (int i = 0; i < n_dims; i++) {
+        shape[i] = read_be32(bytes + 4 + 4 * (size_t)i);
+        if (shape[i] == 0) any_zero = true;
+    }
+    /* With a zero dimension the product is 0 however large the others are, so overflow is only
+     * checked when every factor is nonzero. The limit keeps n_elems representable both as size_t
+     * and as the int64_t element counts tensors use. */
+    const uint64_t limit = SIZE_MAX < INT64_MAX ? (uint64_t)SIZE_MAX : (uint64_t)INT64_MAX;
+    uint64_t n_elems = any_zero ? 0 : 1;
+    bool overflow = false;
+    for (int i = 0; i < n_dims && !any_zero; i++) {
+        uint64_t dim = (uint64_t)shape[i];
+        if (n_elems > limit / dim) {
+            overflow = true;
+            break;
+        }
+        n_elems *= dim;
+    }
+    if (!overflow && n_elems > limit / info->size) overflow = true;
+    if (overflow) {
+        char dims[128];
+        format_dims(shape, n_dims, dims, sizeof dims);
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: IDX header says %s elements of %s, which overflows (file has %zu "
+                         "bytes)",
+                         name, dims, info->name, n_bytes);
+    }
+    size_t data_bytes = (size_t)n_elems * info->size;
+    size_t available = n_bytes - header_bytes;
+    if (available != data_bytes) {
+        char expected[256];
+        format_expected(shape, n_dims, info, data_bytes, expected, sizeof expected);
+        if (available < data_bytes)
+            return eg__error(EG_ERR_FORMAT,
+                             "%s: truncated: header says %s, file has %zu after the %zu-byte "
+                             "header",
+                             name, expected, available, header_bytes);
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: %zu unexpected trailing bytes: header says %s, file has %zu after "
+                         "the %zu-byte header",
+                         name, available - data_bytes, expected, available, header_bytes);
+    }
+
+    out->type = info->type;
+    out->n_dims = n_dims;
+    memcpy(out->shape, shape, sizeof shape);
+    out->n_elems = (size_t)n_elems;
+    out->elem_size = info->size;
+    out->header_bytes = header_bytes;
+    out->data = bytes + header_bytes;
+    out->data_bytes = data_bytes;
+    return EG_OK;
+}
+
+eg_dtype eg__idx_dtype(eg__idx_type type) {
+    const idx_type_info *info = find_type((unsigned)type);
+    return info ? info->dtype : EG_DTYPE_COUNT;
+}
+
+size_t eg__idx_host_bytes(const eg__idx_view *view) {
+    return view->n_elems * eg_dtype_size(eg__idx_dtype(view->type));
+}
+
+/* Values are assembled from bytes rather than byte-swapped in place, so the result is right on
+ * any host byte order and the unaligned file data is never dereferenced as a wider type. Signed
+ * values are sign-extended arithmetically because converting an out-of-range unsigned value to a
+ * signed type is implementation-defined. */
+void eg__idx_convert(const eg__idx_view *view, void *dst) {
+    const uint8_t *src = view->data;
+    uint8_t *out = dst;
+    size_t n = view->n_elems;
+    switch (view->type) {
+    case EG__IDX_U8:
+        if (n) memcpy(out, src, n);
+        break;
+    case EG__IDX_I8:
+        for (size_t i = 0; i < n; i++) {
+            int32_t v = (int32_t)src[i] - (src[i] & 0x80 ? 256 : 0);
+            memcpy(out + 4 * i, &v, 4);
+        }
+        break;
+    case EG__IDX_I16:
+        for (size_t i = 0; i < n; i++) {
+            int32_t u = (int32_t)src[2 * i] << 8 | src[2 * i + 1];
+            int32_t v = u - (u & 0x8000 ? 65536 : 0);
+            memcpy(out + 4 * i, &v, 4);
+        }
+        break;
+    case EG__IDX_I32:
+    case EG__IDX_F32:
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = read_be32(src + 4 * i);
+            memcpy(out + 4 * i, &v, 4);
+        }
+        break;
+    case EG__IDX_F64:
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = read_be64(src + 8 * i);
+            memcpy(out + 8 * i, &v, 8);
+        }
+        break;
+    }
+}
+
+/* ---- reading files ---- */
+
+/* Deflate cannot expand data by more than about 1032:1, so a gzip trailer claiming more than that
+ * is a lie and must not drive the first allocation. */
+#define DEFLATE_MAX_RATIO 1032u
+
+/* A first buffer size that usually avoids any reallocation: the file size for plain files, the
+ * gzip trailer's ISIZE (uncompressed size mod 2^32) for gzip files. */
+static size_t size_hint(int fd, off_t file_size, bool is_gzip) {
+    if (file_size <= 0) return 0;
+    if (!is_gzip) return (size_t)file_size;
+    uint8_t trailer[4];
+    if (file_size < 18 || pread(fd, trailer, 4, file_size - 4) != 4) return 0;
+    uint64_t isize = (uint64_t)trailer[0] | (uint64_t)trailer[1] << 8 | (uint64_t)trailer[2] << 16 |
+                     (uint64_t)trailer[3] << 24;
+    uint64_t plausible = (uint64_t)file_size * DEFLATE_MAX_RATIO;
+    return (size_t)(isize < plausible ? isize : plausible);
+}
+
+/* zlib prefixes its messages with the file's name, which for gzdopen is a useless "<fd:3>". */
+static const char *zlib_message(gzFile gz, int *code) {
+    const char *message = gzerror(gz, code);
+    if (!message) return "unknown zlib error";
+    if (strncmp(message, "<fd:", 4) == 0) {
+        const char *rest = strstr(message, ": ");
+        if (rest) return rest + 2;
+    }
+    return message;
+}
+
+/* Turns zlib's state after the last gzread into a status. */
+static eg_status gzip_status(gzFile gz, const char *path, bool is_gzip, size_t total) {
+    int code = Z_OK;
+    const char *message = zlib_message(gz, &code);
+    switch (code) {
+    case Z_OK:
+    case Z_STREAM_END:
+        return EG_OK;
+    case Z_ERRNO:
+        return eg__error(EG_ERR_IO, "%s: read error: %s", path, message);
+    case Z_MEM_ERROR:
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of memory while decompressing", path);
+    case Z_BUF_ERROR:
+        if (is_gzip)
+            return eg__error(EG_ERR_FORMAT,
+                             "%s: truncated gzip stream: the file ends inside the compressed data "
+                             "(%zu bytes decompressed before the end)",
+                             path, total);
+        return eg__error(EG_ERR_IO, "%s: read error: %s", path, message);
+    default:
+        return eg__error(EG_ERR_FORMAT, "%s: corrupt gzip data: %s%s", path, message,
+                         strstr(message, "data check") ? " (CRC mismatch)" : "");
+    }
+}
+
+static eg_status read_all(gzFile gz, const char *path, bool is_gzip, size_t hint, size_t max_bytes,
+                          uint8_t **bytes, size_t *n_bytes) {
+    /* One spare byte past the limit is what tells "exactly at the limit" from "over it". */
+    size_t capacity_limit = max_bytes + 1;
+    size_t capacity = hint < max_bytes ? hint + 1 : capacity_limit;
+    if (capacity < 4096) capacity = capacity_limit < 4096 ? capacity_limit : 4096;
+    uint8_t *buffer = malloc(capacity);
+    if (!buffer)
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory: %zu bytes requested", path,
+                         capacity);
+    size_t total = 0;
+    eg_status status = EG_OK;
+    for (;;) {
+        if (total == capacity) {
+            if (capacity >= capacity_limit) {
+                status = eg__error(EG_ERR_FORMAT, "%s: %s more than the %zu-byte limit%s", path,
+                                   is_gzip ? "decompresses to" : "holds", max_bytes,
+                                   is_gzip ? " (a gzip bomb, or not an IDX file)" : "");
+                break;
+            }
+            size_t next = capacity <= capacity_limit / 2 ? capacity * 2 : capacity_limit;
+            uint8_t *grown = realloc(buffer, next);
+            if (!grown) {
+                status = eg__error(EG_ERR_OUT_OF_MEMORY,
+                                   "%s: out of host memory: %zu bytes requested", path, next);
+                break;
+            }
+            buffer = grown;
+            capacity = next;
+        }
+        size_t want = capacity - total;
+        if (want > (size_t)1 << 30) want = (size_t)1 << 30; /* gzread counts in int */
+        int got = gzread(gz, buffer + total, (unsigned)want);
+        if (got <= 0) {
+            status = gzip_status(gz, path, is_gzip, total);
+            if (status == EG_OK && got < 0) status = eg__error(EG_ERR_IO, "%s: read error", path);
+            break;
+        }
+        total += (size_t)got;
+    }
+    if (status != EG_OK) {
+        free(buffer);
+        return status;
+    }
+    *bytes = buffer;
+    *n_bytes = total;
+    return EG_OK;
+}
+
+eg_status eg__idx_load_file(const char *path, size_t max_bytes, uint8_t **bytes, size_t *n_bytes) {
+    if (!bytes || !n_bytes)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "idx_load_file: output pointer is NULL");
+    *bytes = NULL;
+    *n_bytes = 0;
+    if (!path) return eg__error(EG_ERR_NULL_ARGUMENT, "idx_read: path is NULL");
+    if (max_bytes >= SIZE_MAX) max_bytes = SIZE_MAX - 1;
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return eg__error(EG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int saved = errno;
+        close(fd);
+        return eg__error(EG_ERR_IO, "%s: cannot stat: %s", path, strerror(saved));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return eg__error(EG_ERR_IO, "%s: is a directory, not an IDX file", path);
+    }
+    uint8_t magic[2];
+    bool is_gzip = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    size_t hint = S_ISREG(st.st_mode) ? size_hint(fd, st.st_size, is_gzip) : 0;
+
+    /* gzread reads non-gzip files through unchanged, so one loop serves both cases. */
+    gzFile gz = gzdopen(fd, "rb");
+    if (!gz) {
+        close(fd);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory opening the file", path);
+    }
+    gzbuffer(gz, 1 << 17); /* the 8 KiB default costs a syscall per 8 KiB of input */
+    eg_status status = read_all(gz, path, is_gzip, hint, max_bytes, bytes, n_bytes);
+    gzclose(gz); /* closes fd; its result repeats what gzread already reported */
+    return status;
+}
+
+eg_status eg__idx_to_tensor(const eg__idx_view *view, const char *name_for_errors,
+                            eg_tensor **out) {
+    const char *name = name_for_errors ? name_for_errors : "IDX data";
+    if (!out) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_to_tensor: out is NULL", name);
+    *out = NULL;
+    if (!view) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_to_tensor: view is NULL", name);
+    eg_tensor *t = eg_empty(eg__idx_dtype(view->type), view->n_dims, view->shape);
+    if (!t)
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: cannot allocate a tensor of %zu bytes", name,
+                         eg__idx_host_bytes(view));
+    if (view->n_elems > 0) {
+        void *dst = eg_tensor_data(t);
+        if (!dst) {
+            eg_release(t);
+            return eg__error(EG_ERR_INTERNAL, "%s: new tensor has no host data", name);
+        }
+        eg__idx_convert(view, dst);
+    }
+    *out = t;
+    return EG_OK;
+}
+
+/* Reads, parses and converts in one go; the file buffer never outlives the call. */
+static eg_status read_tensor(const char *path, eg_tensor **out) {
+    *out = NULL;
+    uint8_t *bytes = NULL;
+    size_t n_bytes = 0;
+    eg_status status = eg__idx_load_file(path, EG__IDX_MAX_BYTES, &bytes, &n_bytes);
+    if (status != EG_OK) return status;
+    eg__idx_view view;
+    status = eg__idx_parse(bytes, n_bytes, path, &view);
+    if (status == EG_OK) status = eg__idx_to_tensor(&view, path, out);
+    free(bytes);
+    return status;
+}
+
+eg_tensor *eg_idx_read(const char *path) {
+    eg_tensor *t = NULL;
+    read_tensor(path, &t);
+    return t;
+}
+
+/* ---- MNIST / Fashion-MNIST ---- */
+
+#define MNIST_SIDE   28
+#define MNIST_LABELS 10
+
+#define MNIST_INSTALL_HINT                                                                         \
+    "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "    \
+    "or pass the data directory"
+
+/* Picks "<dir>/<stem>" or "<dir>/<stem>.gz", whichever exists (the uncompressed one first: it
+ * loads faster). */
+static eg_status find_mnist_file(const char *directory, const char *stem, char *path,
+                                 size_t path_size) {
+    static const char *const suffixes[] = {"", ".gz"};
+    for (size_t i = 0; i < 2; i++) {
+        int n = snprintf(path, path_size, "%s/%s%s", directory, stem, suffixes[i]);
+        if (n < 0 || (size_t)n >= path_size)
+            return eg__error(EG_ERR_INVALID_ARGUMENT, "mnist_load: directory name too long: %s",
+                             directory);
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) return EG_OK;
+    }
+    return eg__error(EG_ERR_IO, "%s/%s[.gz] not found; " MNIST_INSTALL_HINT, directory, stem);
+}
+
+static eg_status check_images(const eg__idx_view *view, const char *path) {
+    char dims[128];
+    format_dims(view->shape, view->n_dims, dims, sizeof dims);
+    if (view->type != EG__IDX_U8 || view->n_dims != 3 || view->shape[1] != MNIST_SIDE ||
+        view->shape[2] != MNIST_SIDE)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: not an MNIST image file: holds %s %s, expected u8 Nx%dx%d", path,
+                         dims, find_type(view->type)->name, MNIST_SIDE, MNIST_SIDE);
+    if (view->shape[0] == 0) return eg__error(EG_ERR_FORMAT, "%s: holds no images", path);
+    return EG_OK;
+}
+
+static eg_status check_labels(const eg__idx_view *view, const char *path, int64_t n_images,
+                              const char *images_path) {
+    if (view->type != EG__IDX_U8 || view->n_dims != 1) {
+        char dims[128];
+        format_dims(view->shape, view->n_dims, dims, sizeof dims);
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: not an MNIST label file: holds %s %s, expected u8 of length N", path,
+                         dims, find_type(view->type)->name);
+    }
+    if (view->shape[0] != n_images)
+        return eg__error(EG_ERR_FORMAT, "%s: mislabelled data: %lld labels but %s has %lld images",
+                         path, (long long)view->shape[0], images_path, (long long)n_images);
+    for (size_t i = 0; i < view->n_elems; i++)
+        if (view->data[i] >= MNIST_LABELS)
+            return eg__error(EG_ERR_FORMAT,
+                             "%s: mislabelled data: label %u at index %zu is outside 0..%d", path,
+                             view->data[i], i, MNIST_LABELS - 1);
+    return EG_OK;
+}
+
+eg_status eg_mnist_load(const char *directory, bool train, eg_tensor **images, eg_tensor **labels) {
+    if (images) *images = NULL;
+    if (labels) *labels = NULL;
+    if (!images || !labels)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "mnist_load: %s is NULL",
+                         images ? "labels" : "images");
+    /* "" too: it is what an unset configuration variable usually turns into. */
+    if (!directory || !*directory) directory = EG_FASHION_MNIST_DIR;
+
+    struct stat st;
+    if (stat(directory, &st) != 0)
+        return eg__error(EG_ERR_IO, "%s: data directory not found (%s); " MNIST_INSTALL_HINT,
+                         directory, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return eg__error(EG_ERR_IO, "%s: not a directory; " MNIST_INSTALL_HINT, directory);
+
+    const char *split = train ? "train" : "t10k";
+    char images_stem[64], labels_stem[64];
+    snprintf(images_stem, sizeof images_stem, "%s-images-idx3-ubyte", split);
+    snprintf(labels_stem, sizeof labels_stem, "%s-labels-idx1-ubyte", split);
+    char images_path[4096], labels_path[4096];
+    eg_status status = find_mnist_file(directory, images_stem, images_path, sizeof images_path);
+    if (status == EG_OK)
+        status = find_mnist_file(directory, labels_stem, labels_path, sizeof labels_path);
+    if (status != EG_OK) return status;
+
+    /* Both files are validated before any tensor exists, so a failure has nothing to undo. */
+    uint8_t *image_bytes = NULL, *label_bytes = NULL;
+    size_t n_image_bytes = 0, n_label_bytes = 0;
+    eg__idx_view image_view, label_view;
+    status = eg__idx_load_file(images_path, EG__IDX_MAX_BYTES, &image_bytes, &n_image_bytes);
+    if (status == EG_OK)
+        status = eg__idx_parse(image_bytes, n_image_bytes, images_path, &image_view);
+    if (status == EG_OK) status = check_images(&image_view, images_path);
+    if (status == EG_OK)
+        status = eg__idx_load_file(labels_path, EG__IDX_MAX_BYTES, &label_bytes, &n_label_bytes);
+    if (status == EG_OK)
+        status = eg__idx_parse(label_bytes, n_label_bytes, labels_path, &label_view);
+    if (status == EG_OK)
+        status = check_labels(&label_view, labels_path, image_view.shape[0], images_path);
+    if (status == EG_OK) status = eg__idx_to_tensor(&image_view, images_path, images);
+    if (status == EG_OK) {
+        status = eg__idx_to_tensor(&label_view, labels_path, labels);
+        if (status != EG_OK) {
+            eg_release(*images);
+            *images = NULL;
+        }
+    }
+    free(image_bytes);
+    free(label_bytes);
+    return status;
+}

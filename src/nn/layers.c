@@ -1,0 +1,388 @@
+/* Layers: Dense, Flatten and Activation; building their variables and running them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/internal.h"
+
+/* ---- activations ---- */
+
+static const char *const activation_names[EG_ACTIVATION_COUNT] = {
+    [EG_ACTIVATION_NONE] = "linear",     [EG_ACTIVATION_RELU] = "relu",
+    [EG_ACTIVATION_SIGMOID] = "sigmoid", [EG_ACTIVATION_TANH] = "tanh",
+    [EG_ACTIVATION_GELU] = "gelu",       [EG_ACTIVATION_SOFTMAX] = "softmax",
+};
+
+const char *eg_activation_name(eg_activation activation) {
+    return (unsigned)activation < EG_ACTIVATION_COUNT ? activation_names[activation] : "invalid";
+}
+
+eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x) {
+    if (!eg__check_arg(x, "activation_apply", 1)) return NULL;
+    switch (activation) {
+    case EG_ACTIVATION_NONE:
+        return eg_reshape(x, x->n_dims, x->shape);
+    case EG_ACTIVATION_RELU:
+        return eg_relu(x);
+    case EG_ACTIVATION_SIGMOID:
+        return eg_sigmoid(x);
+    case EG_ACTIVATION_TANH:
+        return eg_tanh(x);
+    case EG_ACTIVATION_GELU:
+        return eg_gelu(x);
+    case EG_ACTIVATION_SOFTMAX:
+        return eg_softmax(x, -1);
+    default:
+        break;
+    }
+    eg__error(EG_ERR_INVALID_ARGUMENT, "activation_apply: invalid activation %d", (int)activation);
+    return NULL;
+}
+
+/* ---- construction ---- */
+
+static const char *const layer_types[] = {
+    [EG__LAYER_DENSE] = "Dense",
+    [EG__LAYER_FLATTEN] = "Flatten",
+    [EG__LAYER_ACTIVATION] = "Activation",
+};
+static const char *const layer_prefixes[] = {
+    [EG__LAYER_DENSE] = "dense",
+    [EG__LAYER_FLATTEN] = "flatten",
+    [EG__LAYER_ACTIVATION] = "activation",
+};
+
+const char *eg__layer_prefix(const eg_layer *layer) {
+    return layer_prefixes[layer->kind];
+}
+const char *eg_layer_type(const eg_layer *layer) {
+    return layer ? layer_types[layer->kind] : "";
+}
+const char *eg_layer_name(const eg_layer *layer) {
+    if (!layer) return "";
+    return layer->name ? layer->name : eg__layer_prefix(layer);
+}
+bool eg_layer_built(const eg_layer *layer) {
+    return layer && layer->built;
+}
+
+bool eg__layer_set_name(eg_layer *layer, const char *name) {
+    char *copy = strdup(name);
+    if (!copy) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "layer: out of host memory for a name");
+        return false;
+    }
+    free(layer->name);
+    layer->name = copy;
+    return true;
+}
+
+static eg_layer *layer_new(eg__layer_kind kind, const char *name, const char *what) {
+    eg_layer *layer = calloc(1, sizeof *layer);
+    if (!layer) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+        return NULL;
+    }
+    layer->kind = kind;
+    layer->trainable = true;
+    if (name && !eg__layer_set_name(layer, name)) {
+        free(layer);
+        return NULL;
+    }
+    layer->name_fixed = name != NULL;
+    return layer;
+}
+
+eg_dense_options eg_dense_options_default(void) {
+    eg_dense_options options = {
+        .activation = EG_ACTIVATION_NONE,
+        .use_bias = true,
+        .kernel_initializer = eg_initializer_of(EG_INITIALIZER_GLOROT_UNIFORM),
+        .bias_initializer = eg_initializer_of(EG_INITIALIZER_ZEROS),
+        .input_dim = 0,
+        .dtype = EG_DTYPE_F32,
+        .generator = NULL,
+        .name = NULL,
+    };
+    return options;
+}
+
+eg_layer *eg_dense_new(int64_t units, eg_activation activation) {
+    eg_dense_options options = eg_dense_options_default();
+    options.activation = activation;
+    return eg_dense_new_ex(units, &options);
+}
+
+eg_layer *eg_dense_new_ex(int64_t units, const eg_dense_options *options) {
+    eg_dense_options o = options ? *options : eg_dense_options_default();
+    if (units < 1) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "dense: units must be >= 1, got %lld", (long long)units);
+        return NULL;
+    }
+    if ((unsigned)o.activation >= EG_ACTIVATION_COUNT) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "dense: invalid activation %d", (int)o.activation);
+        return NULL;
+    }
+    if ((unsigned)o.kernel_initializer.kind >= EG_INITIALIZER_COUNT ||
+        (unsigned)o.bias_initializer.kind >= EG_INITIALIZER_COUNT) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "dense: invalid initializer kind");
+        return NULL;
+    }
+    if (o.dtype != EG_DTYPE_F32 && o.dtype != EG_DTYPE_F64) {
+        eg__error(EG_ERR_DTYPE, "dense: variables must be f32 or f64, got %s",
+                  eg_dtype_name(o.dtype));
+        return NULL;
+    }
+    if (o.input_dim < 0) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "dense: input_dim must be >= 0, got %lld",
+                  (long long)o.input_dim);
+        return NULL;
+    }
+    eg_layer *layer = layer_new(EG__LAYER_DENSE, o.name, "dense");
+    if (!layer) return NULL;
+    layer->units = units;
+    layer->activation = o.activation;
+    o.name = NULL; /* copied into layer->name */
+    layer->dense = o;
+    if (o.input_dim > 0) {
+        int64_t shape[2] = {-1, o.input_dim};
+        if (eg_layer_build(layer, 2, shape) != EG_OK) {
+            eg_layer_free(layer);
+            return NULL;
+        }
+    }
+    return layer;
+}
+
+eg_layer *eg_flatten_new(const char *name) {
+    return layer_new(EG__LAYER_FLATTEN, name, "flatten");
+}
+
+eg_layer *eg_activation_new(eg_activation activation, const char *name) {
+    if ((unsigned)activation >= EG_ACTIVATION_COUNT) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "activation: invalid activation %d", (int)activation);
+        return NULL;
+    }
+    eg_layer *layer = layer_new(EG__LAYER_ACTIVATION, name, "activation");
+    if (layer) layer->activation = activation;
+    return layer;
+}
+
+/* ---- building ---- */
+
+static char *shape_text(int n_dims, const int64_t *shape, char *buf, size_t size) {
+    return eg__shape_format(n_dims, shape, buf, size);
+}
+
+/* A new variable `<layer>/<what>` filled by `init`; NULL with an error. */
+static eg_tensor *make_variable(eg_layer *layer, const char *what, const eg_initializer *init,
+                                int n_dims, const int64_t *shape) {
+    char name[256];
+    snprintf(name, sizeof name, "%s/%s", eg_layer_name(layer), what);
+    eg__scope_suspend();
+    eg_tensor *value =
+        eg_initializer_generate(init, layer->dense.generator, layer->dense.dtype, n_dims, shape);
+    eg_tensor *variable = value ? eg_variable(value, name) : NULL;
+    eg__unref(value);
+    eg__scope_resume();
+    if (variable) eg_variable_set_trainable(variable, layer->trainable);
+    return variable;
+}
+
+static eg_status build_dense(eg_layer *layer, int n_dims, const int64_t *input_shape) {
+    char buf[160];
+    int64_t input_dim = n_dims >= 1 ? input_shape[n_dims - 1] : -1;
+    if (n_dims < 1 || input_dim < 1)
+        return eg__error(EG_ERR_SHAPE,
+                         "dense: cannot build '%s' for input shape %s: the last dim must be "
+                         "known and >= 1",
+                         eg_layer_name(layer), shape_text(n_dims, input_shape, buf, sizeof buf));
+    if (layer->built) {
+        if (input_dim != layer->input_dim)
+            return eg__error(EG_ERR_SHAPE,
+                             "dense: input last dim %lld does not match the input_dim %lld of "
+                             "'%s'",
+                             (long long)input_dim, (long long)layer->input_dim,
+                             eg_layer_name(layer));
+        return EG_OK;
+    }
+    int64_t kernel_shape[2] = {input_dim, layer->units};
+    eg_tensor *kernel =
+        make_variable(layer, "kernel", &layer->dense.kernel_initializer, 2, kernel_shape);
+    if (!kernel) return eg_last_status();
+    eg_tensor *bias = NULL;
+    if (layer->dense.use_bias) {
+        bias = make_variable(layer, "bias", &layer->dense.bias_initializer, 1, &layer->units);
+        if (!bias) {
+            eg_release(kernel);
+            return eg_last_status();
+        }
+    }
+    layer->variables[0] = kernel;
+    layer->variables[1] = bias;
+    layer->n_variables = bias ? 2 : 1;
+    layer->input_dim = input_dim;
+    layer->output_n_dims = n_dims;
+    memcpy(layer->output_shape, input_shape, (size_t)n_dims * sizeof *input_shape);
+    layer->output_shape[n_dims - 1] = layer->units;
+    return EG_OK;
+}
+
+static eg_status build_flatten(eg_layer *layer, int n_dims, const int64_t *input_shape) {
+    char buf[160];
+    if (n_dims < 1)
+        return eg__error(EG_ERR_SHAPE, "flatten: '%s' needs at least 1 dim, got shape %s",
+                         eg_layer_name(layer), shape_text(n_dims, input_shape, buf, sizeof buf));
+    int64_t rest = 1;
+    for (int d = 1; d < n_dims; d++)
+        rest = input_shape[d] < 0 || rest < 0 ? -1 : rest * input_shape[d];
+    layer->output_n_dims = 2;
+    layer->output_shape[0] = input_shape[0];
+    layer->output_shape[1] = rest;
+    return EG_OK;
+}
+
+eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape) {
+    if (!layer) return eg__error(EG_ERR_NULL_ARGUMENT, "layer_build: layer is NULL");
+    if (n_dims < 0 || n_dims > EG_MAX_DIMS || (n_dims > 0 && !input_shape))
+        return eg__error(EG_ERR_SHAPE, "layer_build: invalid input shape (%d dims)", n_dims);
+    for (int d = 0; d < n_dims; d++)
+        if (input_shape[d] < -1)
+            return eg__error(EG_ERR_SHAPE, "layer_build: invalid size %lld in the input shape",
+                             (long long)input_shape[d]);
+    /* A standalone layer takes its prefix as its name when its variables get named. */
+    if (!layer->name && !eg__layer_set_name(layer, eg__layer_prefix(layer)))
+        return eg_last_status();
+    eg_status status = EG_OK;
+    switch (layer->kind) {
+    case EG__LAYER_DENSE:
+        status = build_dense(layer, n_dims, input_shape);
+        break;
+    case EG__LAYER_FLATTEN:
+        if (!layer->built) status = build_flatten(layer, n_dims, input_shape);
+        break;
+    case EG__LAYER_ACTIVATION:
+        if (!layer->built) {
+            layer->output_n_dims = n_dims;
+            if (n_dims) memcpy(layer->output_shape, input_shape, (size_t)n_dims * sizeof(int64_t));
+        }
+        break;
+    }
+    if (status == EG_OK) layer->built = true;
+    return status;
+}
+
+/* ---- calling ---- */
+
+static eg_tensor *call_dense(eg_layer *layer, const eg_tensor *x) {
+    const eg_tensor *kernel = layer->variables[0], *bias = layer->variables[1];
+    if (x->dtype != kernel->dtype) {
+        eg__error(EG_ERR_DTYPE,
+                  "dense: input of '%s' is %s but its variables are %s; cast the "
+                  "input first",
+                  eg_layer_name(layer), eg_dtype_name(x->dtype), eg_dtype_name(kernel->dtype));
+        return NULL;
+    }
+    eg__temps temps = {0};
+    /* x: (..., D_in), kernel: (D_in, D_out) -> (..., D_out) */
+    eg_tensor *y = eg__temp(&temps, eg_matmul(x, kernel));
+    if (bias) y = eg__temp(&temps, eg_add(y, bias));
+    eg_tensor *out = y ? eg_activation_apply(layer->activation, y) : NULL;
+    eg__temps_release(&temps);
+    return out;
+}
+
+static eg_tensor *call_flatten(const eg_tensor *x) {
+    int64_t shape[2] = {x->shape[0], 1};
+    for (int d = 1; d < x->n_dims; d++) shape[1] *= x->shape[d];
+    return eg_reshape(x, 2, shape);
+}
+
+eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
+    (void)training; /* no current layer behaves differently while training */
+    if (!layer) {
+        if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
+        return NULL;
+    }
+    if (!eg__check_arg(x, "layer_call", 1)) return NULL;
+    if (layer->kind == EG__LAYER_DENSE || !layer->built) {
+        /* Build from x's shape with the batch dim unknown (when there is one). */
+        int64_t shape[EG_MAX_DIMS];
+        if (x->n_dims) memcpy(shape, x->shape, (size_t)x->n_dims * sizeof *shape);
+        if (x->n_dims >= 2) shape[0] = -1;
+        if (eg_layer_build(layer, x->n_dims, shape) != EG_OK) return NULL;
+    }
+    switch (layer->kind) {
+    case EG__LAYER_DENSE:
+        return call_dense(layer, x);
+    case EG__LAYER_FLATTEN:
+        if (x->n_dims < 1) {
+            eg__error(EG_ERR_SHAPE, "flatten: '%s' needs at least 1 dim, got a 0-d tensor",
+                      eg_layer_name(layer));
+            return NULL;
+        }
+        return call_flatten(x);
+    case EG__LAYER_ACTIVATION:
+        return eg_activation_apply(layer->activation, x);
+    }
+    return NULL;
+}
+
+eg_status eg__layer_rename_variables(eg_layer *layer) {
+    eg_tensor *renamed[EG__LAYER_MAX_VARIABLES] = {0};
+    for (int i = 0; i < layer->n_variables; i++) {
+        const char *old = eg_variable_name(layer->variables[i]);
+        const char *slash = strrchr(old, '/');
+        char name[256];
+        snprintf(name, sizeof name, "%s/%s", eg_layer_name(layer), slash ? slash + 1 : old);
+        renamed[i] = eg_variable(layer->variables[i], name);
+        if (!renamed[i]) {
+            for (int j = 0; j < i; j++) eg_release(renamed[j]);
+            return eg_last_status();
+        }
+        eg_variable_set_trainable(renamed[i], eg_variable_trainable(layer->variables[i]));
+    }
+    for (int i = 0; i < layer->n_variables; i++) {
+        eg_release(layer->variables[i]);
+        layer->variables[i] = renamed[i];
+    }
+    return EG_OK;
+}
+
+/* ---- queries and ownership ---- */
+
+int64_t eg_layer_count_params(const eg_layer *layer) {
+    if (!layer) return 0;
+    int64_t n = 0;
+    for (int i = 0; i < layer->n_variables; i++) n += layer->variables[i]->n_elems;
+    return n;
+}
+
+eg_tensor *const *eg_layer_variables(const eg_layer *layer, int *n_variables) {
+    int n = layer ? layer->n_variables : 0;
+    if (n_variables) *n_variables = n;
+    return n ? layer->variables : NULL;
+}
+
+void eg_layer_set_trainable(eg_layer *layer, bool trainable) {
+    if (!layer) return;
+    layer->trainable = trainable;
+    for (int i = 0; i < layer->n_variables; i++)
+        eg_variable_set_trainable(layer->variables[i], trainable);
+}
+
+void eg__layer_destroy(eg_layer *layer) {
+    for (int i = 0; i < layer->n_variables; i++) eg_release(layer->variables[i]);
+    free(layer->name);
+    free(layer);
+}
+
+void eg_layer_free(eg_layer *layer) {
+    if (!layer) return;
+    if (layer->owner) {
+        eg__error(EG_ERR_STATE, "layer_free: '%s' belongs to a model; eg_model_free frees it",
+                  eg_layer_name(layer));
+        return;
+    }
+    eg__layer_destroy(layer);
+}

@@ -1,0 +1,446 @@
+/* Backward rules, one per differentiable op, written with Eagle ops so they run on every
+ * backend and are themselves differentiable (higher-order gradients).
+ *
+ * They run inside eg_tape_gradient, where scopes are suspended: every tensor made here is a
+ * plain reference, released with eg_release once used. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "ops/internal.h"
+
+#define IN(i) (call->inputs[i])
+#define OUT (call->output)
+#define GRAD (call->grad_output)
+#define NEEDS(i) (call->needs_grad[i])
+#define SET_GRAD(i, expr)                                                                          \
+    do {                                                                                           \
+        if (NEEDS(i)) call->grad_inputs[i] = (expr);                                               \
+    } while (0)
+
+/* Temporaries of one rule, released together when it ends. */
+typedef struct temps {
+    eg_tensor *items[24];
+    int n;
+} temps;
+
+static eg_tensor *tmp(temps *t, eg_tensor *x) {
+    if (x && t->n < 24) t->items[t->n++] = x;
+    return x;
+}
+
+static eg_status finish(temps *t) {
+    for (int i = 0; i < t->n; i++) eg_release(t->items[i]);
+    return eg_last_status();
+}
+
+static eg_tensor *scalar_like(temps *t, const eg_tensor *x, double value) {
+    return tmp(t, eg_scalar(x->dtype, value));
+}
+
+eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape) {
+    if (!g) return NULL;
+    if (g->n_dims == n_dims && memcmp(g->shape, shape, sizeof(int64_t) * (size_t)n_dims) == 0) {
+        eg__ref(g);
+        return (eg_tensor *)g;
+    }
+    int axes[EG_MAX_DIMS], n_axes = 0, lead = g->n_dims - n_dims;
+    for (int d = 0; d < g->n_dims; d++)
+        if (d < lead || (shape[d - lead] == 1 && g->shape[d] != 1)) axes[n_axes++] = d;
+    eg_tensor *summed = n_axes ? eg_sum(g, n_axes, axes, true) : (eg__ref(g), (eg_tensor *)g);
+    eg_tensor *result = eg_reshape(summed, n_dims, shape);
+    eg_release(summed);
+    return result;
+}
+
+static eg_tensor *reduce_like(const eg_tensor *g, const eg_tensor *x) {
+    return eg__sum_to_shape(g, x->n_dims, x->shape);
+}
+
+eg_status eg__backward_none(const eg__backward_call *call) {
+    (void)call;
+    return EG_OK;
+}
+
+eg_status eg__backward_neg(const eg__backward_call *call) {
+    SET_GRAD(0, eg_neg(GRAD));
+    return eg_last_status();
+}
+
+eg_status eg__backward_abs(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_mul(GRAD, tmp(&t, eg_sign(IN(0)))));
+    return finish(&t);
+}
+
+eg_status eg__backward_exp(const eg__backward_call *call) {
+    SET_GRAD(0, eg_mul(GRAD, OUT));
+    return eg_last_status();
+}
+
+eg_status eg__backward_log(const eg__backward_call *call) {
+    SET_GRAD(0, eg_div(GRAD, IN(0)));
+    return eg_last_status();
+}
+
+eg_status eg__backward_sqrt(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_div(tmp(&t, eg_mul_scalar(GRAD, 0.5)), OUT));
+    return finish(&t);
+}
+
+eg_status eg__backward_rsqrt(const eg__backward_call *call) {
+    temps t = {0};
+    eg_tensor *cube = tmp(&t, eg_mul(OUT, tmp(&t, eg_square(OUT))));
+    SET_GRAD(0, eg_mul(tmp(&t, eg_mul_scalar(GRAD, -0.5)), cube));
+    return finish(&t);
+}
+
+eg_status eg__backward_sin(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_mul(GRAD, tmp(&t, eg_cos(IN(0)))));
+    return finish(&t);
+}
+
+eg_status eg__backward_cos(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_mul(tmp(&t, eg_neg(GRAD)), tmp(&t, eg_sin(IN(0)))));
+    return finish(&t);
+}
+
+eg_status eg__backward_tanh(const eg__backward_call *call) {
+    temps t = {0}; /* g * (1 - y^2) */
+    eg_tensor *one_minus = tmp(&t, eg_sub(scalar_like(&t, OUT, 1.0), tmp(&t, eg_square(OUT))));
+    SET_GRAD(0, eg_mul(GRAD, one_minus));
+    return finish(&t);
+}
+
+eg_status eg__backward_sigmoid(const eg__backward_call *call) {
+    temps t = {0}; /* g * y * (1 - y) */
+    eg_tensor *one_minus = tmp(&t, eg_sub(scalar_like(&t, OUT, 1.0), OUT));
+    SET_GRAD(0, eg_mul(tmp(&t, eg_mul(GRAD, OUT)), one_minus));
+    return finish(&t);
+}
+
+eg_status eg__backward_relu(const eg__backward_call *call) {
+    temps t = {0};
+    eg_tensor *zero = scalar_like(&t, IN(0), 0.0);
+    SET_GRAD(0, eg_where(tmp(&t, eg_greater(IN(0), zero)), GRAD, zero));
+    return finish(&t);
+}
+
+eg_status eg__backward_gelu(const eg__backward_call *call) {
+    temps t = {0}; /* g * (Phi(x) + x * phi(x)) */
+    const eg_tensor *x = IN(0);
+    eg_tensor *erf_term = tmp(&t, eg_erf(tmp(&t, eg_mul_scalar(x, M_SQRT1_2))));
+    eg_tensor *cdf = tmp(&t, eg_mul_scalar(tmp(&t, eg_add_scalar(erf_term, 1.0)), 0.5));
+    eg_tensor *pdf = tmp(&t, eg_mul_scalar(tmp(&t, eg_exp(tmp(&t, eg_mul_scalar(
+                                                         tmp(&t, eg_square(x)), -0.5)))),
+                                           0.5 * M_2_SQRTPI * M_SQRT1_2));
+    eg_tensor *derivative = tmp(&t, eg_add(cdf, tmp(&t, eg_mul(x, pdf))));
+    SET_GRAD(0, eg_mul(GRAD, derivative));
+    return finish(&t);
+}
+
+eg_status eg__backward_softplus(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_mul(GRAD, tmp(&t, eg_sigmoid(IN(0)))));
+    return finish(&t);
+}
+
+eg_status eg__backward_square(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_mul(GRAD, tmp(&t, eg_mul_scalar(IN(0), 2.0))));
+    return finish(&t);
+}
+
+eg_status eg__backward_reciprocal(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, eg_mul(tmp(&t, eg_neg(GRAD)), tmp(&t, eg_square(OUT))));
+    return finish(&t);
+}
+
+eg_status eg__backward_erf(const eg__backward_call *call) {
+    temps t = {0}; /* g * 2/sqrt(pi) * exp(-x^2) */
+    eg_tensor *e = tmp(&t, eg_exp(tmp(&t, eg_neg(tmp(&t, eg_square(IN(0)))))));
+    SET_GRAD(0, eg_mul(GRAD, tmp(&t, eg_mul_scalar(e, M_2_SQRTPI))));
+    return finish(&t);
+}
+
+eg_status eg__backward_add(const eg__backward_call *call) {
+    SET_GRAD(0, reduce_like(GRAD, IN(0)));
+    SET_GRAD(1, reduce_like(GRAD, IN(1)));
+    return eg_last_status();
+}
+
+eg_status eg__backward_sub(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, reduce_like(GRAD, IN(0)));
+    SET_GRAD(1, reduce_like(tmp(&t, eg_neg(GRAD)), IN(1)));
+    return finish(&t);
+}
+
+eg_status eg__backward_mul(const eg__backward_call *call) {
+    temps t = {0};
+    SET_GRAD(0, reduce_like(tmp(&t, eg_mul(GRAD, IN(1))), IN(0)));
+    SET_GRAD(1, reduce_like(tmp(&t, eg_mul(GRAD, IN(0))), IN(1)));
+    return finish(&t);
+}
+
+eg_status eg__backward_div(const eg__backward_call *call) {
+    temps t = {0}; /* d/da = g / b, d/db = -g * y / b */
+    SET_GRAD(0, reduce_like(tmp(&t, eg_div(GRAD, IN(1))), IN(0)));
+    if (NEEDS(1)) {
+        eg_tensor *gy = tmp(&t, eg_mul(GRAD, OUT));
+        SET_GRAD(1, reduce_like(tmp(&t, eg_neg(tmp(&t, eg_div(gy, IN(1))))), IN(1)));
+    }
+    return finish(&t);
+}
+
+eg_status eg__backward_pow(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *a = IN(0), *b = IN(1);
+    if (NEEDS(0)) { /* g * b * a^(b-1) */
+        eg_tensor *power = tmp(&t, eg_pow(a, tmp(&t, eg_add_scalar(b, -1.0))));
+        SET_GRAD(0, reduce_like(tmp(&t, eg_mul(tmp(&t, eg_mul(GRAD, b)), power)), a));
+    }
+    if (NEEDS(1)) { /* g * y * log(a), taken as 0 where a <= 0 */
+        eg_tensor *zero = scalar_like(&t, a, 0.0);
+        eg_tensor *positive = tmp(&t, eg_greater(a, zero));
+        eg_tensor *safe_a = tmp(&t, eg_where(positive, a, tmp(&t, eg_scalar(a->dtype, 1.0))));
+        eg_tensor *term = tmp(&t, eg_mul(tmp(&t, eg_mul(GRAD, OUT)), tmp(&t, eg_log(safe_a))));
+        SET_GRAD(1, reduce_like(tmp(&t, eg_where(positive, term, zero)), b));
+    }
+    return finish(&t);
+}
+
+/* maximum gives ties to a (a >= b), minimum too (a <= b), like TensorFlow. */
+static eg_status select_backward(const eg__backward_call *call, eg_tensor *a_wins) {
+    temps t = {0};
+    tmp(&t, a_wins);
+    eg_tensor *zero = scalar_like(&t, GRAD, 0.0);
+    SET_GRAD(0, reduce_like(tmp(&t, eg_where(a_wins, GRAD, zero)), IN(0)));
+    SET_GRAD(1, reduce_like(tmp(&t, eg_where(a_wins, zero, GRAD)), IN(1)));
+    return finish(&t);
+}
+
+eg_status eg__backward_maximum(const eg__backward_call *call) {
+    return select_backward(call, eg_greater_equal(IN(0), IN(1)));
+}
+
+eg_status eg__backward_minimum(const eg__backward_call *call) {
+    return select_backward(call, eg_less_equal(IN(0), IN(1)));
+}
+
+eg_status eg__backward_where(const eg__backward_call *call) {
+    temps t = {0};
+    eg_tensor *zero = scalar_like(&t, GRAD, 0.0);
+    SET_GRAD(1, reduce_like(tmp(&t, eg_where(IN(0), GRAD, zero)), IN(1)));
+    SET_GRAD(2, reduce_like(tmp(&t, eg_where(IN(0), zero, GRAD)), IN(2)));
+    return finish(&t);
+}
+
+eg_status eg__backward_cast(const eg__backward_call *call) {
+    if (eg_dtype_is_float(IN(0)->dtype) && eg_dtype_is_float(OUT->dtype))
+        SET_GRAD(0, eg_cast(GRAD, IN(0)->dtype));
+    return eg_last_status();
+}
+
+eg_status eg__backward_clip(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *x = IN(0);
+    eg_tensor *zero = scalar_like(&t, x, 0.0);
+    eg_tensor *below = tmp(&t, eg_less(x, scalar_like(&t, x, call->attrs->scalars[0])));
+    eg_tensor *above = tmp(&t, eg_greater(x, scalar_like(&t, x, call->attrs->scalars[1])));
+    SET_GRAD(0, eg_where(below, zero, tmp(&t, eg_where(above, zero, GRAD))));
+    return finish(&t);
+}
+
+/* GRAD of a reduction, reshaped to keepdims form and broadcast to the input (materialised, so
+ * gradients handed to users are ordinary contiguous tensors). */
+static eg_tensor *expand_reduced(temps *t, const eg_tensor *g, const eg__attrs *attrs,
+                                 const eg_tensor *x) {
+    int64_t kept[EG_MAX_DIMS];
+    memcpy(kept, x->shape, sizeof kept);
+    for (int i = 0; i < attrs->n_axes; i++) kept[attrs->axes[i]] = 1;
+    eg_tensor *reshaped = tmp(t, eg_reshape(g, x->n_dims, kept));
+    return tmp(t, eg_contiguous(tmp(t, eg_broadcast_to(reshaped, x->n_dims, x->shape))));
+}
+
+static double reduced_count(const eg__attrs *attrs, const eg_tensor *x) {
+    double n = 1;
+    for (int i = 0; i < attrs->n_axes; i++) n *= (double)x->shape[attrs->axes[i]];
+    return n;
+}
+
+eg_status eg__backward_sum(const eg__backward_call *call) {
+    temps t = {0};
+    eg_tensor *g = expand_reduced(&t, GRAD, call->attrs, IN(0));
+    if (g) eg__ref(g);
+    SET_GRAD(0, g);
+    return finish(&t);
+}
+
+eg_status eg__backward_mean(const eg__backward_call *call) {
+    temps t = {0};
+    eg_tensor *g = expand_reduced(&t, GRAD, call->attrs, IN(0));
+    SET_GRAD(0, eg_mul_scalar(g, 1.0 / reduced_count(call->attrs, IN(0))));
+    return finish(&t);
+}
+
+/* The gradient goes to the extreme elements, shared equally among ties. */
+eg_status eg__backward_max_min(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *x = IN(0);
+    eg_tensor *y = expand_reduced(&t, OUT, call->attrs, x);
+    eg_tensor *mask = tmp(&t, eg_cast(tmp(&t, eg_equal(x, y)), x->dtype));
+    eg_tensor *count = tmp(&t, eg_sum(mask, call->attrs->n_axes, call->attrs->axes, true));
+    eg_tensor *g = expand_reduced(&t, GRAD, call->attrs, x);
+    SET_GRAD(0, eg_div(tmp(&t, eg_mul(g, mask)), count));
+    return finish(&t);
+}
+
+eg_status eg__backward_logsumexp(const eg__backward_call *call) {
+    temps t = {0}; /* g * exp(x - y) */
+    const eg_tensor *x = IN(0);
+    eg_tensor *y = expand_reduced(&t, OUT, call->attrs, x);
+    eg_tensor *g = expand_reduced(&t, GRAD, call->attrs, x);
+    SET_GRAD(0, eg_mul(g, tmp(&t, eg_exp(tmp(&t, eg_sub(x, y))))));
+    return finish(&t);
+}
+
+eg_status eg__backward_var(const eg__backward_call *call) {
+    temps t = {0}; /* g * 2 (x - mean) / N */
+    const eg_tensor *x = IN(0);
+    eg_tensor *mean = tmp(&t, eg_mean(x, call->attrs->n_axes, call->attrs->axes, true));
+    eg_tensor *centered = tmp(&t, eg_sub(x, mean));
+    eg_tensor *g = expand_reduced(&t, GRAD, call->attrs, x);
+    SET_GRAD(0, eg_mul(g, tmp(&t, eg_mul_scalar(centered, 2.0 / reduced_count(call->attrs, x)))));
+    return finish(&t);
+}
+
+eg_status eg__backward_softmax(const eg__backward_call *call) {
+    temps t = {0}; /* y * (g - sum(g * y)) */
+    int axis = call->attrs->axis;
+    eg_tensor *dot = tmp(&t, eg_sum(tmp(&t, eg_mul(GRAD, OUT)), 1, &axis, true));
+    SET_GRAD(0, eg_mul(OUT, tmp(&t, eg_sub(GRAD, dot))));
+    return finish(&t);
+}
+
+eg_status eg__backward_log_softmax(const eg__backward_call *call) {
+    temps t = {0}; /* g - exp(y) * sum(g) */
+    int axis = call->attrs->axis;
+    eg_tensor *total = tmp(&t, eg_sum(GRAD, 1, &axis, true));
+    SET_GRAD(0, eg_sub(GRAD, tmp(&t, eg_mul(tmp(&t, eg_exp(OUT)), total))));
+    return finish(&t);
+}
+
+eg_status eg__backward_matmul(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *a = IN(0), *b = IN(1);
+    bool ta = call->attrs->transpose_a, tb = call->attrs->transpose_b;
+    if (NEEDS(0)) {
+        eg_tensor *da = !ta ? eg_matmul_ex(GRAD, b, false, !tb) : eg_matmul_ex(b, GRAD, tb, true);
+        SET_GRAD(0, reduce_like(tmp(&t, da), a));
+    }
+    if (NEEDS(1)) {
+        eg_tensor *db = !tb ? eg_matmul_ex(a, GRAD, !ta, false) : eg_matmul_ex(GRAD, a, true, ta);
+        SET_GRAD(1, reduce_like(tmp(&t, db), b));
+    }
+    return finish(&t);
+}
+
+eg_status eg__backward_reshape(const eg__backward_call *call) {
+    SET_GRAD(0, eg_reshape(GRAD, IN(0)->n_dims, IN(0)->shape));
+    return eg_last_status();
+}
+
+eg_status eg__backward_permute(const eg__backward_call *call) {
+    int inverse[EG_MAX_DIMS];
+    for (int i = 0; i < call->attrs->n_axes; i++) inverse[call->attrs->axes[i]] = i;
+    SET_GRAD(0, eg_permute(GRAD, inverse));
+    return eg_last_status();
+}
+
+eg_status eg__backward_slice(const eg__backward_call *call) {
+    eg__attrs attrs = *call->attrs;
+    attrs.n_dims = IN(0)->n_dims;
+    memcpy(attrs.shape, IN(0)->shape, sizeof attrs.shape);
+    const eg_tensor *in[1] = {GRAD};
+    SET_GRAD(0, eg__execute(EG__OP_UNSLICE, 1, in, &attrs));
+    return eg_last_status();
+}
+
+eg_status eg__backward_unslice(const eg__backward_call *call) {
+    const eg__attrs *a = call->attrs;
+    SET_GRAD(0, eg_slice(GRAD, a->axis, a->ints[0], a->ints[1], a->ints[2]));
+    return eg_last_status();
+}
+
+eg_status eg__backward_broadcast_to(const eg__backward_call *call) {
+    SET_GRAD(0, reduce_like(GRAD, IN(0)));
+    return eg_last_status();
+}
+
+eg_status eg__backward_copy(const eg__backward_call *call) {
+    if (NEEDS(0)) {
+        eg__ref(GRAD);
+        call->grad_inputs[0] = (eg_tensor *)GRAD;
+    }
+    return EG_OK;
+}
+
+eg_status eg__backward_concat(const eg__backward_call *call) {
+    int axis = call->attrs->axis;
+    int64_t start = 0;
+    for (int i = 0; i < call->n_inputs; i++) {
+        int64_t size = IN(i)->shape[axis];
+        SET_GRAD(i, eg_slice(GRAD, axis, start, start + size, 1));
+        start += size;
+    }
+    return eg_last_status();
+}
+
+eg_status eg__backward_gather(const eg__backward_call *call) {
+    eg__attrs attrs = {.axis = call->attrs->axis, .n_dims = IN(0)->n_dims};
+    memcpy(attrs.shape, IN(0)->shape, sizeof attrs.shape);
+    const eg_tensor *in[2] = {GRAD, IN(1)};
+    SET_GRAD(0, eg__execute(EG__OP_SCATTER_ADD, 2, in, &attrs));
+    return eg_last_status();
+}
+
+eg_status eg__backward_scatter_add(const eg__backward_call *call) {
+    SET_GRAD(0, eg_gather(GRAD, IN(1), call->attrs->axis));
+    return eg_last_status();
+}
+
+eg_status eg__backward_pad(const eg__backward_call *call) {
+    const eg_tensor *x = IN(0);
+    eg_tensor *g = (eg_tensor *)GRAD;
+    eg__ref(g);
+    for (int d = 0; d < x->n_dims && g; d++) {
+        int64_t before = call->attrs->ints[2 * d];
+        eg_tensor *sliced = eg_slice(g, d, before, before + x->shape[d], 1);
+        eg_release(g);
+        g = sliced;
+    }
+    SET_GRAD(0, g);
+    if (!NEEDS(0)) eg_release(g);
+    return eg_last_status();
+}
+
+eg_status eg__backward_sparse_softmax_cross_entropy(const eg__backward_call *call) {
+    temps t = {0}; /* (softmax(logits) - one_hot(labels)) * g[:, None] */
+    const eg_tensor *logits = IN(0);
+    eg_tensor *p = tmp(&t, eg_softmax(logits, 1));
+    eg_tensor *hot = tmp(&t, eg_one_hot(IN(1), logits->shape[1], logits->dtype));
+    eg_tensor *g = tmp(&t, eg_unsqueeze(GRAD, 1));
+    SET_GRAD(0, eg_mul(tmp(&t, eg_sub(p, hot)), g));
+    return finish(&t);
+}
+
+eg_status eg__backward_dropout(const eg__backward_call *call) {
+    const eg_tensor *in[1] = {GRAD}; /* same seed: the same mask */
+    SET_GRAD(0, eg__execute(EG__OP_DROPOUT, 1, in, call->attrs));
+    return eg_last_status();
+}

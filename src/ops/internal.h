@@ -1,0 +1,92 @@
+/* Internal: op identifiers, attributes, the op registry and the kernel/backward interfaces. */
+#ifndef EAGLE_SRC_OPS_INTERNAL_H
+#define EAGLE_SRC_OPS_INTERNAL_H
+
+#include "core/tensor_internal.h"
+#include "eagle/ops.h"
+
+typedef enum eg__op {
+#define EG_OP(ENUM, name, n_inputs, infer, backward, flags) EG__OP_##ENUM,
+#include "ops/ops.def"
+#undef EG_OP
+    EG__OP_COUNT
+} eg__op;
+
+enum {
+    EG__OPF_ELEMENTWISE = 1u << 0,
+    EG__OPF_REDUCTION = 1u << 1,
+    EG__OPF_VIEW = 1u << 2,
+    EG__OPF_NO_GRAD = 1u << 3,
+};
+
+/* Every op's parameters in one plain struct, so tapes and graphs can copy them by value. Each op
+ * documents (in its infer function) which fields it reads. */
+typedef struct eg__attrs {
+    int axis;
+    int n_axes;
+    int axes[EG_MAX_DIMS]; /* normalised, ascending (reductions); a permutation (permute) */
+    bool keepdims;
+    bool transpose_a, transpose_b;
+    bool training;
+    eg_dtype dtype;
+    double scalars[2];
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS]; /* a target shape (reshape, broadcast_to, scatter/unslice) */
+    int64_t ints[2 * EG_MAX_DIMS]; /* slice start/stop/step, pad widths */
+    uint64_t seed;
+} eg__attrs;
+
+typedef struct eg__kernel_call {
+    eg__op op;
+    int n_inputs;
+    const eg_tensor *const *inputs;
+    eg_tensor *output;
+    const eg__attrs *attrs;
+} eg__kernel_call;
+typedef eg_status (*eg__kernel_fn)(const eg__kernel_call *call);
+
+typedef struct eg__backward_call {
+    eg__op op;
+    int n_inputs;
+    const eg_tensor *const *inputs;
+    const eg_tensor *output;
+    const eg_tensor *grad_output;
+    const eg__attrs *attrs;
+    const bool *needs_grad;  /* per input: whether its gradient is wanted */
+    eg_tensor **grad_inputs; /* per input: set to a new reference, or left NULL (no gradient) */
+} eg__backward_call;
+typedef eg_status (*eg__backward_fn)(const eg__backward_call *call);
+
+typedef eg_status (*eg__infer_fn)(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                                  const eg__attrs *attrs, eg__meta *meta);
+
+typedef struct eg__op_def {
+    const char *name;
+    int n_inputs;
+    eg__infer_fn infer;
+    eg__backward_fn backward;
+    unsigned flags;
+} eg__op_def;
+
+extern const eg__op_def eg__op_defs[EG__OP_COUNT];
+
+#define EG_OP(ENUM, name, n_inputs, infer, backward, flags)                                        \
+    eg_status eg__infer_##infer(eg__op op, int n_in, const eg_tensor *const *in,                   \
+                                const eg__attrs *attrs, eg__meta *meta);                           \
+    eg_status eg__backward_##backward(const eg__backward_call *call);
+#include "ops/ops.def"
+#undef EG_OP
+
+/* Runs one op now: checks arguments, infers the result, allocates it (or makes the view), runs
+ * the device's kernel, records on the active tapes. The heart of eager mode. */
+eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                       const eg__attrs *attrs);
+
+/* Raises an error prefixed by the op's name ("matmul: ...") and returns status. */
+eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
+eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);
+
+#endif

@@ -1,0 +1,38 @@
+/* Plain-C references of the op cases (op_reference.c). */
+#ifndef EAGLE_TESTS_OP_REFERENCE_H
+#define EAGLE_TESTS_OP_REFERENCE_H
+
+#include "op_cases.h"
+
+/* What storing v into a tensor of dtype keeps (round to nearest even, truncation for ints). */
+double oc_convert(eg_dtype dtype, double v);
+
+int oc_ref_unary(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_binary(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_where(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_cast(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_reduce(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_arg_reduce(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_softmax(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_matmul(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_reshape(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_squeeze(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_unsqueeze(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_permute(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_transpose(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_slice(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_split(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_broadcast_to(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_identity(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_concat(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_stack(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_gather(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_scatter_add(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_unslice(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_one_hot(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_pad(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_sparse_xent(const oc_case *c, const oc_ref *in, oc_ref *out);
+bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out, char *why,
+                      size_t why_size);
+
+#endif

@@ -1,0 +1,535 @@
+/* Optimizers and learning-rate schedules: three steps of every optimizer on a fixed tiny problem
+ * compared with values computed independently by tests/optim_reference/reference.py (NumPy in
+ * float32, Keras 3's update equations); slots, step counter, gradient conversions, refusals that
+ * leave everything unchanged; schedule values; and a small regression that Adam solves. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "eagle.h"
+
+/* ---- reference values: printed by tests/optim_reference/reference.py ---- */
+/* variable after 3 steps; then the slots in Keras' order */
+static const float expected_sgd[] = {0.50150001, -1.00450003, 2.01200008, -0.0149999997};
+static const float expected_sgd_momentum[] = {0.542900026, -1.04680002, 2.06870008, -0.24000001};
+static const float expected_sgd_momentum_slot0[] = {0.0118999984, -0.0448000021, 0.125700012,
+                                                    -0.140000001};
+static const float expected_sgd_nesterov[] = {0.553610027, -1.08712006, 2.18182993, -0.365999997};
+static const float expected_sgd_nesterov_slot0[] = {0.0118999984, -0.0448000021, 0.125700012,
+                                                    -0.140000001};
+static const float expected_sgd_weight_decay[] = {0.513471544, -1.04200292, 2.11406612,
+                                                  -0.149900004};
+static const float expected_adam[] = {0.499732316, -0.999924958, 1.99885488, -0.00154437358};
+static const float expected_adam_slot0[] = {-0.0119000003, 0.0448000133, -0.125700027, 0.14000003};
+static const float expected_adam_slot1[] = {0.000322225853, 0.000262256683, 0.00233979011,
+                                            0.0012489839};
+static const float expected_adam_lr[] = {0.482968837, -1.00597644, 1.90228081, -0.159318045};
+static const float expected_adam_lr_slot0[] = {-0.0172000006, 0.0883999914, -0.261599958,
+                                               0.25999999};
+static const float expected_adam_lr_slot1[] = {0.00319800689, 0.00260103773, 0.0233820695,
+                                               0.0123999882};
+static const float expected_adamw[] = {0.499726325, -0.999912977, 1.99883091, -0.00154437055};
+static const float expected_adamw_lr[] = {0.459770828, -0.964418113, 1.8287493, -0.153693199};
+static const float expected_rmsprop[] = {0.498490632, -1.00131238, 1.99995005, -0.00463669468};
+static const float expected_rmsprop_slot0[] = {0.0295600072, 0.0238900054, 0.232290059,
+                                               0.115000024};
+static const float expected_rmsprop_momentum_centered[] = {0.480977118, -1.00111735, 1.98017502,
+                                                           -0.0507499538};
+static const float expected_rmsprop_momentum_centered_slot0[] = {0.0537799969, 0.0432199985,
+                                                                 0.461519986, 0.209999993};
+static const float expected_rmsprop_momentum_centered_slot1[] = {0.00521457009, 0.0175632425,
+                                                                 -0.017674787, 0.0257499628};
+static const float expected_rmsprop_momentum_centered_slot2[] = {-0.0172000006, 0.0883999914,
+                                                                 -0.261599988, 0.25999999};
+static const int64_t schedule_steps[] = {0, 1, 5, 10, 15, 99, 100, 150};
+static const double expected_exponential[] = {0.100000001,    0.0933033004,  0.0707106814,
+                                              0.0500000007,   0.0353553407,  0.000104665407,
+                                              9.76562515e-05, 3.05175786e-06};
+static const double expected_exponential_staircase[] = {
+    0.100000001,  0.100000001,    0.100000001,    0.0500000007,
+    0.0500000007, 0.000195312503, 9.76562515e-05, 3.05175786e-06};
+static const double expected_cosine[] = {0.100000001,  0.0999777913, 0.0994459763, 0.0977975428,
+                                         0.0950952917, 0.0100222062, 0.0100000007, 0.0100000007};
+
+/* The fixed problem (same as reference.py): a (2, 2) variable and three gradients. */
+static const float w0[4] = {0.5f, -1.0f, 2.0f, 0.0f};
+static const float grads_by_step[3][4] = {
+    {0.1f, -0.2f, 0.3f, 0.0f}, {-0.5f, 0.4f, 0.0f, 1.0f}, {0.25f, 0.25f, -1.5f, 0.5f}};
+static const int64_t shape22[2] = {2, 2};
+
+static int setup(void **state) {
+    (void)state;
+    eg_clear_error();
+    eg_scope_begin();
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    assert_int_equal(eg_scope_end(), EG_OK);
+    assert_int_equal(eg_scope_depth(), 0);
+    eg_clear_error();
+    return 0;
+}
+
+static eg_tensor *new_variable(const float *values, const char *name) {
+    eg_tensor *init = eg_tensor_from_data(values, EG_DTYPE_F32, 2, shape22);
+    assert_non_null(init);
+    eg_tensor *v = eg_variable(init, name);
+    assert_non_null(v);
+    return v;
+}
+
+static void expect_values(const eg_tensor *t, const float *expected, int n, double tol) {
+    assert_non_null(t);
+    assert_int_equal(eg_tensor_n_elems(t), n);
+    float got[16];
+    assert_int_equal(eg_tensor_copy_to_host(t, got, sizeof got), EG_OK);
+    for (int i = 0; i < n; i++) {
+        double scale = fmax(1.0, fabs(expected[i]));
+        if (fabs(got[i] - expected[i]) > tol * scale)
+            fail_msg("element %d: got %.9g, expected %.9g", i, got[i], expected[i]);
+    }
+}
+
+/* Runs the three steps; returns the variable (caller releases). */
+static eg_tensor *run_three_steps(eg_optimizer *opt) {
+    assert_non_null(opt);
+    eg_tensor *v = new_variable(w0, "w");
+    for (int step = 0; step < 3; step++) {
+        eg_tensor *g = eg_tensor_from_data(grads_by_step[step], EG_DTYPE_F32, 2, shape22);
+        assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &g, &v), EG_OK);
+        assert_int_equal(eg_optimizer_iterations(opt), step + 1);
+    }
+    return v;
+}
+
+#define TOL 2e-6
+
+static void test_sgd(void **state) {
+    (void)state;
+    eg_optimizer *opt = eg_sgd_new(NULL);
+    assert_string_equal(eg_optimizer_name(opt), "sgd");
+    assert_float_equal(eg_optimizer_learning_rate(opt), 0.01, 1e-15);
+    eg_tensor *v = run_three_steps(opt);
+    expect_values(v, expected_sgd, 4, TOL);
+    assert_null(eg_optimizer_get_slot(opt, v, "momentum")); /* momentum 0: no slot */
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+static void test_sgd_momentum_and_nesterov(void **state) {
+    (void)state;
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        eg_sgd_options o = eg_sgd_options_default();
+        o.learning_rate = eg_schedule_constant(0.1);
+        o.momentum = 0.9;
+        o.nesterov = nesterov;
+        eg_optimizer *opt = eg_sgd_new(&o);
+        eg_tensor *v = run_three_steps(opt);
+        expect_values(v, nesterov ? expected_sgd_nesterov : expected_sgd_momentum, 4, TOL);
+        expect_values(eg_optimizer_get_slot(opt, v, "momentum"),
+                      nesterov ? expected_sgd_nesterov_slot0 : expected_sgd_momentum_slot0, 4, TOL);
+        eg_optimizer_free(opt);
+        eg_release(v);
+    }
+}
+
+static void test_sgd_weight_decay(void **state) {
+    (void)state;
+    eg_sgd_options o = eg_sgd_options_default();
+    o.learning_rate = eg_schedule_constant(0.1);
+    o.weight_decay = 0.01;
+    eg_optimizer *opt = eg_sgd_new(&o);
+    eg_tensor *v = run_three_steps(opt);
+    expect_values(v, expected_sgd_weight_decay, 4, TOL);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+static void test_adam(void **state) {
+    (void)state;
+    eg_optimizer *opt = eg_adam_new(NULL); /* Keras' Adam() */
+    assert_string_equal(eg_optimizer_name(opt), "adam");
+    eg_tensor *v = run_three_steps(opt);
+    expect_values(v, expected_adam, 4, TOL);
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"), expected_adam_slot0, 4, TOL);
+    expect_values(eg_optimizer_get_slot(opt, v, "velocity"), expected_adam_slot1, 4, TOL);
+    assert_null(eg_optimizer_get_slot(opt, v, "average_gradient"));
+    eg_optimizer_free(opt);
+    eg_release(v);
+
+    eg_adam_options o = eg_adam_options_default();
+    o.learning_rate = eg_schedule_constant(0.1);
+    o.beta_1 = 0.8;
+    o.beta_2 = 0.99;
+    o.epsilon = 1e-3;
+    opt = eg_adam_new(&o);
+    v = run_three_steps(opt);
+    expect_values(v, expected_adam_lr, 4, TOL);
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"), expected_adam_lr_slot0, 4, TOL);
+    expect_values(eg_optimizer_get_slot(opt, v, "velocity"), expected_adam_lr_slot1, 4, TOL);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+static void test_adam_f64(void **state) {
+    (void)state;
+    /* f64 variables take the double loop; the f32 reference holds to f32 precision. */
+    double w64[4], g64[4];
+    for (int i = 0; i < 4; i++) w64[i] = w0[i];
+    eg_tensor *init = eg_tensor_from_data(w64, EG_DTYPE_F64, 2, shape22);
+    eg_tensor *v = eg_variable(init, "w64");
+    eg_optimizer *opt = eg_adam_new(NULL);
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 4; i++) g64[i] = grads_by_step[step][i];
+        eg_tensor *g = eg_tensor_from_data(g64, EG_DTYPE_F64, 2, shape22);
+        assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &g, &v), EG_OK);
+    }
+    eg_tensor *as32 = eg_cast(v, EG_DTYPE_F32);
+    expect_values(as32, expected_adam, 4, 1e-5);
+    assert_int_equal(eg_tensor_dtype(eg_optimizer_get_slot(opt, v, "velocity")), EG_DTYPE_F64);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    eg_adam_options defaults = eg_adamw_options_default();
+    assert_float_equal(defaults.weight_decay, 0.004, 1e-15);
+    assert_float_equal(defaults.epsilon, 1e-7, 1e-20);
+    eg_optimizer *opt = eg_adamw_new(NULL);
+    assert_string_equal(eg_optimizer_name(opt), "adamw");
+    eg_tensor *v = run_three_steps(opt);
+    expect_values(v, expected_adamw, 4, TOL);
+    eg_optimizer_free(opt);
+    eg_release(v);
+
+    eg_adam_options o = eg_adamw_options_default();
+    o.learning_rate = eg_schedule_constant(0.1);
+    o.weight_decay = 0.1;
+    opt = eg_adamw_new(&o);
+    v = run_three_steps(opt);
+    expect_values(v, expected_adamw_lr, 4, TOL);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+static void test_rmsprop(void **state) {
+    (void)state;
+    eg_optimizer *opt = eg_rmsprop_new(NULL);
+    assert_string_equal(eg_optimizer_name(opt), "rmsprop");
+    eg_tensor *v = run_three_steps(opt);
+    expect_values(v, expected_rmsprop, 4, TOL);
+    expect_values(eg_optimizer_get_slot(opt, v, "velocity"), expected_rmsprop_slot0, 4, TOL);
+    assert_null(eg_optimizer_get_slot(opt, v, "momentum"));
+    eg_optimizer_free(opt);
+    eg_release(v);
+
+    eg_rmsprop_options o = eg_rmsprop_options_default();
+    o.learning_rate = eg_schedule_constant(0.01);
+    o.rho = 0.8;
+    o.momentum = 0.5;
+    o.centered = true;
+    opt = eg_rmsprop_new(&o);
+    v = run_three_steps(opt);
+    expect_values(v, expected_rmsprop_momentum_centered, 4, 1e-5);
+    expect_values(eg_optimizer_get_slot(opt, v, "velocity"),
+                  expected_rmsprop_momentum_centered_slot0, 4, TOL);
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"),
+                  expected_rmsprop_momentum_centered_slot1, 4, 1e-5);
+    expect_values(eg_optimizer_get_slot(opt, v, "average_gradient"),
+                  expected_rmsprop_momentum_centered_slot2, 4, TOL);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+/* A transposed (non-contiguous) gradient and an f64 gradient give what the plain one gives. */
+static void test_gradient_conversions(void **state) {
+    (void)state;
+    eg_tensor *plain = new_variable(w0, "plain");
+    eg_tensor *strided = new_variable(w0, "strided");
+    eg_tensor *wide = new_variable(w0, "wide");
+    eg_optimizer *opt = eg_adam_new(NULL);
+    const float g[4] = {0.1f, -0.2f, 0.3f, 0.4f};
+    const float g_transposed[4] = {0.1f, 0.3f, -0.2f, 0.4f};
+    const double g64[4] = {0.1f, -0.2f, 0.3f, 0.4f};
+    eg_tensor *grad = eg_tensor_from_data(g, EG_DTYPE_F32, 2, shape22);
+    eg_tensor *view =
+        eg_transpose(eg_tensor_from_data(g_transposed, EG_DTYPE_F32, 2, shape22), 0, 1);
+    assert_false(eg_tensor_is_contiguous(view));
+    eg_tensor *grad64 = eg_tensor_from_data(g64, EG_DTYPE_F64, 2, shape22);
+    eg_tensor *grads[3] = {grad, view, grad64};
+    eg_tensor *vars[3] = {plain, strided, wide};
+    assert_int_equal(eg_optimizer_apply_gradients(opt, 3, grads, vars), EG_OK);
+    assert_int_equal(eg_optimizer_iterations(opt), 1); /* one step for the whole list */
+    float a[4], b[4], c[4];
+    eg_tensor_copy_to_host(plain, a, sizeof a);
+    eg_tensor_copy_to_host(strided, b, sizeof b);
+    eg_tensor_copy_to_host(wide, c, sizeof c);
+    for (int i = 0; i < 4; i++) {
+        assert_float_equal(a[i], b[i], 0);
+        assert_float_equal(a[i], c[i], 0);
+        assert_true(a[i] != w0[i]);
+    }
+    eg_optimizer_free(opt);
+    eg_release(plain);
+    eg_release(strided);
+    eg_release(wide);
+}
+
+/* A gradient that is the variable itself (shared storage) is read before it is overwritten. */
+static void test_gradient_aliasing_variable(void **state) {
+    (void)state;
+    eg_tensor *v = new_variable(w0, "v");
+    eg_optimizer *opt = eg_sgd_new(NULL);
+    assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &v, &v), EG_OK);
+    float expected[4];
+    for (int i = 0; i < 4; i++) expected[i] = w0[i] - 0.01f * w0[i];
+    expect_values(v, expected, 4, 1e-7);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+/* A NULL gradient skips its variable; the other is updated; the counter moves once. */
+static void test_null_gradient_skipped(void **state) {
+    (void)state;
+    eg_tensor *a = new_variable(w0, "a"), *b = new_variable(w0, "b");
+    eg_optimizer *opt = eg_sgd_new(NULL);
+    eg_tensor *g = eg_tensor_from_data(grads_by_step[0], EG_DTYPE_F32, 2, shape22);
+    eg_tensor *grads[2] = {NULL, g};
+    eg_tensor *vars[2] = {a, b};
+    assert_int_equal(eg_optimizer_apply_gradients(opt, 2, grads, vars), EG_OK);
+    expect_values(a, w0, 4, 0);
+    float expected[4];
+    for (int i = 0; i < 4; i++) expected[i] = w0[i] - 0.01f * grads_by_step[0][i];
+    expect_values(b, expected, 4, 1e-7);
+    assert_int_equal(eg_optimizer_iterations(opt), 1);
+    assert_int_equal(eg_optimizer_apply_gradients(opt, 0, NULL, NULL), EG_OK);
+    assert_int_equal(eg_optimizer_iterations(opt), 2);
+    eg_optimizer_free(opt);
+    eg_release(a);
+    eg_release(b);
+}
+
+/* Every refusal leaves variables, slots and the counter as they were. */
+static void test_errors_change_nothing(void **state) {
+    (void)state;
+    eg_tensor *a = new_variable(w0, "a"), *b = new_variable(w0, "b");
+    eg_optimizer *opt = eg_adam_new(NULL);
+    eg_tensor *good = eg_tensor_from_data(grads_by_step[0], EG_DTYPE_F32, 2, shape22);
+    int64_t four = 4;
+    eg_tensor *bad_shape = eg_tensor_from_data(grads_by_step[0], EG_DTYPE_F32, 1, &four);
+    eg_tensor *plain = eg_tensor_from_data(w0, EG_DTYPE_F32, 2, shape22);
+    int32_t ints[4] = {1, 2, 3, 4};
+    eg_tensor *int_grad = eg_tensor_from_data(ints, EG_DTYPE_I32, 2, shape22);
+
+    struct {
+        eg_tensor *grads[2], *vars[2];
+        eg_status status;
+        const char *text;
+    } cases[] = {
+        {{good, bad_shape}, {a, b}, EG_ERR_SHAPE, "does not match variable 'b'"},
+        {{good, good}, {a, plain}, EG_ERR_INVALID_ARGUMENT, "is not a variable"},
+        {{good, good}, {a, a}, EG_ERR_INVALID_ARGUMENT, "appears twice"},
+        {{good, int_grad}, {a, b}, EG_ERR_DTYPE, "must be a float tensor"},
+        {{good, good}, {a, NULL}, EG_ERR_NULL_ARGUMENT, "variables[1] is NULL"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        eg_clear_error();
+        assert_int_equal(eg_optimizer_apply_gradients(opt, 2, cases[k].grads, cases[k].vars),
+                         cases[k].status);
+        if (!strstr(eg_last_error(), cases[k].text))
+            fail_msg("case %zu: message '%s' lacks '%s'", k, eg_last_error(), cases[k].text);
+        assert_non_null(strstr(eg_last_error(), "test_optim.c:")); /* the caller's line */
+        expect_values(a, w0, 4, 0);
+        expect_values(b, w0, 4, 0);
+        assert_int_equal(eg_optimizer_iterations(opt), 0);
+        assert_null(eg_optimizer_get_slot(opt, a, "momentum"));
+    }
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_apply_gradients(NULL, 0, NULL, NULL), EG_ERR_NULL_ARGUMENT);
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_apply_gradients(opt, -1, NULL, NULL), EG_ERR_INVALID_ARGUMENT);
+    eg_clear_error();
+    eg_optimizer_free(opt);
+    eg_release(a);
+    eg_release(b);
+}
+
+static void test_invalid_options(void **state) {
+    (void)state;
+    eg_sgd_options sgd = eg_sgd_options_default();
+    sgd.momentum = -1;
+    assert_null(eg_sgd_new(&sgd));
+    assert_int_equal(eg_last_status(), EG_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(eg_last_error(), "momentum"));
+    eg_clear_error();
+    eg_adam_options adam = eg_adam_options_default();
+    adam.beta_1 = 1.0;
+    assert_null(eg_adam_new(&adam));
+    assert_non_null(strstr(eg_last_error(), "beta_1"));
+    eg_clear_error();
+    adam = eg_adam_options_default();
+    adam.learning_rate = eg_schedule_exponential_decay(0.1, 0, 0.5, false);
+    assert_null(eg_adam_new(&adam));
+    assert_non_null(strstr(eg_last_error(), "decay_steps"));
+    eg_clear_error();
+    eg_rmsprop_options rms = eg_rmsprop_options_default();
+    rms.epsilon = 0;
+    assert_null(eg_rmsprop_new(&rms));
+    eg_clear_error();
+    eg_optimizer *opt = eg_sgd_new(NULL);
+    assert_int_equal(eg_optimizer_set_learning_rate(opt, eg_schedule_constant(-1)),
+                     EG_ERR_INVALID_ARGUMENT);
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_set_learning_rate(opt, eg_schedule_constant(0.5)), EG_OK);
+    assert_float_equal(eg_optimizer_learning_rate(opt), 0.5, 0);
+    eg_optimizer_free(opt);
+    eg_optimizer_free(NULL);
+}
+
+static void test_schedules(void **state) {
+    (void)state;
+    eg_schedule exponential = eg_schedule_exponential_decay(0.1, 10, 0.5, false);
+    eg_schedule staircase = eg_schedule_exponential_decay(0.1, 10, 0.5, true);
+    eg_schedule cosine = eg_schedule_cosine_decay(0.1, 100, 0.1);
+    eg_schedule constant = eg_schedule_constant(0.25);
+    for (size_t i = 0; i < sizeof schedule_steps / sizeof schedule_steps[0]; i++) {
+        int64_t s = schedule_steps[i];
+        assert_float_equal(eg_schedule_value(&exponential, s), expected_exponential[i],
+                           1e-6 * expected_exponential[i]);
+        assert_float_equal(eg_schedule_value(&staircase, s), expected_exponential_staircase[i],
+                           1e-6 * expected_exponential_staircase[i]);
+        assert_float_equal(eg_schedule_value(&cosine, s), expected_cosine[i],
+                           1e-6 * expected_cosine[i]);
+        assert_float_equal(eg_schedule_value(&constant, s), 0.25, 0);
+    }
+    assert_true(isnan(eg_schedule_value(&exponential, -1)));
+    assert_int_equal(eg_last_status(), EG_ERR_INVALID_ARGUMENT);
+    eg_clear_error();
+    eg_schedule broken = eg_schedule_cosine_decay(0.1, 0, 0.0);
+    assert_true(isnan(eg_schedule_value(&broken, 0)));
+    eg_clear_error();
+    assert_true(isnan(eg_schedule_value(NULL, 0)));
+    eg_clear_error();
+}
+
+/* The optimizer evaluates its schedule at its step counter before each update (Keras). */
+static void test_optimizer_follows_schedule(void **state) {
+    (void)state;
+    eg_sgd_options o = eg_sgd_options_default();
+    o.learning_rate = eg_schedule_exponential_decay(0.1, 1, 0.5, false); /* 0.1, 0.05, 0.025 */
+    eg_optimizer *opt = eg_sgd_new(&o);
+    const float zero[4] = {0, 0, 0, 0}, one[4] = {1, 1, 1, 1};
+    eg_tensor *v = new_variable(zero, "v");
+    eg_tensor *g = eg_tensor_from_data(one, EG_DTYPE_F32, 2, shape22);
+    const double rates[3] = {0.1, 0.05, 0.025};
+    double expected = 0;
+    for (int step = 0; step < 3; step++) {
+        assert_float_equal(eg_optimizer_learning_rate(opt), rates[step], 1e-15);
+        assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &g, &v), EG_OK);
+        expected -= rates[step];
+        int64_t index[2] = {1, 1};
+        assert_float_equal(eg_tensor_get(v, index), expected, 1e-7);
+    }
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+/* Updates write raw memory: nothing lands on a recording tape. */
+static void test_update_not_recorded(void **state) {
+    (void)state;
+    eg_tensor *v = new_variable(w0, "v");
+    eg_tensor *g = eg_transpose(eg_tensor_from_data(w0, EG_DTYPE_F32, 2, shape22), 0, 1);
+    eg_optimizer *opt = eg_rmsprop_new(NULL);
+    eg_tape *tape = eg_tape_begin(false);
+    assert_int_equal(eg_tape_watch(tape, g), EG_OK);
+    size_t before = eg_tape_n_records(tape);
+    assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &g, &v), EG_OK);
+    assert_int_equal(eg_tape_n_records(tape), before);
+    eg_tape_free(tape);
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
+/* y = x @ [2, -3] + 0.5 learned by a Dense(1) layer with Adam and MSE. */
+static void test_adam_solves_regression(void **state) {
+    (void)state;
+    eg_generator *gen = eg_generator_new(7);
+    int64_t xs[2] = {64, 2};
+    eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 2, xs, -1, 1);
+    const float w_true[2] = {2.0f, -3.0f};
+    int64_t ws[2] = {2, 1};
+    eg_tensor *y =
+        eg_add_scalar(eg_matmul(x, eg_tensor_from_data(w_true, EG_DTYPE_F32, 2, ws)), 0.5);
+    assert_non_null(y);
+    eg_dense_options o = eg_dense_options_default();
+    o.generator = gen;
+    eg_model *model = eg_sequential_new(NULL);
+    assert_int_equal(eg_sequential_add(model, eg_dense_new_ex(1, &o)), EG_OK);
+    eg_adam_options ao = eg_adam_options_default();
+    ao.learning_rate = eg_schedule_constant(0.05);
+    eg_optimizer *opt = eg_adam_new(&ao);
+    double first = 0, last = 0;
+    for (int step = 0; step < 400; step++) {
+        eg_scope_begin();
+        eg_tape *tape = eg_tape_begin(false);
+        eg_tensor *loss =
+            eg_loss_mean_squared_error(y, eg_model_call(model, x, true), EG_REDUCTION_MEAN);
+        eg_tape_end(tape);
+        assert_non_null(loss);
+        int n = 0;
+        eg_tensor *const *vars = eg_model_trainable_variables(model, &n);
+        assert_int_equal(n, 2);
+        eg_tensor *grads[2];
+        assert_int_equal(eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads,
+                                          EG_UNCONNECTED_NULL),
+                         EG_OK);
+        assert_int_equal(eg_optimizer_apply_gradients(opt, n, grads, vars), EG_OK);
+        if (step == 0) first = eg_item(loss);
+        last = eg_item(loss);
+        eg_tape_free(tape);
+        assert_int_equal(eg_scope_end(), EG_OK);
+    }
+    assert_true(first > 1.0);
+    if (!(last < 1e-4)) fail_msg("loss went from %g to %g", first, last);
+    eg_layer *dense = eg_model_layer(model, 0);
+    int n = 0;
+    eg_tensor *const *vars = eg_layer_variables(dense, &n);
+    int64_t i0[2] = {0, 0}, i1[2] = {1, 0}, b0[1] = {0};
+    assert_float_equal(eg_tensor_get(vars[0], i0), 2.0, 0.02);
+    assert_float_equal(eg_tensor_get(vars[0], i1), -3.0, 0.02);
+    assert_float_equal(eg_tensor_get(vars[1], b0), 0.5, 0.02);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+    eg_generator_free(gen);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sgd, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sgd_momentum_and_nesterov, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sgd_weight_decay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adam, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adam_f64, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adamw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rmsprop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_conversions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_aliasing_variable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_null_gradient_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errors_change_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_options, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schedules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_optimizer_follows_schedule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_update_not_recorded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adam_solves_regression, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

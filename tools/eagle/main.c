@@ -1,0 +1,39 @@
+/* eagle: train, evaluate and inspect models with the Eagle runtime. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void print_usage(FILE *out) {
+    fprintf(out,
+            "usage: eagle <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  train   train a model on Fashion-MNIST (the seed model by default)\n"
+            "  eval    evaluate saved weights on the test split\n"
+            "  info    version, build options, threads, BLAS and devices\n"
+            "\n"
+            "Run 'eagle <command> --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *command = argv[1];
+    if (!strcmp(command, "--help") || !strcmp(command, "-h") || !strcmp(command, "help")) {
+        print_usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(command, "--version")) {
+        char *info_argv[] = {"info", "--version", NULL};
+        return cli_info(2, info_argv);
+    }
+    if (!strcmp(command, "train")) return cli_train(argc - 1, argv + 1);
+    if (!strcmp(command, "eval")) return cli_eval(argc - 1, argv + 1);
+    if (!strcmp(command, "info")) return cli_info(argc - 1, argv + 1);
+    fprintf(stderr, "eagle: unknown command '%s'\n", command);
+    print_usage(stderr);
+    return CLI_USAGE;
+}

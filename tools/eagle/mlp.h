@@ -1,0 +1,42 @@
+/* The models `eagle train` and `eagle eval` share: an MLP on Fashion-MNIST images, with the
+ * data kept u8 and converted per batch. */
+#ifndef EAGLE_TOOLS_MLP_H
+#define EAGLE_TOOLS_MLP_H
+
+#include <eagle.h>
+
+#define MLP_MAX_HIDDEN 8
+
+typedef struct mlp_config {
+    int n_hidden;
+    int64_t hidden[MLP_MAX_HIDDEN];
+} mlp_config;
+
+/* Parses "64" or "512,512" into config; false on a malformed list. */
+bool mlp_parse_hidden(const char *text, mlp_config *config);
+/* "64" or "512,512" into buf. */
+void mlp_format_hidden(const mlp_config *config, char *buf, size_t size);
+
+/* Flatten-free MLP: (B, 784) -> Dense(h, relu)... -> Dense(10) logits. Built for 784 inputs. */
+eg_model *mlp_build(const mlp_config *config);
+
+/* A split of the data set: images u8 (N, 28, 28), labels u8 (N,). */
+typedef struct mlp_data {
+    eg_tensor *images, *labels;
+    int64_t n;
+} mlp_data;
+
+/* Loads a split from directory (NULL = the Debian package's place); limit > 0 keeps the first
+ * `limit` examples. Prints the library's error and returns false on failure. */
+bool mlp_data_load(const char *directory, bool train, int64_t limit, mlp_data *data);
+void mlp_data_free(mlp_data *data);
+
+/* The examples at indices[0..n) as x f32 (n, 784) scaled to [0, 1] and labels u8 (n,); both
+ * owned by the current scope. */
+eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
+                    eg_tensor **labels);
+
+/* Accuracy and mean loss of the model on the whole split, in batches, without tapes. */
+eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, double *loss);
+
+#endif

@@ -1,0 +1,111 @@
+/* Helpers shared by the subcommands: argument parsing and the progress display. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+int cli_usage_error(const char *command, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    fprintf(stderr, "eagle %s: ", command);
+    vfprintf(stderr, format, args);
+    fprintf(stderr, "\nTry 'eagle %s --help'.\n", command);
+    va_end(args);
+    return CLI_USAGE;
+}
+
+bool cli_parse_int(const char *command, const char *flag, const char *text, long min, long max,
+                   long *out) {
+    char *end;
+    errno = 0;
+    long value = strtol(text, &end, 10);
+    if (errno || end == text || *end || value < min || value > max) {
+        cli_usage_error(command, "%s expects an integer in [%ld, %ld], got '%s'", flag, min, max,
+                        text);
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
+bool cli_parse_double(const char *command, const char *flag, const char *text, double min,
+                      double max, double *out) {
+    char *end;
+    errno = 0;
+    double value = strtod(text, &end);
+    if (errno || end == text || *end || !isfinite(value) || value < min || value > max) {
+        cli_usage_error(command, "%s expects a number in [%g, %g], got '%s'", flag, min, max, text);
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
+double cli_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_progress_begin(cli_progress *progress, int epoch, int n_epochs, int64_t total_steps) {
+    progress->tty = isatty(STDOUT_FILENO);
+    progress->total_steps = total_steps;
+    progress->samples = 0;
+    progress->start_seconds = cli_seconds();
+    progress->last_draw_seconds = 0;
+    progress->last_line_step = 0;
+    printf("Epoch %d/%d\n", epoch, n_epochs);
+    fflush(stdout);
+}
+
+static void format_eta(char *buf, size_t size, double seconds) {
+    if (seconds < 0 || !isfinite(seconds)) seconds = 0;
+    int s = (int)(seconds + 0.5);
+    if (s >= 3600) snprintf(buf, size, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+    else snprintf(buf, size, "%d:%02d", s / 60, s % 60);
+}
+
+/* Redraws at most ~10 times a second on a terminal; writes a line every 10% otherwise, so logs
+ * stay short. */
+void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, double loss,
+                         double accuracy) {
+    double now = cli_seconds();
+    double elapsed = now - progress->start_seconds;
+    double rate = elapsed > 0 ? (double)samples / elapsed : 0;
+    double eta = step > 0 ? elapsed * (double)(progress->total_steps - step) / (double)step : 0;
+    char eta_text[32];
+    format_eta(eta_text, sizeof eta_text, eta);
+    if (progress->tty) {
+        if (now - progress->last_draw_seconds < 0.1 && step < progress->total_steps) return;
+        progress->last_draw_seconds = now;
+        enum { WIDTH = 30 };
+        int filled = (int)(WIDTH * step / (progress->total_steps ? progress->total_steps : 1));
+        char bar[WIDTH + 1];
+        for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : '.');
+        bar[WIDTH] = '\0';
+        printf("\r%6lld/%lld [%s] loss %.4f  accuracy %.4f  %.0f samples/s  ETA %s   ",
+               (long long)step, (long long)progress->total_steps, bar, loss, accuracy, rate,
+               eta_text);
+        fflush(stdout);
+        return;
+    }
+    int64_t every = progress->total_steps / 10 > 0 ? progress->total_steps / 10 : 1;
+    if (step - progress->last_line_step < every && step < progress->total_steps) return;
+    progress->last_line_step = step;
+    printf("  step %lld/%lld  loss %.4f  accuracy %.4f  %.0f samples/s  ETA %s\n",
+           (long long)step, (long long)progress->total_steps, loss, accuracy, rate, eta_text);
+    fflush(stdout);
+}
+
+void cli_progress_end(cli_progress *progress, int64_t samples, double loss, double accuracy) {
+    double elapsed = cli_seconds() - progress->start_seconds;
+    if (progress->tty) printf("\n");
+    printf("  %lld samples in %.2f s (%.0f samples/s)  loss %.4f  accuracy %.4f\n",
+           (long long)samples, elapsed, elapsed > 0 ? (double)samples / elapsed : 0.0, loss,
+           accuracy);
+    fflush(stdout);
+}
