@@ -27,8 +27,8 @@ int main(int argc, char **argv) {
 
         eg_tape *tape = eg_tape_begin(false);
         eg_tensor *logits = eg_model_call(model, x, true);
-        eg_tensor *loss = eg_loss_sparse_categorical_crossentropy(y, logits, true,
-                                                                  EG_REDUCTION_MEAN);
+        eg_tensor *loss =
+            eg_loss_sparse_categorical_crossentropy(y, logits, true, EG_REDUCTION_MEAN);
         int n_vars;
         eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
         eg_tensor *grads[4];
@@ -37,8 +37,8 @@ int main(int argc, char **argv) {
         eg_tape_free(tape);
         eg_optimizer_apply_gradients(adam, n_vars, grads, vars);
 
-        if (start / batch % 200 == 0) printf("step %5lld  loss %.4f\n", (long long)(start / batch),
-                                             eg_item(loss));
+        if (start / batch % 200 == 0)
+            printf("step %5lld  loss %.4f\n", (long long)(start / batch), eg_item(loss));
         eg_scope_end();
         if (eg_last_status() != EG_OK) break; /* one check covers the whole step */
     }

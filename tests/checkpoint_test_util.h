@@ -94,7 +94,7 @@ static int clear_error_setup(void **state) {
         assert_int_equal(eg_last_status(), (status));                                              \
         const char *message_ = eg_last_error();                                                    \
         if (strncmp(message_, (prefix), strlen(prefix)) != 0)                                      \
-            fail_msg("error message\n  \"%s\"\ndoes not start with\n  \"%s\"", message_,          \
+            fail_msg("error message\n  \"%s\"\ndoes not start with\n  \"%s\"", message_,           \
                      (prefix));                                                                    \
         eg_clear_error();                                                                          \
     } while (0)

@@ -223,8 +223,8 @@ static void test_big_endian(void **state) {
     assert_true(f[0] == 1.0f && f[1] == -2.5f);
     eg_release(t);
 
-    const uint8_t be_i8[16] = {0, 0, 0, 0, 0, 0, 0x01, 0x02, 0xff, 0xff, 0xff, 0xff,
-                               0xff, 0xff, 0xff, 0xfe};
+    const uint8_t be_i8[16] = {0,    0,    0,    0,    0,    0,    0x01, 0x02,
+                               0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe};
     write_npy(path, sizeof path, "be8.npy", 1,
               "{'descr': '>i8', 'fortran_order': True, 'shape': (1, 2), }", be_i8, 16);
     t = read_ok(path);
@@ -278,8 +278,7 @@ static void test_bad_prefix(void **state) {
                      "unsupported .npy format version 4.0 (supported: 1.0, 2.0, 3.0)");
     expect_bad_bytes("\x93NUMPY\x01\x01\x10\x00", 10, EG_ERR_FORMAT,
                      "unsupported .npy format version 1.1");
-    expect_bad_bytes("\x93NUMPY\x02\x00\x10\x00", 10, EG_ERR_FORMAT,
-                     "too short for a .npy header");
+    expect_bad_bytes("\x93NUMPY\x02\x00\x10\x00", 10, EG_ERR_FORMAT, "too short for a .npy header");
     expect_bad_bytes("\x93NUMPY\x01\x00\x76\x00{'descr'", 17, EG_ERR_FORMAT,
                      "truncated header: it announces 128 bytes, the file has 17");
     expect_bad_bytes("\x93NUMPY\x02\x00\xff\xff\xff\x00", 12, EG_ERR_FORMAT,
@@ -306,8 +305,7 @@ static void test_wrong_keys(void **state) {
     (void)state;
     expect_bad("{'descr': '<f4', 'fortran_order': False}", 0, EG_ERR_FORMAT,
                "bad .npy header: missing key 'shape'");
-    expect_bad("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", 8,
-               EG_ERR_FORMAT,
+    expect_bad("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", 8, EG_ERR_FORMAT,
                "bad .npy header: unexpected key 'x' (the dict has exactly the keys 'descr', "
                "'fortran_order' and 'shape')");
     expect_bad("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8,
@@ -367,10 +365,11 @@ static void test_bad_shapes(void **state) {
                EG_ERR_UNSUPPORTED,
                "bad .npy header: more than 8 dimensions in 'shape' (eagle supports up to 8)");
     expect_bad("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296)}", 0,
-               EG_ERR_FORMAT, "bad .npy header: 'shape' has too many elements (the count "
-                              "overflows)");
-    expect_bad("{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296)}",
-               0, EG_ERR_FORMAT, "bad .npy header: 'shape' has too many elements");
+               EG_ERR_FORMAT,
+               "bad .npy header: 'shape' has too many elements (the count "
+               "overflows)");
+    expect_bad("{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4294967296, 4294967296)}", 0,
+               EG_ERR_FORMAT, "bad .npy header: 'shape' has too many elements");
 }
 
 static void test_data_size_mismatch(void **state) {

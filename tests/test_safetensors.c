@@ -62,9 +62,9 @@ static void expect_bad(const char *header, size_t n_data, const char *expected) 
 
 /* One tensor of every dtype plus the awkward shapes; caller releases. */
 enum { N_SAMPLES = 12 };
-static const char *const sample_names[N_SAMPLES] = {
-    "f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool", "scalar", "empty", "transposed",
-    "strided"};
+static const char *const sample_names[N_SAMPLES] = {"f32",    "f64",   "f16",        "bf16",
+                                                    "i32",    "i64",   "u8",         "bool",
+                                                    "scalar", "empty", "transposed", "strided"};
 
 static void make_samples(eg_tensor **t) {
     const float f32[6] = {1.5f, -2.25f, 3e-8f, 1e30f, -0.0f, 7.0f};
@@ -116,8 +116,8 @@ static void test_round_trip_every_dtype(void **state) {
     join(path, sizeof path, "all.safetensors");
     const char *keys[] = {"epoch", "note"};
     const char *values[] = {"3", "quote \" backslash \\ newline \n unicode \xc3\xa9"};
-    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names,
-                                         (const eg_tensor *const *)t, 2, keys, values),
+    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names, (const eg_tensor *const *)t,
+                                         2, keys, values),
                      EG_OK);
     assert_int_equal(count_temp_files(temp_dir), 0);
 
@@ -148,8 +148,8 @@ static void test_round_trip_every_dtype(void **state) {
     assert_string_equal(eg_safetensors_metadata_key(st, 3), "note");
 
     /* Layout order: 8-byte elements first, then 4, 2, 1; by name within a size. */
-    const char *order[N_SAMPLES] = {"f64", "i64", "strided", "empty", "f32", "i32", "scalar",
-                                    "transposed", "bf16", "f16", "bool", "u8"};
+    const char *order[N_SAMPLES] = {"f64",    "i64",        "strided", "empty", "f32",  "i32",
+                                    "scalar", "transposed", "bf16",    "f16",   "bool", "u8"};
     for (int i = 0; i < N_SAMPLES; i++) assert_string_equal(eg_safetensors_name(st, i), order[i]);
     assert_null(eg_safetensors_name(st, N_SAMPLES));
     assert_error(EG_ERR_INVALID_ARGUMENT, path);
@@ -163,9 +163,8 @@ static void test_exact_layout(void **state) {
     join(path, sizeof path, "layout.safetensors");
     eg_tensor *t = eg_tensor_from_data((float[]){1.0f, 2.0f}, EG_DTYPE_F32, 1, (int64_t[]){2});
     const char *name = "w";
-    assert_int_equal(eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL,
-                                         NULL),
-                     EG_OK);
+    assert_int_equal(
+        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL), EG_OK);
     size_t n = 0;
     uint8_t *bytes = read_whole(path, &n);
     char expected[256];
@@ -207,9 +206,8 @@ static void test_odd_names_round_trip(void **state) {
     const char *names[] = {"", "a\"b\\c", "tab\there", "\xe2\x82\xac/layer.0", "\x01"};
     eg_tensor *t[5];
     for (int i = 0; i < 5; i++) t[i] = eg_full(EG_DTYPE_I32, 1, (int64_t[]){i + 1}, i);
-    assert_int_equal(eg_safetensors_save(path, 5, names, (const eg_tensor *const *)t, 0, NULL,
-                                         NULL),
-                     EG_OK);
+    assert_int_equal(
+        eg_safetensors_save(path, 5, names, (const eg_tensor *const *)t, 0, NULL, NULL), EG_OK);
     eg_safetensors *st = eg_safetensors_open(path);
     assert_non_null(st);
     for (int i = 0; i < 5; i++) {
@@ -230,8 +228,7 @@ static void test_save_argument_errors(void **state) {
     const char *dup[] = {"x", "x"}, *reserved[] = {"__metadata__"}, *bad_utf8[] = {"\xff"};
     const char *ok[] = {"x", "y"};
 
-    assert_int_equal(eg_safetensors_save(NULL, 0, NULL, NULL, 0, NULL, NULL),
-                     EG_ERR_NULL_ARGUMENT);
+    assert_int_equal(eg_safetensors_save(NULL, 0, NULL, NULL, 0, NULL, NULL), EG_ERR_NULL_ARGUMENT);
     eg_clear_error();
     assert_int_equal(eg_safetensors_save(path, 2, dup, two, 0, NULL, NULL),
                      EG_ERR_INVALID_ARGUMENT);
@@ -269,8 +266,7 @@ static void test_valid_variants(void **state) {
      * offset, a known dtype eagle cannot hold. */
     write_raw(path, sizeof path, "ok.safetensors",
               "{\"b\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[8,11]},"
-              "\"z\":{\"dtype\":\"F64\",\"shape\":[0,5],\"data_offsets\":[8,8]}," GOOD_ENTRY
-              "}   ",
+              "\"z\":{\"dtype\":\"F64\",\"shape\":[0,5],\"data_offsets\":[8,8]}," GOOD_ENTRY "}   ",
               11);
     eg_safetensors *st = eg_safetensors_open(path);
     assert_non_null(st);
@@ -351,8 +347,9 @@ static void test_header_not_an_object(void **state) {
 static void test_header_not_json(void **state) {
     (void)state;
     expect_bad("{" GOOD_ENTRY ",}", 8, "header is not valid JSON: expected a string key");
-    expect_bad("{\"a\" 1}", 0, "header is not valid JSON: expected ':' after an object key at "
-                               "byte 5 of the header");
+    expect_bad("{\"a\" 1}", 0,
+               "header is not valid JSON: expected ':' after an object key at "
+               "byte 5 of the header");
     expect_bad("{} x", 0, "header is not valid JSON: unexpected text after the JSON value");
     expect_bad("{\"a\":\"\\ud800\"}", 0, "header is not valid JSON: lone high surrogate");
     expect_bad("{\"a\":01}", 0, "header is not valid JSON: invalid number: leading zero");
@@ -392,8 +389,9 @@ static void test_bad_shape_entries(void **state) {
                "tensor 'a': shape entry 0 is a string");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[18446744073709551616],"
                "\"data_offsets\":[0,8]}}",
-               8, "tensor 'a': shape entry 0 is 18446744073709551616; shape entries must be "
-                  "non-negative integers below 2^64");
+               8,
+               "tensor 'a': shape entry 0 is 18446744073709551616; shape entries must be "
+               "non-negative integers below 2^64");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8,
                "tensor 'a': shape must be an array of integers, not number");
 }
@@ -453,8 +451,8 @@ static void test_offsets_overlap(void **state) {
     (void)state;
     expect_bad("{" GOOD_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                12, "tensor 'b': data_offsets [4, 12] overlap tensor 'a', which ends at 8");
-    expect_bad("{" GOOD_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-               8, "tensor 'b': data_offsets [0, 8] overlap tensor 'a', which ends at 8");
+    expect_bad("{" GOOD_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+               "tensor 'b': data_offsets [0, 8] overlap tensor 'a', which ends at 8");
 }
 
 static void test_buffer_size_mismatch(void **state) {
@@ -464,8 +462,9 @@ static void test_buffer_size_mismatch(void **state) {
     expect_bad("{" GOOD_ENTRY "}", 9,
                "the file holds 9 bytes of data after the header but the tensors cover only 8 "
                "(trailing bytes)");
-    expect_bad("{}", 1, "the file holds 1 bytes of data after the header but the tensors cover "
-                        "only 0");
+    expect_bad("{}", 1,
+               "the file holds 1 bytes of data after the header but the tensors cover "
+               "only 0");
 }
 
 static void test_bad_metadata(void **state) {
@@ -481,8 +480,9 @@ static void test_bad_metadata(void **state) {
 
 static void test_bad_entries(void **state) {
     (void)state;
-    expect_bad("{\"a\":[1]}", 0, "tensor 'a': entry must be an object with dtype, shape and "
-                                 "data_offsets, not array");
+    expect_bad("{\"a\":[1]}", 0,
+               "tensor 'a': entry must be an object with dtype, shape and "
+               "data_offsets, not array");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8,
                "tensor 'a': missing field 'data_offsets'");
     expect_bad("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8,
@@ -532,8 +532,8 @@ static void test_open_memory(void **state) {
     make_samples(t);
     char path[PATH_MAX];
     join(path, sizeof path, "mem.safetensors");
-    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names,
-                                         (const eg_tensor *const *)t, 0, NULL, NULL),
+    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names, (const eg_tensor *const *)t,
+                                         0, NULL, NULL),
                      EG_OK);
     size_t n = 0;
     uint8_t *bytes = read_whole(path, &n);
@@ -566,9 +566,8 @@ static void test_open_memory(void **state) {
 static void save_value(const char *path, float value) {
     eg_tensor *t = eg_full(EG_DTYPE_F32, 1, (int64_t[]){4}, value);
     const char *name = "v";
-    assert_int_equal(eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL,
-                                         NULL),
-                     EG_OK);
+    assert_int_equal(
+        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL), EG_OK);
     eg_release(t);
 }
 
@@ -589,9 +588,9 @@ static void test_save_into_missing_directory(void **state) {
     join(path, sizeof path, "no/such/dir/model.safetensors");
     eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){2});
     const char *name = "x";
-    assert_int_equal(eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL,
-                                         NULL),
-                     EG_ERR_IO);
+    assert_int_equal(
+        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL),
+        EG_ERR_IO);
     assert_error_contains(EG_ERR_IO, "cannot create the temporary file");
     assert_false(file_exists(path));
     eg_release(t);
@@ -609,8 +608,8 @@ static void test_failed_write_keeps_old_checkpoint(void **state) {
     eg_tensor *big = eg_full(EG_DTYPE_F32, 1, (int64_t[]){1 << 20}, 2.0);
     const char *name = "v";
     struct rlimit old = limit_file_size(64 << 10);
-    eg_status status = eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&big, 0,
-                                           NULL, NULL);
+    eg_status status =
+        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&big, 0, NULL, NULL);
     restore_file_size(old);
     assert_int_equal(status, EG_ERR_IO);
     assert_error_contains(EG_ERR_IO, "keep.safetensors: write failed: File too large");
@@ -636,9 +635,8 @@ static void test_failed_rename_keeps_old_checkpoint(void **state) {
     write_bytes(inside, "x", 1);
     eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){2});
     const char *name = "x";
-    assert_int_equal(eg_safetensors_save(dir, 1, &name, (const eg_tensor *const *)&t, 0, NULL,
-                                         NULL),
-                     EG_ERR_IO);
+    assert_int_equal(
+        eg_safetensors_save(dir, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL), EG_ERR_IO);
     assert_error_contains(EG_ERR_IO, "rename failed");
     assert_true(file_exists(inside));
     assert_int_equal(count_temp_files(temp_dir), 0);

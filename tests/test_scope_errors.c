@@ -196,6 +196,17 @@ static void test_release_inside_scope(void **state) {
     assert_int_equal(bytes_in_use(), used_before + MIB); /* c survives: we hold a reference */
     eg_release(c);
     assert_int_equal(bytes_in_use(), used_before);
+    /* releasing a tensor of an outer scope from inside an inner one */
+    eg_scope_begin();
+    eg_tensor *outer = mib_tensor(4.0);
+    eg_scope_begin();
+    eg_tensor *inner = eg_add(outer, outer);
+    eg_release(outer);
+    assert_int_equal(bytes_in_use(), used_before + MIB);
+    assert_true(eg_item(eg_slice(inner, 0, 0, 1, 1)) == 8.0);
+    assert_int_equal(eg_scope_end(), EG_OK);
+    assert_int_equal(eg_scope_end(), EG_OK); /* must not release outer again */
+    assert_int_equal(bytes_in_use(), used_before);
     eg_release(NULL); /* ignored */
     assert_null(eg_retain(NULL));
 }
@@ -403,6 +414,34 @@ static void test_first_error_wins(void **state) {
     eg_release(d);
 }
 
+/* Errors from functions other than ops name the caller's line too, not the line of the last
+ * op called before them. */
+static void test_callsite_of_non_op_functions(void **state) {
+    (void)state;
+    char site[64];
+    eg_tensor *t = eg_scalar(EG_DTYPE_F32, 1.0); /* the previous wrapped call */
+    int line = __LINE__ + 1;
+    assert_int_equal(eg_scope_end(), EG_ERR_STATE);
+    check_error(EG_ERR_STATE, here(site, sizeof site, line), NULL);
+    line = __LINE__ + 1;
+    assert_int_equal(eg_tape_watch(NULL, t), EG_ERR_NULL_ARGUMENT);
+    check_error(EG_ERR_NULL_ARGUMENT, "tape_watch", here(site, sizeof site, line), NULL);
+    line = __LINE__ + 1;
+    assert_int_equal(eg_set_num_threads(0), EG_ERR_INVALID_ARGUMENT);
+    check_error(EG_ERR_INVALID_ARGUMENT, here(site, sizeof site, line), NULL);
+    line = __LINE__ + 1;
+    assert_int_equal(eg_memory_stats_get(NULL, NULL), EG_ERR_NULL_ARGUMENT);
+    check_error(EG_ERR_NULL_ARGUMENT, here(site, sizeof site, line), NULL);
+    line = __LINE__ + 1;
+    assert_int_equal(eg_tensor_dim(t, 1), -1);
+    check_error(EG_ERR_AXIS, here(site, sizeof site, line), NULL);
+    line = __LINE__ + 1;
+    assert_null(eg_device_get("tpu:7"));
+    check_error(EG_ERR_UNSUPPORTED, "tpu:7", here(site, sizeof site, line), NULL);
+    eg_release(t);
+    check_program_continues();
+}
+
 static void test_status_strings(void **state) {
     (void)state;
     int count = 0;
@@ -421,8 +460,7 @@ static void test_status_strings(void **state) {
     /* texts are distinct */
     for (int i = 0; i >= -12; i--)
         for (int j = i - 1; j >= -12; j--)
-            assert_string_not_equal(eg_status_string((eg_status)i),
-                                    eg_status_string((eg_status)j));
+            assert_string_not_equal(eg_status_string((eg_status)i), eg_status_string((eg_status)j));
 }
 
 static void test_out_of_memory(void **state) {
@@ -490,6 +528,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_bad_axis, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_null_arguments, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_first_error_wins, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_callsite_of_non_op_functions, case_setup,
+                                        case_teardown),
         cmocka_unit_test_setup_teardown(test_status_strings, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_out_of_memory, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_allocator_kind_from_environment, case_setup,

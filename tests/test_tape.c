@@ -196,6 +196,19 @@ static void test_persistent(void **state) {
     assert_true(fabs(eg_item(grad1(tape, z, y, EG_UNCONNECTED_NULL)) - sin(2.0)) < 1e-15);
     eg_tape_free(tape);
 
+    /* a gradient taken while the tape records does not record its own backward ops */
+    tape = eg_tape_begin(true);
+    eg_tape_watch(tape, x);
+    y = eg_exp(eg_mul(x, x));
+    size_t n = eg_tape_n_records(tape);
+    assert_int_equal(n, 2);
+    assert_true(fabs(eg_item(grad1(tape, y, x, EG_UNCONNECTED_NULL)) - 4 * exp(4.0)) < 1e-12);
+    assert_int_equal(eg_tape_n_records(tape), n);
+    eg_tensor *after = eg_sin(y); /* still recording */
+    assert_int_equal(eg_tape_n_records(tape), n + 1);
+    assert_non_null(grad1(tape, after, x, EG_UNCONNECTED_NULL));
+    eg_tape_free(tape);
+
     /* non-persistent: one call only */
     tape = eg_tape_begin(false);
     eg_tape_watch(tape, x);
@@ -203,8 +216,7 @@ static void test_persistent(void **state) {
     assert_true(eg_item(grad1(tape, y, x, EG_UNCONNECTED_NULL)) == 4.0);
     eg_tensor *g = (eg_tensor *)1;
     const eg_tensor *source = x;
-    assert_int_equal(eg_tape_gradient(tape, y, 1, &source, &g, EG_UNCONNECTED_NULL),
-                     EG_ERR_STATE);
+    assert_int_equal(eg_tape_gradient(tape, y, 1, &source, &g, EG_UNCONNECTED_NULL), EG_ERR_STATE);
     assert_null(g);
     assert_non_null(strstr(eg_last_error(), "persistent"));
     expect_error(EG_ERR_STATE);
@@ -359,9 +371,9 @@ static void test_output_gradient(void **state) {
     eg_tensor *y = eg_mul(eg_mul_scalar(x, 3.0), x); /* 3x^2 */
     const eg_tensor *source = x;
     eg_tensor *g = NULL;
-    assert_int_equal(eg_tape_gradient_ex(tape, y, vec64(3, upstream), 1, &source, &g,
-                                         EG_UNCONNECTED_NULL),
-                     EG_OK);
+    assert_int_equal(
+        eg_tape_gradient_ex(tape, y, vec64(3, upstream), 1, &source, &g, EG_UNCONNECTED_NULL),
+        EG_OK);
     double want[3];
     for (int i = 0; i < 3; i++) want[i] = 6 * xv[i] * upstream[i];
     assert_close(g, want, 3, 1e-15);
@@ -371,9 +383,9 @@ static void test_output_gradient(void **state) {
     for (int i = 0; i < 3; i++) want[i] = 6 * xv[i];
     assert_close(g, want, 3, 1e-15);
     /* a wrong shape or dtype is refused */
-    assert_int_equal(eg_tape_gradient_ex(tape, y, vec64(2, upstream), 1, &source, &g,
-                                         EG_UNCONNECTED_NULL),
-                     EG_ERR_SHAPE);
+    assert_int_equal(
+        eg_tape_gradient_ex(tape, y, vec64(2, upstream), 1, &source, &g, EG_UNCONNECTED_NULL),
+        EG_ERR_SHAPE);
     assert_null(g);
     expect_error(EG_ERR_SHAPE);
     assert_int_equal(eg_tape_gradient_ex(tape, y, eg_ones(EG_DTYPE_F32, 1, (int64_t[]){3}), 1,
@@ -428,8 +440,8 @@ static void test_gradient_through_views(void **state) {
     assert_close(grad1(tape, s, x, EG_UNCONNECTED_NULL), want_s, 6, 0);
 
     /* reshape: (2, 3) -> (3, 2), times a constant */
-    eg_tensor *r = eg_sum(eg_mul(eg_reshape(x, 2, (int64_t[]){3, 2}), mat64(3, 2, cv)), 0, NULL,
-                          false);
+    eg_tensor *r =
+        eg_sum(eg_mul(eg_reshape(x, 2, (int64_t[]){3, 2}), mat64(3, 2, cv)), 0, NULL, false);
     assert_close(grad1(tape, r, x, EG_UNCONNECTED_NULL), cv, 6, 0);
 
     /* transpose: (2, 3) -> (3, 2); the gradient is the constant transposed back */
@@ -443,13 +455,14 @@ static void test_gradient_through_views(void **state) {
     const double want_b[6] = {4, 4, 4, 0, 0, 0};
     assert_close(grad1(tape, b, x, EG_UNCONNECTED_NULL), want_b, 6, 0);
     eg_tensor *column = eg_slice(x, 1, 1, 2, 1); /* (2, 1) */
-    eg_tensor *bc = eg_sum(eg_square(eg_broadcast_to(column, 2, (int64_t[]){2, 5})), 0, NULL, false);
+    eg_tensor *bc =
+        eg_sum(eg_square(eg_broadcast_to(column, 2, (int64_t[]){2, 5})), 0, NULL, false);
     const double want_bc[6] = {0, 5 * 2 * 2, 0, 0, 5 * 2 * 5, 0};
     assert_close(grad1(tape, bc, x, EG_UNCONNECTED_NULL), want_bc, 6, 0);
 
     /* permute + squeeze/unsqueeze + contiguous chain */
-    eg_tensor *chain = eg_contiguous(eg_squeeze(
-        eg_permute(eg_unsqueeze(x, 0), (int[]){2, 0, 1}), 1)); /* (3, 2) = x^T */
+    eg_tensor *chain = eg_contiguous(
+        eg_squeeze(eg_permute(eg_unsqueeze(x, 0), (int[]){2, 0, 1}), 1)); /* (3, 2) = x^T */
     eg_tensor *p = eg_sum(eg_mul(chain, mat64(3, 2, cv)), 0, NULL, false);
     assert_close(grad1(tape, p, x, EG_UNCONNECTED_NULL), want_t, 6, 0);
     /* the gradient of a view source: d/d(slice) of sum(slice^2) */
@@ -458,6 +471,24 @@ static void test_gradient_through_views(void **state) {
     const double want_q[3] = {8, 10, 12};
     assert_close(grad1(tape, q, sl, EG_UNCONNECTED_NULL), want_q, 3, 0);
     eg_tape_free(tape);
+}
+
+/* A gradient succeeds even when an unrelated error from earlier is still pending, and that
+ * earlier error stays the one reported (first error wins). */
+static void test_gradient_with_stale_error(void **state) {
+    (void)state;
+    eg_tensor *x = eg_scalar(EG_DTYPE_F64, 3.0);
+    assert_null(
+        eg_add(eg_ones(EG_DTYPE_F32, 1, (int64_t[]){2}), eg_ones(EG_DTYPE_F32, 1, (int64_t[]){3})));
+    assert_int_equal(eg_last_status(), EG_ERR_SHAPE);
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    eg_tensor *y = eg_sin(eg_mul(x, x));
+    assert_true(fabs(eg_item(grad1(tape, y, x, EG_UNCONNECTED_NULL)) - 6 * cos(9.0)) < 1e-14);
+    eg_tape_free(tape);
+    assert_int_equal(eg_last_status(), EG_ERR_SHAPE);
+    assert_non_null(strstr(eg_last_error(), "add"));
+    eg_clear_error();
 }
 
 /* Returned gradients are ordinary scope-owned tensors: releasing each one (even when the tape
@@ -504,6 +535,55 @@ static void test_gradient_ownership(void **state) {
     eg_tape_free(tape);
 }
 
+/* Out of memory in the middle of a forward pass or a gradient is an error, never a crash or a
+ * leak: raise a limit step by step until the whole step fits. */
+static void test_gradient_out_of_memory(void **state) {
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    eg_tensor *w = eg_variable(eg_full(EG_DTYPE_F32, 2, (int64_t[]){512, 512}, 0.001), "w");
+    eg_memory_stats stats;
+    eg_memory_stats_get(NULL, &stats);
+    size_t baseline = stats.bytes_in_use;
+    int failures = 0;
+    bool done = false;
+    for (size_t limit = 2 * mib; limit <= 64 * mib && !done; limit += mib) {
+        assert_int_equal(eg_memory_trim(NULL), EG_OK);
+        eg_scope_begin();
+        eg_tensor *x = eg_ones(EG_DTYPE_F32, 2, (int64_t[]){512, 512});
+        assert_non_null(x);
+        assert_int_equal(eg_memory_set_limit(NULL, limit), EG_OK);
+        eg_tape *tape = eg_tape_begin(false);
+        eg_tensor *loss = eg_sum(eg_tanh(eg_matmul(x, w)), 0, NULL, false);
+        eg_tensor *g = NULL;
+        const eg_tensor *source = w;
+        eg_status status = loss ? eg_tape_gradient(tape, loss, 1, &source, &g, EG_UNCONNECTED_NULL)
+                                : eg_last_status();
+        if (status == EG_OK) {
+            assert_non_null(g);
+            /* d/dw sum(tanh(x w)) = x^T (1 - tanh^2): every x is 1, so each entry is 512 (1 -
+             * tanh(0.512)^2) */
+            int64_t index[2] = {3, 7};
+            double t = tanh(0.512);
+            assert_true(fabs(eg_tensor_get(g, index) - 512 * (1 - t * t)) < 1e-2);
+            done = true;
+        } else {
+            failures++;
+            assert_int_equal(status, EG_ERR_OUT_OF_MEMORY);
+            assert_null(g);
+            assert_non_null(strstr(eg_last_error(), "out of memory"));
+            eg_clear_error();
+        }
+        eg_tape_free(tape);
+        assert_int_equal(eg_scope_end(), EG_OK);
+        assert_int_equal(eg_memory_set_limit(NULL, 0), EG_OK);
+        eg_memory_stats_get(NULL, &stats);
+        assert_int_equal(stats.bytes_in_use, baseline); /* nothing leaked by the failure */
+    }
+    assert_true(done);
+    assert_true(failures > 0);
+    eg_release(w);
+}
+
 /* ---- variables -------------------------------------------------------------------------- */
 
 static void test_variable_updates(void **state) {
@@ -547,8 +627,7 @@ static void test_variable_updates(void **state) {
     assert_int_equal(eg_assign(v, vec64(2, d)), EG_ERR_SHAPE);
     assert_non_null(strstr(eg_last_error(), "assign"));
     expect_error(EG_ERR_SHAPE);
-    assert_int_equal(eg_assign_add(v, eg_ones(EG_DTYPE_F64, 2, (int64_t[]){2, 3})),
-                     EG_ERR_SHAPE);
+    assert_int_equal(eg_assign_add(v, eg_ones(EG_DTYPE_F64, 2, (int64_t[]){2, 3})), EG_ERR_SHAPE);
     assert_non_null(strstr(eg_last_error(), "(2, 3)"));
     expect_error(EG_ERR_SHAPE);
     assert_int_equal(eg_assign_sub(v, eg_ones(EG_DTYPE_F32, 1, (int64_t[]){3})), EG_ERR_DTYPE);
@@ -709,8 +788,8 @@ static void test_steady_state_no_system_allocations(void **state) {
     enum { BATCH = 64, IN = 32, HIDDEN = 48, CLASSES = 10 };
     eg_generator *g = eg_generator_new(11);
     model m;
-    m.params[0] = eg_variable(eg_random_normal(g, EG_DTYPE_F32, 2, (int64_t[]){IN, HIDDEN}, 0, 0.2),
-                              "w1");
+    m.params[0] =
+        eg_variable(eg_random_normal(g, EG_DTYPE_F32, 2, (int64_t[]){IN, HIDDEN}, 0, 0.2), "w1");
     m.params[1] = eg_variable(eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){HIDDEN}), "b1");
     m.params[2] = eg_variable(
         eg_random_normal(g, EG_DTYPE_F32, 2, (int64_t[]){HIDDEN, CLASSES}, 0, 0.2), "w2");
@@ -761,6 +840,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_integer_target_rejected, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_gradient_through_views, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_gradient_ownership, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_with_stale_error, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_out_of_memory, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_variable_updates, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_variable_outlives_scope, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_mlp_gradients, case_setup, case_teardown),

@@ -61,7 +61,9 @@ static double get2(const eg_tensor *t, int64_t i, int64_t j) {
     return eg_tensor_get(t, index);
 }
 
-static double get1(const eg_tensor *t, int64_t i) { return eg_tensor_get(t, &i); }
+static double get1(const eg_tensor *t, int64_t i) {
+    return eg_tensor_get(t, &i);
+}
 
 /* Every element of a f32 tensor in row-major order equals want[]. */
 static void assert_f32_values(const eg_tensor *t, const float *want, int64_t n) {
@@ -70,7 +72,8 @@ static void assert_f32_values(const eg_tensor *t, const float *want, int64_t n) 
     assert_non_null(got);
     assert_int_equal(eg_tensor_copy_to_host(t, got, (size_t)n * sizeof *got), EG_OK);
     for (int64_t i = 0; i < n; i++) {
-        if (got[i] != want[i]) print_error("element %lld: %g != %g\n", (long long)i, got[i], want[i]);
+        if (got[i] != want[i])
+            print_error("element %lld: %g != %g\n", (long long)i, got[i], want[i]);
         assert_true(got[i] == want[i]);
     }
     free(got);
@@ -125,21 +128,21 @@ static const conversion_case f16_cases[] = {
     {1.0f, 0x3C00},
     {-2.0f, 0xC000},
     {0.5f, 0x3800},
-    {65504.0f, 0x7BFF},                  /* largest finite */
-    {65519.0f, 0x7BFF},                  /* below the midpoint to 65536: stays finite */
-    {65520.0f, 0x7C00},                  /* the midpoint: ties to even rounds up to inf */
-    {1e6f, 0x7C00},                      /* overflow */
-    {0x1.0p-14f, 0x0400},                /* smallest normal */
-    {0x1.0p-24f, 0x0001},                /* smallest subnormal */
-    {0x3FFp-24f, 0x03FF},                /* largest subnormal */
-    {0x1.0p-25f, 0x0000},                /* half the smallest subnormal: tie to even (0) */
-    {0x1.8p-24f, 0x0002},                /* 1.5 x smallest: tie to even (2) */
-    {0x1.000002p-25f, 0x0001},           /* just above the half: rounds up */
-    {0x1.0p-26f, 0x0000},                /* underflow */
-    {1.0f + 0x1.0p-11f, 0x3C00},         /* tie between 0x3C00 and 0x3C01: even */
-    {1.0f + 0x1.8p-10f, 0x3C02},         /* tie between 0x3C01 and 0x3C02: even */
+    {65504.0f, 0x7BFF},                       /* largest finite */
+    {65519.0f, 0x7BFF},                       /* below the midpoint to 65536: stays finite */
+    {65520.0f, 0x7C00},                       /* the midpoint: ties to even rounds up to inf */
+    {1e6f, 0x7C00},                           /* overflow */
+    {0x1.0p-14f, 0x0400},                     /* smallest normal */
+    {0x1.0p-24f, 0x0001},                     /* smallest subnormal */
+    {0x3FFp-24f, 0x03FF},                     /* largest subnormal */
+    {0x1.0p-25f, 0x0000},                     /* half the smallest subnormal: tie to even (0) */
+    {0x1.8p-24f, 0x0002},                     /* 1.5 x smallest: tie to even (2) */
+    {0x1.000002p-25f, 0x0001},                /* just above the half: rounds up */
+    {0x1.0p-26f, 0x0000},                     /* underflow */
+    {1.0f + 0x1.0p-11f, 0x3C00},              /* tie between 0x3C00 and 0x3C01: even */
+    {1.0f + 0x1.8p-10f, 0x3C02},              /* tie between 0x3C01 and 0x3C02: even */
     {1.0f + 0x1.0p-11f + 0x1.0p-20f, 0x3C01}, /* above the tie */
-    {0x1.FFFp-1f, 0x3C00},               /* rounds up into the next binade */
+    {0x1.FFFp-1f, 0x3C00},                    /* rounds up into the next binade */
     {INFINITY, 0x7C00},
     {-INFINITY, 0xFC00},
 };
@@ -171,14 +174,16 @@ static void test_f16_conversions(void **state) {
     for (int i = 0; i < N + 2; i++) {
         uint16_t one;
         eg_f32_to_f16(&src[i], &one, 1);
-        if (i < N) assert_int_equal(one, f16_cases[i].bits);
-        else check_f16_nan(one);
+        if (i < N)
+            assert_int_equal(one, f16_cases[i].bits);
+        else
+            check_f16_nan(one);
     }
     /* back to f32: every case that was exact comes back exactly */
     uint16_t halves[] = {0x3C00, 0x7BFF, 0x0001, 0x03FF, 0x0400, 0x8000, 0xC000,
                          0x7C00, 0xFC00, 0x3555, 0x7E00, 0x7C01, 0x0000, 0x3800};
-    const float want[] = {1.0f, 65504.0f, 0x1.0p-24f, 0x3FFp-24f, 0x1.0p-14f, -0.0f, -2.0f,
-                          INFINITY, -INFINITY, 0x1.554p-2f, NAN, NAN, 0.0f, 0.5f};
+    const float want[] = {1.0f,     65504.0f,  0x1.0p-24f,  0x3FFp-24f, 0x1.0p-14f, -0.0f, -2.0f,
+                          INFINITY, -INFINITY, 0x1.554p-2f, NAN,        NAN,        0.0f,  0.5f};
     enum { M = sizeof halves / sizeof halves[0] };
     float back[M];
     for (int pass = 0; pass < 2; pass++) {
@@ -229,7 +234,7 @@ static void test_bf16_conversions(void **state) {
         {0x1.FFFFFEp127f, 0x7F80},               /* FLT_MAX rounds to inf */
         {INFINITY, 0x7F80},
         {-INFINITY, 0xFF80},
-        {0x1.0p-133f, 0x0001},                   /* f32 subnormal, exact in bf16 */
+        {0x1.0p-133f, 0x0001}, /* f32 subnormal, exact in bf16 */
     };
     enum { N = sizeof cases / sizeof cases[0] };
     float src[N + 2];
@@ -259,8 +264,10 @@ static void test_bf16_conversions(void **state) {
         float f;
         eg_bf16_to_f32(&h, &f, 1);
         eg_f32_to_bf16(&f, &h2, 1);
-        if (isnan(f)) assert_true((h2 & 0x7F80) == 0x7F80 && (h2 & 0x7F));
-        else assert_int_equal(h2, h);
+        if (isnan(f))
+            assert_true((h2 & 0x7F80) == 0x7F80 && (h2 & 0x7F));
+        else
+            assert_int_equal(h2, h);
     }
 }
 
@@ -456,6 +463,11 @@ static void test_print(void **state) {
     int64_t n = 3;
     expect_text(eg_tensor_from_data(v, EG_DTYPE_I64, 1, &n), "tensor([1, -20, 300], dtype=i64)");
 
+    /* i64 values print exactly, beyond the 53 bits a double holds */
+    const int64_t large[2] = {INT64_C(9007199254740993), INT64_MIN};
+    int64_t two_large = 2;
+    expect_text(eg_tensor_from_data(large, EG_DTYPE_I64, 1, &two_large),
+                "tensor([9007199254740993, -9223372036854775808], dtype=i64)");
     const float fractions[3] = {0.5f, -1.25f, 2.0f};
     expect_text(eg_tensor_from_data(fractions, EG_DTYPE_F32, 1, &n),
                 "tensor([0.5, -1.25, 2.], dtype=f32)");
@@ -466,9 +478,18 @@ static void test_print(void **state) {
                 "tensor([True, False], dtype=bool)");
     /* a view prints its own elements, in its own order */
     expect_text(eg_transpose(t, 0, 1), "tensor([[1., 3.],\n        [2., 4.]], dtype=f32)");
+    /* 3-d: blank line between blocks, nested indentation */
+    eg_tensor *cube = eg_reshape(eg_arange(0, 8, 1, EG_DTYPE_F32), 3, (int64_t[]){2, 2, 2});
+    expect_text(cube, "tensor([[[0., 1.],\n         [2., 3.]],\n\n        [[4., 5.],\n"
+                      "         [6., 7.]]], dtype=f32)");
+    /* a view with an offset and a step */
+    expect_text(eg_slice(eg_arange(0, 10, 1, EG_DTYPE_F32), 0, 2, 8, 3),
+                "tensor([2., 5.], dtype=f32)");
+    expect_text(eg_zeros(EG_DTYPE_F32, 2, (int64_t[]){0, 3}), "tensor([], dtype=f32)");
     /* non-finite values */
     const float odd[3] = {NAN, INFINITY, -INFINITY};
-    expect_text(eg_tensor_from_data(odd, EG_DTYPE_F32, 1, &n), "tensor([nan, inf, -inf], dtype=f32)");
+    expect_text(eg_tensor_from_data(odd, EG_DTYPE_F32, 1, &n),
+                "tensor([nan, inf, -inf], dtype=f32)");
 
     /* a long tensor is elided with "..." and keeps the edges */
     eg_tensor *big = eg_arange(0, 2000, 1, EG_DTYPE_F32);
@@ -615,8 +636,9 @@ static void test_random_distributions(void **state) {
             at_low += p[i] == 0.0;
             assert_true(p[i] >= 0.0);
         }
-        if (at_high) print_error("%s: %lld draws reached high\n", eg_dtype_name(halves[d]),
-                                 (long long)at_high);
+        if (at_high)
+            print_error("%s: %lld draws reached high\n", eg_dtype_name(halves[d]),
+                        (long long)at_high);
         assert_int_equal(at_high, 0);
         assert_true(at_low < n / 100);
     }
@@ -832,8 +854,8 @@ static void test_broadcast_squeeze_contiguous(void **state) {
 static void test_view_aliasing(void **state) {
     (void)state;
     eg_tensor *base = arange_2d(3, 4);
-    eg_tensor *t = eg_transpose(base, 0, 1);      /* (4, 3) */
-    eg_tensor *s = eg_slice(base, 1, 1, 4, 2);    /* columns 1, 3 */
+    eg_tensor *t = eg_transpose(base, 0, 1);   /* (4, 3) */
+    eg_tensor *s = eg_slice(base, 1, 1, 4, 2); /* columns 1, 3 */
     eg_tensor *r = eg_reshape(base, 1, (int64_t[]){12});
     int64_t bshape[3] = {2, 3, 4};
     eg_tensor *b = eg_broadcast_to(base, 3, bshape);

@@ -247,7 +247,7 @@ typedef struct worker {
 #define WORKER_CHECK(w, cond)                                                                      \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            snprintf((w)->message, sizeof (w)->message, "line %d: %s (%s)", __LINE__, #cond,        \
+            snprintf((w)->message, sizeof(w)->message, "line %d: %s (%s)", __LINE__, #cond,        \
                      eg_last_error());                                                             \
             (w)->ok = false;                                                                       \
             return;                                                                                \
@@ -273,8 +273,8 @@ static void worker_body(worker *w) {
         WORKER_CHECK(w, eg_item(loss) == (double)n * (value * value + 3 * value));
         const eg_tensor *source = v;
         eg_tensor *grad = NULL;
-        WORKER_CHECK(w, eg_tape_gradient(tape, loss, 1, &source, &grad, EG_UNCONNECTED_NULL) ==
-                            EG_OK);
+        WORKER_CHECK(w,
+                     eg_tape_gradient(tape, loss, 1, &source, &grad, EG_UNCONNECTED_NULL) == EG_OK);
         const double *g = eg_tensor_data(grad);
         WORKER_CHECK(w, g[0] == 2 * value + 3 && g[n - 1] == 2 * value + 3);
         eg_tape_free(tape);
@@ -333,6 +333,35 @@ static void test_concurrent_user_threads(void **state) {
 
 /* ---- settings --------------------------------------------------------------------------- */
 
+/* The first half-precision conversions of the process happen on several threads at once (the
+ * conversions detect the CPU's F16C support lazily). */
+typedef struct convert_job {
+    float values[64];
+    uint16_t halves[64];
+    float back[64];
+} convert_job;
+
+static void *convert_main(void *arg) {
+    convert_job *job = arg;
+    eg_f32_to_f16(job->values, job->halves, 64);
+    eg_f16_to_f32(job->halves, job->back, 64);
+    return NULL;
+}
+
+static void test_first_conversions_concurrent(void **state) {
+    (void)state;
+    pthread_t ids[N_USER_THREADS];
+    static convert_job jobs[N_USER_THREADS];
+    for (int t = 0; t < N_USER_THREADS; t++) {
+        for (int i = 0; i < 64; i++) jobs[t].values[i] = (float)(t * 64 + i) * 0.5f;
+        assert_int_equal(pthread_create(&ids[t], NULL, convert_main, &jobs[t]), 0);
+    }
+    for (int t = 0; t < N_USER_THREADS; t++) {
+        assert_int_equal(pthread_join(ids[t], NULL), 0);
+        for (int i = 0; i < 64; i++) assert_true(jobs[t].back[i] == jobs[t].values[i]);
+    }
+}
+
 /* main() sets EG_NUM_THREADS=3 before the first library call: that is the default then. */
 static void test_environment_default(void **state) {
     (void)state;
@@ -366,6 +395,7 @@ int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_matmul*" */
     setenv("EG_NUM_THREADS", "3", 1); /* read once, at the first use of the thread count */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_first_conversions_concurrent),
         cmocka_unit_test_setup_teardown(test_environment_default, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_elementwise_invariant, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_reductions_invariant, case_setup, case_teardown),

@@ -15,19 +15,25 @@ _GOLDEN = 0x9E3779B97F4A7C15
 
 
 def load_idx(path):
-    """A gzip (or plain) IDX file as a numpy array of its element type, in its shape."""
+    """A gzip (or plain) IDX file of unsigned bytes as a numpy uint8 array in its shape, read
+    straight into the array (no second copy of the data set in memory)."""
     with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    if len(raw) < 4 or raw[0] or raw[1] or raw[2] != 0x08:
-        raise ValueError(f"{path}: not an unsigned-byte IDX file")
-    ndim = raw[3]
-    dims = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: {data.size} bytes of data for shape {dims}")
-    return data.reshape(dims)
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open if gz else open)(path, "rb") as f:
+        head = f.read(4)
+        if len(head) < 4 or head[0] or head[1] or head[2] != 0x08:
+            raise ValueError(f"{path}: not an unsigned-byte IDX file")
+        dims = tuple(int.from_bytes(f.read(4), "big") for _ in range(head[3]))
+        data = np.empty(dims, dtype=np.uint8)
+        view, got = memoryview(data.reshape(-1)), 0
+        while got < data.size:
+            n = f.readinto(view[got:])
+            if not n:
+                raise ValueError(f"{path}: {got} bytes of data for shape {dims}")
+            got += n
+        if f.read(1):
+            raise ValueError(f"{path}: more data than shape {dims} holds")
+    return data
 
 
 def load(train, limit=0, directory=DATA_DIR):
@@ -38,8 +44,7 @@ def load(train, limit=0, directory=DATA_DIR):
     labels = load_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte.gz"))
     if limit > 0:
         images, labels = images[:limit], labels[:limit]
-    return (np.ascontiguousarray(images.reshape(len(images), 784)),
-            labels.astype(np.int64))
+    return np.ascontiguousarray(images.reshape(len(images), 784)), labels.astype(np.int64)
 
 
 def shuffle(n, seed, epoch):

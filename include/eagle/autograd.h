@@ -69,6 +69,9 @@ eg_status eg_assign_add(eg_tensor *variable, const eg_tensor *value);
 eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_tape_begin(...) EG_CALLSITE_(eg_tape_begin(__VA_ARGS__))
+#define eg_tape_end(...) EG_CALLSITE_(eg_tape_end(__VA_ARGS__))
+#define eg_tape_watch(...) EG_CALLSITE_(eg_tape_watch(__VA_ARGS__))
 #define eg_tape_gradient(...) EG_CALLSITE_(eg_tape_gradient(__VA_ARGS__))
 #define eg_tape_gradient_ex(...) EG_CALLSITE_(eg_tape_gradient_ex(__VA_ARGS__))
 #define eg_variable(...) EG_CALLSITE_(eg_variable(__VA_ARGS__))

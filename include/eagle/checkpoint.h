@@ -43,9 +43,10 @@ extern "C" {
  *   - Every eagle dtype is stored: F32 F64 F16 BF16 I32 I64 U8 BOOL. Tensors may be views (non-
  *     contiguous, e.g. transposed) and may live on any device: their elements are written in
  *     row-major order of their shape. 0-d tensors have shape [], empty ones 0 data bytes.
- *   - The data is laid out as the reference writer lays it out: sorted by element size, largest
- *     first, then by name (byte order), which keeps every tensor aligned to its element size. The
- *     JSON header is padded with spaces to a multiple of 8 bytes, so the buffer starts 8-aligned.
+ *   - Data order: by element size, largest first, then by name (byte order). Like the reference
+ *     writer's order (by dtype, then name) this keeps every tensor aligned to its element size
+ *     (any order is valid for readers as long as the offsets tile the buffer). The JSON header is
+ *     padded with spaces to a multiple of 8 bytes, so the buffer starts 8-aligned.
  *     eg_safetensors_name() lists tensors in this order when the file is read back.
  *   - metadata_keys[i] / metadata_values[i] go into "__metadata__" (unique keys, valid UTF-8,
  *     no NUL). "format": "eagle" and "eagle_version": eg_version() are added unless the caller
@@ -59,8 +60,7 @@ extern "C" {
  *   EG_ERR_OUT_OF_MEMORY, or the error of reading a tensor's data from its device. */
 eg_status eg_safetensors_save(const char *path, int n, const char *const *names,
                               const eg_tensor *const *tensors, int n_metadata,
-                              const char *const *metadata_keys,
-                              const char *const *metadata_values);
+                              const char *const *metadata_keys, const char *const *metadata_values);
 
 /* An open, validated safetensors file. Opaque; free with eg_safetensors_close(). */
 typedef struct eg_safetensors eg_safetensors;
@@ -150,24 +150,23 @@ const char *eg_safetensors_metadata_key(const eg_safetensors *st, int i);
  * that overflows, data shorter or longer than the header announces); memory runs out. */
 eg_tensor *eg_npy_read(const char *path);
 
-/* Writes t to path as .npy format version 1.0 (2.0 only if the header needed more than 65535
- * bytes, which no eagle shape does), little-endian, C order, header padded to a multiple of 64
- * bytes as numpy does; atomically (see the top of this file). Views are written in row-major
- * order of their shape; tensors on other devices are copied to the host first.
- * EG_ERR_NULL_ARGUMENT (path or t NULL), EG_ERR_UNSUPPORTED for BF16 (numpy has no bfloat16;
- * convert to F32 first), EG_ERR_IO (as eg_safetensors_save), EG_ERR_OUT_OF_MEMORY. */
+/* Writes t to path as .npy format version 1.0, little-endian, C order, with exactly the bytes
+ * numpy.save writes for the same array (header padded to a multiple of 64 bytes); atomically
+ * (see the top of this file). Views are written in row-major order of their shape; tensors on
+ * other devices are copied to the host first. Errors: EG_ERR_NULL_ARGUMENT (path or t NULL),
+ * EG_ERR_UNSUPPORTED for BF16 (numpy has no bfloat16; convert to F32 first), EG_ERR_IO (as
+ * eg_safetensors_save), EG_ERR_OUT_OF_MEMORY. */
 eg_status eg_npy_write(const char *path, const eg_tensor *t);
 
 #if !defined(EG_NO_CALLSITE)
-#define eg_safetensors_save(...)     EG_CALLSITE_(eg_safetensors_save(__VA_ARGS__))
-#define eg_safetensors_open(...)     EG_CALLSITE_(eg_safetensors_open(__VA_ARGS__))
-#define eg_safetensors_info(...)     EG_CALLSITE_(eg_safetensors_info(__VA_ARGS__))
-#define eg_safetensors_get(...)      EG_CALLSITE_(eg_safetensors_get(__VA_ARGS__))
-#define eg_safetensors_name(...)     EG_CALLSITE_(eg_safetensors_name(__VA_ARGS__))
-#define eg_safetensors_metadata_key(...)                                                           \
-    EG_CALLSITE_(eg_safetensors_metadata_key(__VA_ARGS__))
-#define eg_npy_read(...)             EG_CALLSITE_(eg_npy_read(__VA_ARGS__))
-#define eg_npy_write(...)            EG_CALLSITE_(eg_npy_write(__VA_ARGS__))
+#define eg_safetensors_save(...)         EG_CALLSITE_(eg_safetensors_save(__VA_ARGS__))
+#define eg_safetensors_open(...)         EG_CALLSITE_(eg_safetensors_open(__VA_ARGS__))
+#define eg_safetensors_info(...)         EG_CALLSITE_(eg_safetensors_info(__VA_ARGS__))
+#define eg_safetensors_get(...)          EG_CALLSITE_(eg_safetensors_get(__VA_ARGS__))
+#define eg_safetensors_name(...)         EG_CALLSITE_(eg_safetensors_name(__VA_ARGS__))
+#define eg_safetensors_metadata_key(...) EG_CALLSITE_(eg_safetensors_metadata_key(__VA_ARGS__))
+#define eg_npy_read(...)                 EG_CALLSITE_(eg_npy_read(__VA_ARGS__))
+#define eg_npy_write(...)                EG_CALLSITE_(eg_npy_write(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 
+#include "eagle/status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,6 +24,10 @@ const eg_device *eg_device_get(const char *name);
 /* Printable name ("cpu"); static storage. */
 const char *eg_device_name(const eg_device *device);
 eg_device_type eg_device_kind(const eg_device *device);
+
+#if !defined(EG_NO_CALLSITE)
+#define eg_device_get(...) EG_CALLSITE_(eg_device_get(__VA_ARGS__))
+#endif
 
 #ifdef __cplusplus
 }

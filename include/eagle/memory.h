@@ -50,6 +50,14 @@ const char *eg_memory_allocator_name(const eg_device *device);
 /* Writes a human-readable multi-line report of the stats. */
 eg_status eg_memory_format_stats(const eg_device *device, char *buf, size_t buf_size);
 
+#if !defined(EG_NO_CALLSITE)
+#define eg_memory_stats_get(...) EG_CALLSITE_(eg_memory_stats_get(__VA_ARGS__))
+#define eg_memory_reserve(...) EG_CALLSITE_(eg_memory_reserve(__VA_ARGS__))
+#define eg_memory_trim(...) EG_CALLSITE_(eg_memory_trim(__VA_ARGS__))
+#define eg_memory_set_limit(...) EG_CALLSITE_(eg_memory_set_limit(__VA_ARGS__))
+#define eg_memory_format_stats(...) EG_CALLSITE_(eg_memory_format_stats(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,7 +106,7 @@ eg_tensor *eg_broadcast_to(const eg_tensor *t, int n_dims, const int64_t *shape)
 eg_tensor *eg_squeeze(const eg_tensor *t, int axis);
 /* Inserts a size-1 axis at position axis (0..n_dims). */
 eg_tensor *eg_unsqueeze(const eg_tensor *t, int axis);
-/* Row-major copy when t is not contiguous; otherwise a new reference to t itself. */
+/* Row-major copy when t is not contiguous; otherwise a new view of t (same storage, no copy). */
 eg_tensor *eg_contiguous(const eg_tensor *t);
 /* Always a new contiguous copy with its own storage. */
 eg_tensor *eg_copy(const eg_tensor *t);

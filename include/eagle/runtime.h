@@ -33,6 +33,10 @@ int eg_get_num_threads(void);
  * memory is freed when they are released). Optional; useful before leak checkers run. */
 void eg_shutdown(void);
 
+#if !defined(EG_NO_CALLSITE)
+#define eg_set_num_threads(...) EG_CALLSITE_(eg_set_num_threads(__VA_ARGS__))
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,6 +51,13 @@ void eg_clear_error(void);
  * macros call it so that errors name the user's line. Not normally called directly. */
 void eg_callsite_set(const char *file, int line);
 
+#if !defined(EG_NO_CALLSITE)
+/* Wraps a public call so that an error it raises names the caller's file:line. Every public
+ * function that can fail is wrapped: an unwrapped one would report the line of the previous
+ * wrapped call instead. */
+#define EG_CALLSITE_(call) (eg_callsite_set(__FILE__, __LINE__), call)
+#endif
+
 #ifdef __cplusplus
 }
 #endif

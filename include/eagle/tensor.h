@@ -147,7 +147,6 @@ void eg_debug_track_tensors(bool on);
 size_t eg_debug_live_tensors(FILE *out);
 
 #if !defined(EG_NO_CALLSITE)
-#define EG_CALLSITE_(call) (eg_callsite_set(__FILE__, __LINE__), call)
 #define eg_tensor_from_data(...) EG_CALLSITE_(eg_tensor_from_data(__VA_ARGS__))
 #define eg_empty(...) EG_CALLSITE_(eg_empty(__VA_ARGS__))
 #define eg_zeros(...) EG_CALLSITE_(eg_zeros(__VA_ARGS__))
@@ -162,6 +161,13 @@ size_t eg_debug_live_tensors(FILE *out);
 #define eg_random_normal(...) EG_CALLSITE_(eg_random_normal(__VA_ARGS__))
 #define eg_tensor_data(...) EG_CALLSITE_(eg_tensor_data(__VA_ARGS__))
 #define eg_item(...) EG_CALLSITE_(eg_item(__VA_ARGS__))
+#define eg_generator_new(...) EG_CALLSITE_(eg_generator_new(__VA_ARGS__))
+#define eg_tensor_dim(...) EG_CALLSITE_(eg_tensor_dim(__VA_ARGS__))
+#define eg_tensor_copy_to_host(...) EG_CALLSITE_(eg_tensor_copy_to_host(__VA_ARGS__))
+#define eg_tensor_get(...) EG_CALLSITE_(eg_tensor_get(__VA_ARGS__))
+#define eg_tensor_print(...) EG_CALLSITE_(eg_tensor_print(__VA_ARGS__))
+#define eg_tensor_to_string(...) EG_CALLSITE_(eg_tensor_to_string(__VA_ARGS__))
+#define eg_scope_end(...) EG_CALLSITE_(eg_scope_end(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -303,6 +303,10 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
     tape->used = true;
     tape->paused = true;
     eg__scope_suspend();
+    /* Backward rules report failure through the error state: an error pending from earlier
+     * (unrelated, not yet cleared) must not read as theirs. */
+    eg__saved_error earlier;
+    eg__error_set_aside(&earlier);
     eg_status status = backpropagate(tape, target, output_gradient, n_sources, sources, grads,
                                      unconnected);
     /* A scope slot owns one reference of one tensor object, so every gradient handed out must be
@@ -323,6 +327,7 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
             }
         }
     }
+    eg__error_restore(&earlier);
     eg__scope_resume();
     tape->paused = false;
     for (int i = 0; i < n_sources; i++)

@@ -97,9 +97,9 @@ static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind
             eg__unref(result);
             result = copy;
         }
+    } else {
+        result = kind == ASSIGN_ADD ? eg_add(variable, value) : eg_sub(variable, value);
     }
-    else if (kind == ASSIGN_ADD) result = eg_add(variable, value);
-    else result = eg_sub(variable, value);
     eg_status status = eg_last_status();
     if (result) {
         if (result->n_dims != variable->n_dims ||

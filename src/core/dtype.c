@@ -100,16 +100,20 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
 }
 
 static bool cpu_has_f16c(void) {
-    static int cached = -1;
-    if (cached < 0) {
+    /* Atomic: the first conversions may run on several threads at once (each computes the
+     * same answer, so relaxed order is enough). */
+    static atomic_int cached = -1;
+    int has = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (has < 0) {
         /* F16C is read from CPUID directly: clang 14 does not know __builtin_cpu_supports("f16c").
          * The "avx" test also covers the OS saving the YMM registers. */
         unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
         __builtin_cpu_init();
-        cached = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) &&
-                 __builtin_cpu_supports("avx");
+        has = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) &&
+              __builtin_cpu_supports("avx");
+        atomic_store_explicit(&cached, has, memory_order_relaxed);
     }
-    return cached;
+    return has;
 }
 #endif
 

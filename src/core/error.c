@@ -4,8 +4,6 @@
 
 #include "core/error.h"
 
-#define EG_ERROR_MESSAGE_SIZE 1024
-
 typedef struct error_state {
     eg_status status;
     char message[EG_ERROR_MESSAGE_SIZE];
@@ -33,6 +31,18 @@ bool eg__error_pending(void) { return thread_error.status != EG_OK; }
 void eg_clear_error(void) {
     thread_error.status = EG_OK;
     thread_error.message[0] = '\0';
+}
+
+void eg__error_set_aside(eg__saved_error *saved) {
+    saved->status = thread_error.status;
+    memcpy(saved->message, thread_error.message, sizeof saved->message);
+    eg_clear_error();
+}
+
+void eg__error_restore(const eg__saved_error *saved) {
+    if (saved->status == EG_OK) return;
+    thread_error.status = saved->status;
+    memcpy(thread_error.message, saved->message, sizeof thread_error.message);
 }
 
 void eg_callsite_set(const char *file, int line) {

@@ -45,7 +45,10 @@ static void print_axis(text_buffer *buffer, const eg_tensor *t, const char *base
                        int64_t offset, int indent, bool summarize) {
     if (axis == t->n_dims) {
         char value[64];
-        format_value(value, sizeof value, eg__load_as_double(base, t->dtype, offset), t->dtype);
+        if (t->dtype == EG_DTYPE_I64) /* exactly: a double holds only 53 bits */
+            snprintf(value, sizeof value, "%lld", (long long)((const int64_t *)base)[offset]);
+        else
+            format_value(value, sizeof value, eg__load_as_double(base, t->dtype, offset), t->dtype);
         append(buffer, value);
         return;
     }

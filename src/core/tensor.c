@@ -62,15 +62,27 @@ bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
     return false;
 }
 
+/* A fresh tensor and its storage share one malloc block: one host allocation per op result.
+ * (calloc is avoided on purpose: glibc serves it outside the per-thread cache.) */
+typedef struct tensor_block {
+    eg_tensor tensor;
+    eg__storage storage;
+} tensor_block;
+
+static void tensor_init(eg_tensor *t) {
+    *t = (eg_tensor){0};
+    atomic_init(&t->refcount, 1);
+    t->id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
+    eg__callsite_get(&t->created_file, &t->created_line);
+}
+
 static eg_tensor *tensor_struct_new(void) {
-    eg_tensor *t = calloc(1, sizeof *t);
+    eg_tensor *t = malloc(sizeof *t);
     if (!t) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a tensor header");
         return NULL;
     }
-    atomic_init(&t->refcount, 1);
-    t->id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
-    eg__callsite_get(&t->created_file, &t->created_line);
+    tensor_init(t);
     return t;
 }
 
@@ -93,26 +105,24 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
     }
     if (!device) device = eg__cpu_device();
     size_t n_bytes = (size_t)n_elems * eg_dtype_size(dtype);
-    eg__storage *storage = malloc(sizeof *storage);
-    if (!storage) {
-        eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a storage header");
+    tensor_block *block = malloc(sizeof *block);
+    if (!block) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a tensor header");
         return NULL;
     }
+    eg__storage *storage = &block->storage;
     storage->data = eg__allocator_alloc(device->get_allocator(device), n_bytes,
                                         &storage->allocation);
     if (!storage->data) {
-        free(storage);
+        free(block);
         return NULL;
     }
     atomic_init(&storage->refcount, 1);
     storage->n_bytes = n_bytes;
     storage->device = device;
-    eg_tensor *t = tensor_struct_new();
-    if (!t) {
-        eg__allocator_free(device->get_allocator(device), storage->allocation);
-        free(storage);
-        return NULL;
-    }
+    storage->container = block;
+    eg_tensor *t = &block->tensor;
+    tensor_init(t);
     t->dtype = dtype;
     t->n_dims = n_dims;
     if (n_dims) memcpy(t->shape, shape, (size_t)n_dims * sizeof *shape);
@@ -151,7 +161,7 @@ static void storage_unref(eg__storage *storage) {
     if (atomic_fetch_sub_explicit(&storage->refcount, 1, memory_order_acq_rel) != 1) return;
     if (storage->allocation)
         eg__allocator_free(storage->device->get_allocator(storage->device), storage->allocation);
-    free(storage);
+    free(storage->container ? storage->container : storage);
 }
 
 void eg__ref(const eg_tensor *t) {
@@ -164,9 +174,12 @@ void eg__unref(const eg_tensor *ct) {
     if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
     if (t->scope) eg__scope_forget(t);
     eg__debug_untrack(t);
-    if (t->storage) storage_unref(t->storage);
     if (t->variable) eg__variable_info_free(t->variable);
-    free(t);
+    /* A tensor allocated with its storage lives in the storage's block: the block goes when
+     * the last view of the storage does. */
+    bool in_storage_block = t->storage && t->storage->container == (void *)t;
+    if (t->storage) storage_unref(t->storage);
+    if (!in_storage_block) free(t);
 }
 
 eg_tensor *eg_retain(eg_tensor *t) {

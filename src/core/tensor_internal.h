@@ -16,6 +16,8 @@ typedef struct eg__storage {
     size_t n_bytes;
     const eg_device *device;
     void *allocation; /* the allocator's handle; NULL for memory owned elsewhere */
+    void *container;  /* the block holding this struct when it was allocated together with its
+                         first tensor (freed when the last reference goes); NULL: alone */
 } eg__storage;
 
 struct eg__scope;

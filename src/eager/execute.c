@@ -25,8 +25,8 @@ eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
     const eg_device *device = inputs[0]->device;
     for (int i = 1; i < n_inputs; i++) {
         if (inputs[i]->device != device) {
-            eg__op_error(op, EG_ERR_DEVICE, "inputs on different devices: %s and %s",
-                         device->name, inputs[i]->device->name);
+            eg__op_error(op, EG_ERR_DEVICE, "inputs on different devices: %s and %s", device->name,
+                         inputs[i]->device->name);
             return NULL;
         }
     }

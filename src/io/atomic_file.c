@@ -44,8 +44,8 @@ eg_status eg__atomic_open(eg__atomic_file *file, const char *path) {
     int fd = open(file->temp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
         int saved = errno;
-        eg_status status = eg__error(EG_ERR_IO, "%s: cannot create the temporary file %s: %s",
-                                     path, file->temp_path, strerror(saved));
+        eg_status status = eg__error(EG_ERR_IO, "%s: cannot create the temporary file %s: %s", path,
+                                     file->temp_path, strerror(saved));
         release(file);
         return status;
     }
@@ -106,8 +106,10 @@ eg_status eg__atomic_commit(eg__atomic_file *file) {
     const char *step = NULL;
     int saved = 0;
     if (status == EG_OK) {
-        if (fflush(file->stream) != 0) step = "write";
-        else if (fsync(fileno(file->stream)) != 0) step = "fsync";
+        if (fflush(file->stream) != 0)
+            step = "write";
+        else if (fsync(fileno(file->stream)) != 0)
+            step = "fsync";
         saved = errno;
     }
     FILE *stream = file->stream;
@@ -123,8 +125,9 @@ eg_status eg__atomic_commit(eg__atomic_file *file) {
     if (status != EG_OK || step) {
         unlink(file->temp_path);
         if (status == EG_OK)
-            status = eg__error(EG_ERR_IO, "%s: %s failed: %s (the previous file, if any, is intact)",
-                               file->path, step, strerror(saved));
+            status =
+                eg__error(EG_ERR_IO, "%s: %s failed: %s (the previous file, if any, is intact)",
+                          file->path, step, strerror(saved));
         release(file);
         return status;
     }

@@ -137,10 +137,14 @@ static bool read_hex4(parser *p, uint32_t *value) {
     for (int i = 0; i < 4; i++) {
         char c = p->text[p->pos + (size_t)i];
         uint32_t digit;
-        if (c >= '0' && c <= '9') digit = (uint32_t)(c - '0');
-        else if (c >= 'a' && c <= 'f') digit = (uint32_t)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') digit = (uint32_t)(c - 'A' + 10);
-        else return fail(p, "invalid hex digit in \\u escape");
+        if (c >= '0' && c <= '9')
+            digit = (uint32_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            digit = (uint32_t)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            digit = (uint32_t)(c - 'A' + 10);
+        else
+            return fail(p, "invalid hex digit in \\u escape");
         v = v << 4 | digit;
     }
     p->pos += 4;
@@ -223,7 +227,9 @@ static bool parse_string(parser *p, char **out, size_t *out_length) {
     return false;
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 static bool parse_number(parser *p, eg__json *out) {
     size_t start = p->pos;
@@ -328,15 +334,15 @@ static bool parse_container(parser *p, eg__json *out, int depth) {
         }
         if (!ok) return false;
         skip_whitespace(p);
-        if (p->pos >= p->length)
-            return fail(p, "unterminated %s", is_object ? "object" : "array");
+        if (p->pos >= p->length) return fail(p, "unterminated %s", is_object ? "object" : "array");
         char c = p->text[p->pos];
         if (c == close) {
             p->pos++;
             return true;
         }
         if (c != ',')
-            return fail(p, "expected ',' or '%c' in %s", close, is_object ? "an object" : "an array");
+            return fail(p, "expected ',' or '%c' in %s", close,
+                        is_object ? "an object" : "an array");
         p->pos++;
     }
 }

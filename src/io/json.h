@@ -2,8 +2,8 @@
  * hostile: the text must be valid UTF-8, strings may not hold lone surrogates, nesting is bounded,
  * numbers are kept as their text so that integers beyond 2^53 are not rounded, and nothing outside
  * [text, text + length) is ever read. Duplicate object keys are NOT rejected here (finding them
- * needs a sort, which callers that look keys up do anyway). Errors are returned as text, not raised,
- * so that the caller can prefix the file's name. */
+ * needs a sort, which callers that look keys up do anyway). Errors are returned as text, not
+ * raised, so that the caller can prefix the file's name. */
 #ifndef EAGLE_SRC_IO_JSON_H
 #define EAGLE_SRC_IO_JSON_H
 

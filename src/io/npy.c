@@ -40,8 +40,8 @@ typedef struct npy_dtype {
 } npy_dtype;
 
 static const npy_dtype npy_dtypes[] = {
-    {"f4", EG_DTYPE_F32, 4}, {"f8", EG_DTYPE_F64, 8}, {"f2", EG_DTYPE_F16, 2},
-    {"i4", EG_DTYPE_I32, 4}, {"i8", EG_DTYPE_I64, 8}, {"u1", EG_DTYPE_U8, 1},
+    {"f4", EG_DTYPE_F32, 4},  {"f8", EG_DTYPE_F64, 8}, {"f2", EG_DTYPE_F16, 2},
+    {"i4", EG_DTYPE_I32, 4},  {"i8", EG_DTYPE_I64, 8}, {"u1", EG_DTYPE_U8, 1},
     {"b1", EG_DTYPE_BOOL, 1},
 };
 
@@ -53,9 +53,8 @@ typedef struct header_parser {
     const char *file;
 } header_parser;
 
-__attribute__((format(printf, 3, 4))) static eg_status header_error(header_parser *p,
-                                                                    eg_status status,
-                                                                    const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static eg_status
+header_error(header_parser *p, eg_status status, const char *fmt, ...) {
     char message[384];
     va_list args;
     va_start(args, fmt);
@@ -75,7 +74,9 @@ static char peek(header_parser *p) {
     return p->pos < p->length ? p->text[p->pos] : '\0';
 }
 
-static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 /* A quoted string without escapes; its content (up to 31 bytes) into out. */
 static eg_status parse_string(header_parser *p, char *out, size_t out_size) {
@@ -118,8 +119,10 @@ static eg_status parse_descr(header_parser *p, eg__npy_header *h) {
     if (status != EG_OK) return status;
     char order = descr[0];
     const char *code = descr;
-    if (order == '<' || order == '>' || order == '|' || order == '=') code++;
-    else order = '=';
+    if (order == '<' || order == '>' || order == '|' || order == '=')
+        code++;
+    else
+        order = '=';
     const npy_dtype *found = NULL;
     for (size_t i = 0; i < sizeof npy_dtypes / sizeof npy_dtypes[0]; i++)
         if (strcmp(code, npy_dtypes[i].code) == 0) found = &npy_dtypes[i];
@@ -130,10 +133,11 @@ static eg_status parse_descr(header_parser *p, eg__npy_header *h) {
     }
     if (order == '|' && found->size > 1) {
         p->pos = at;
-        return header_error(p, EG_ERR_FORMAT,
-                            "dtype '%s': byte order '|' (not applicable) is only valid for one-byte "
-                            "types; expected '<' or '>'",
-                            descr);
+        return header_error(
+            p, EG_ERR_FORMAT,
+            "dtype '%s': byte order '|' (not applicable) is only valid for one-byte "
+            "types; expected '<' or '>'",
+            descr);
     }
     h->dtype = found->dtype;
     h->elem_size = found->size;
@@ -164,8 +168,7 @@ static eg_status parse_bool(header_parser *p, bool *out) {
 /* A decimal int as Python writes it (no sign, no leading zeros); at most INT64_MAX. */
 static eg_status parse_int(header_parser *p, int64_t *out) {
     char c = peek(p);
-    if (c == '-')
-        return header_error(p, EG_ERR_FORMAT, "negative dimension in 'shape'");
+    if (c == '-') return header_error(p, EG_ERR_FORMAT, "negative dimension in 'shape'");
     if (!is_digit(c))
         return header_error(p, EG_ERR_FORMAT, "'shape' must hold non-negative integers");
     size_t start = p->pos;
@@ -194,7 +197,9 @@ static eg_status parse_shape(header_parser *p, eg__npy_header *h) {
     if (c != '(')
         return header_error(p, EG_ERR_FORMAT,
                             "'shape' must be a tuple of integers such as (2, 3), (3,) or ()%s",
-                            c == '[' ? ", not a list" : is_digit(c) ? ", not an int" : "");
+                            c == '['      ? ", not a list"
+                            : is_digit(c) ? ", not an int"
+                                          : "");
     p->pos++;
     int n = 0;
     bool comma_after_last = false;
@@ -208,8 +213,10 @@ static eg_status parse_shape(header_parser *p, eg__npy_header *h) {
         n++;
         c = peek(p);
         comma_after_last = c == ',';
-        if (c == ',') p->pos++;
-        else if (c != ')') return header_error(p, EG_ERR_FORMAT, "expected ',' or ')' in 'shape'");
+        if (c == ',')
+            p->pos++;
+        else if (c != ')')
+            return header_error(p, EG_ERR_FORMAT, "expected ',' or ')' in 'shape'");
     }
     p->pos++;
     if (n == 1 && !comma_after_last)
@@ -295,17 +302,21 @@ eg_status eg__npy_parse_header(const uint8_t *bytes, size_t n_bytes, const char 
         seen[which] = true;
         if (peek(&p) != ':') return header_error(&p, EG_ERR_FORMAT, "expected ':' after a key");
         p.pos++;
-        if (which == 0) status = parse_descr(&p, &h);
-        else if (which == 1) status = parse_bool(&p, &h.fortran_order);
-        else status = parse_shape(&p, &h);
+        if (which == 0)
+            status = parse_descr(&p, &h);
+        else if (which == 1)
+            status = parse_bool(&p, &h.fortran_order);
+        else
+            status = parse_shape(&p, &h);
         if (status != EG_OK) return status;
         char c = peek(&p);
-        if (c == ',') p.pos++;
-        else if (c != '}') return header_error(&p, EG_ERR_FORMAT, "expected ',' or '}' in the dict");
+        if (c == ',')
+            p.pos++;
+        else if (c != '}')
+            return header_error(&p, EG_ERR_FORMAT, "expected ',' or '}' in the dict");
     }
     p.pos++;
-    if (peek(&p) != '\0')
-        return header_error(&p, EG_ERR_FORMAT, "unexpected text after the dict");
+    if (peek(&p) != '\0') return header_error(&p, EG_ERR_FORMAT, "unexpected text after the dict");
     for (int i = 0; i < 3; i++)
         if (!seen[i]) return header_error(&p, EG_ERR_FORMAT, "missing key '%s'", keys[i]);
 
@@ -434,16 +445,18 @@ static eg_status read_npy(const char *path, int fd, eg_tensor **out) {
     if (!t) return eg_last_status();
     if (h.data_bytes > 0) {
         void *dst = eg_tensor_data(t);
-        if (!dst) status = eg_last_status();
+        if (!dst)
+            status = eg_last_status();
         else if (!eg__npy_needs_conversion(&h))
             status = read_exactly(fd, path, dst, h.data_bytes, h.header_bytes);
         else {
             uint8_t *raw = malloc(h.data_bytes);
             if (!raw)
-                status = eg__error(EG_ERR_OUT_OF_MEMORY,
-                                   "%s: out of host memory: %zu bytes requested", path,
-                                   h.data_bytes);
-            else status = read_exactly(fd, path, raw, h.data_bytes, h.header_bytes);
+                status =
+                    eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory: %zu bytes requested",
+                              path, h.data_bytes);
+            else
+                status = read_exactly(fd, path, raw, h.data_bytes, h.header_bytes);
             if (status == EG_OK) eg__npy_convert(&h, raw, dst);
             free(raw);
         }
@@ -479,13 +492,27 @@ eg_status eg_npy_write(const char *path, const eg_tensor *t) {
     if (!t) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: npy_write: tensor is NULL", path);
     const char *descr = NULL;
     switch (eg_tensor_dtype(t)) {
-    case EG_DTYPE_F32: descr = "<f4"; break;
-    case EG_DTYPE_F64: descr = "<f8"; break;
-    case EG_DTYPE_F16: descr = "<f2"; break;
-    case EG_DTYPE_I32: descr = "<i4"; break;
-    case EG_DTYPE_I64: descr = "<i8"; break;
-    case EG_DTYPE_U8: descr = "|u1"; break;
-    case EG_DTYPE_BOOL: descr = "|b1"; break;
+    case EG_DTYPE_F32:
+        descr = "<f4";
+        break;
+    case EG_DTYPE_F64:
+        descr = "<f8";
+        break;
+    case EG_DTYPE_F16:
+        descr = "<f2";
+        break;
+    case EG_DTYPE_I32:
+        descr = "<i4";
+        break;
+    case EG_DTYPE_I64:
+        descr = "<i8";
+        break;
+    case EG_DTYPE_U8:
+        descr = "|u1";
+        break;
+    case EG_DTYPE_BOOL:
+        descr = "|b1";
+        break;
     case EG_DTYPE_BF16:
         return eg__error(EG_ERR_UNSUPPORTED,
                          "%s: npy_write: .npy has no bfloat16 type; convert the tensor to f32 "
@@ -504,15 +531,15 @@ eg_status eg_npy_write(const char *path, const eg_tensor *t) {
     for (int i = 0; i < n_dims; i++)
         used += (size_t)snprintf(header + used, sizeof header - used, i ? ", %lld" : "%lld",
                                  (long long)shape[i]);
-    used += (size_t)snprintf(header + used, sizeof header - used, "%s}",
-                             n_dims == 1 ? ",), " : "), ");
+    used +=
+        (size_t)snprintf(header + used, sizeof header - used, "%s}", n_dims == 1 ? ",), " : "), ");
     size_t padding = 64 - (10 + used + 1) % 64;
     memset(header + used, ' ', padding);
     used += padding;
     header[used++] = '\n';
 
-    uint8_t prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(used & 0xff),
-                          (uint8_t)(used >> 8)};
+    uint8_t prefix[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)(used & 0xff), (uint8_t)(used >> 8)};
     eg__atomic_file file;
     eg_status status = eg__atomic_open(&file, path);
     if (status != EG_OK) return status;

@@ -36,11 +36,11 @@ typedef struct st_dtype {
 } st_dtype;
 
 static const st_dtype st_dtypes[] = {
-    {"F32", 32, EG_DTYPE_F32},     {"F64", 64, EG_DTYPE_F64},     {"F16", 16, EG_DTYPE_F16},
-    {"BF16", 16, EG_DTYPE_BF16},   {"I32", 32, EG_DTYPE_I32},     {"I64", 64, EG_DTYPE_I64},
-    {"U8", 8, EG_DTYPE_U8},        {"BOOL", 8, EG_DTYPE_BOOL},    {"I8", 8, EG_DTYPE_COUNT},
-    {"I16", 16, EG_DTYPE_COUNT},   {"U16", 16, EG_DTYPE_COUNT},   {"U32", 32, EG_DTYPE_COUNT},
-    {"U64", 64, EG_DTYPE_COUNT},   {"C64", 64, EG_DTYPE_COUNT},   {"F8_E5M2", 8, EG_DTYPE_COUNT},
+    {"F32", 32, EG_DTYPE_F32},      {"F64", 64, EG_DTYPE_F64},      {"F16", 16, EG_DTYPE_F16},
+    {"BF16", 16, EG_DTYPE_BF16},    {"I32", 32, EG_DTYPE_I32},      {"I64", 64, EG_DTYPE_I64},
+    {"U8", 8, EG_DTYPE_U8},         {"BOOL", 8, EG_DTYPE_BOOL},     {"I8", 8, EG_DTYPE_COUNT},
+    {"I16", 16, EG_DTYPE_COUNT},    {"U16", 16, EG_DTYPE_COUNT},    {"U32", 32, EG_DTYPE_COUNT},
+    {"U64", 64, EG_DTYPE_COUNT},    {"C64", 64, EG_DTYPE_COUNT},    {"F8_E5M2", 8, EG_DTYPE_COUNT},
     {"F8_E4M3", 8, EG_DTYPE_COUNT}, {"F8_E8M0", 8, EG_DTYPE_COUNT}, {"F6_E2M3", 6, EG_DTYPE_COUNT},
     {"F6_E3M2", 6, EG_DTYPE_COUNT}, {"F4", 4, EG_DTYPE_COUNT},
 };
@@ -77,8 +77,8 @@ struct eg_safetensors {
     uint64_t data_start;   /* file handles: file offset of the data buffer */
     uint64_t data_bytes;
     size_t n_entries;
-    st_entry *entries;     /* sorted by name */
-    st_entry **by_offset;  /* sorted by data_offsets */
+    st_entry *entries;    /* sorted by name */
+    st_entry **by_offset; /* sorted by data_offsets */
     size_t n_metadata;
     char **metadata_keys; /* sorted */
     char **metadata_values;
@@ -139,9 +139,8 @@ typedef struct parse_context {
     eg_safetensors *st;
 } parse_context;
 
-__attribute__((format(printf, 3, 4))) static eg_status format_error(parse_context *c,
-                                                                    const char *tensor,
-                                                                    const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static eg_status
+format_error(parse_context *c, const char *tensor, const char *fmt, ...) {
     char message[512];
     va_list args;
     va_start(args, fmt);
@@ -190,9 +189,10 @@ static eg_status parse_metadata(parse_context *c, const eg__json *value) {
         printable(value->keys[i], value->key_lengths[i], key, sizeof key);
         if (v->type != EG__JSON_STRING)
             return format_error(c, NULL,
-                                "__metadata__ must map strings to strings, but key '%s' has a "
+                                "__metadata__ must map strings to strings, but key '%s' has %s "
                                 "%s value",
-                                key, eg__json_type_name(v->type));
+                                key, v->type >= EG__JSON_ARRAY ? "an" : "a",
+                                eg__json_type_name(v->type));
         if (strlen(value->keys[i]) != value->key_lengths[i] || strlen(v->string) != v->length)
             return format_error(c, NULL, "__metadata__ key '%s': NUL characters are not supported",
                                 key);
@@ -237,8 +237,10 @@ static eg_status parse_shape(parse_context *c, st_entry *e, const eg__json *shap
         const eg__json *dim = &shape->items[i];
         if (!eg__json_as_u64(dim, &e->shape[i])) {
             char text[64] = "a ";
-            if (dim->type == EG__JSON_NUMBER) printable(dim->string, dim->length, text, sizeof text);
-            else strcat(text, eg__json_type_name(dim->type));
+            if (dim->type == EG__JSON_NUMBER)
+                printable(dim->string, dim->length, text, sizeof text);
+            else
+                strcat(text, eg__json_type_name(dim->type));
             bool big = dim->type == EG__JSON_NUMBER && !strpbrk(dim->string, "-.eE");
             return format_error(c, e->name,
                                 "shape entry %zu is %s; shape entries must be non-negative "
@@ -321,10 +323,11 @@ static eg_status parse_entry(parse_context *c, st_entry *e, const char *key, siz
     e->dtype = dtype_by_name(dtype->string, dtype->length);
     if (!e->dtype) {
         char text[64];
-        return format_error(c, e->name,
-                            "unknown dtype '%s' (known: F32 F64 F16 BF16 I32 I64 U8 BOOL I8 I16 U16 "
-                            "U32 U64 C64 F8_E5M2 F8_E4M3 F8_E8M0 F6_E2M3 F6_E3M2 F4)",
-                            printable(dtype->string, dtype->length, text, sizeof text));
+        return format_error(
+            c, e->name,
+            "unknown dtype '%s' (known: F32 F64 F16 BF16 I32 I64 U8 BOOL I8 I16 U16 "
+            "U32 U64 C64 F8_E5M2 F8_E4M3 F8_E8M0 F6_E2M3 F6_E3M2 F4)",
+            printable(dtype->string, dtype->length, text, sizeof text));
     }
     eg_status status = parse_shape(c, e, eg__json_get(info, "shape"));
     if (status != EG_OK) return status;
@@ -344,11 +347,11 @@ static eg_status parse_entry(parse_context *c, st_entry *e, const char *key, siz
                             (unsigned long long)e->begin, (unsigned long long)e->end);
     if (e->end - e->begin != n_bytes) {
         char shape[256];
-        return format_error(c, e->name, "data_offsets [%llu, %llu] hold %llu bytes but %s %s needs %llu",
-                            (unsigned long long)e->begin, (unsigned long long)e->end,
-                            (unsigned long long)(e->end - e->begin), e->dtype->name,
-                            shape_text(e->shape, e->n_dims, shape, sizeof shape),
-                            (unsigned long long)n_bytes);
+        return format_error(
+            c, e->name, "data_offsets [%llu, %llu] hold %llu bytes but %s %s needs %llu",
+            (unsigned long long)e->begin, (unsigned long long)e->end,
+            (unsigned long long)(e->end - e->begin), e->dtype->name,
+            shape_text(e->shape, e->n_dims, shape, sizeof shape), (unsigned long long)n_bytes);
     }
     return EG_OK;
 }
@@ -380,7 +383,8 @@ static eg_status parse_header(parse_context *c, const uint8_t *header, size_t he
         if (strcmp(root.keys[i], "__metadata__") == 0 && root.key_lengths[i] == 12) {
             if (have_metadata)
                 status = format_error(c, NULL, "duplicate key '__metadata__'");
-            else status = parse_metadata(c, &root.items[i]);
+            else
+                status = parse_metadata(c, &root.items[i]);
             have_metadata = true;
             continue;
         }
@@ -410,12 +414,11 @@ static eg_status parse_header(parse_context *c, const uint8_t *header, size_t he
                                 (unsigned long long)covered, (unsigned long long)e->begin);
         if (e->begin < covered) {
             char other[128];
-            return format_error(c, e->name,
-                                "data_offsets [%llu, %llu] overlap tensor '%s', which ends at %llu",
-                                (unsigned long long)e->begin, (unsigned long long)e->end,
-                                printable(previous->name, strlen(previous->name), other,
-                                          sizeof other),
-                                (unsigned long long)covered);
+            return format_error(
+                c, e->name, "data_offsets [%llu, %llu] overlap tensor '%s', which ends at %llu",
+                (unsigned long long)e->begin, (unsigned long long)e->end,
+                printable(previous->name, strlen(previous->name), other, sizeof other),
+                (unsigned long long)covered);
         }
         covered = e->end;
         previous = e;
@@ -484,8 +487,7 @@ eg_status eg__safetensors_open_memory(const uint8_t *bytes, size_t n_bytes,
     uint64_t header_length = 0;
     eg_status status = check_prefix(&c, bytes, n_bytes, &header_length);
     if (status == EG_OK)
-        status = parse_header(&c, bytes + 8, (size_t)header_length,
-                              n_bytes - 8 - header_length);
+        status = parse_header(&c, bytes + 8, (size_t)header_length, n_bytes - 8 - header_length);
     if (status != EG_OK) {
         eg_safetensors_close(st);
         return status;
@@ -583,8 +585,8 @@ int eg_safetensors_count(const eg_safetensors *st) {
 const char *eg_safetensors_name(const eg_safetensors *st, int i) {
     if (!check_handle(st, "safetensors_name")) return NULL;
     if (i < 0 || (size_t)i >= st->n_entries) {
-        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: tensor index %d out of range [0, %zu)", st->path,
-                  i, st->n_entries);
+        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: tensor index %d out of range [0, %zu)", st->path, i,
+                  st->n_entries);
         return NULL;
     }
     return st->by_offset[i]->name;
@@ -600,8 +602,7 @@ bool eg_safetensors_contains(const eg_safetensors *st, const char *name) {
 }
 
 /* The entry for name, checked for being readable into eagle; NULL with an error. */
-static const st_entry *find_readable(const eg_safetensors *st, const char *name,
-                                     const char *what) {
+static const st_entry *find_readable(const eg_safetensors *st, const char *name, const char *what) {
     if (!check_handle(st, what)) return NULL;
     if (!name) {
         eg__error(EG_ERR_NULL_ARGUMENT, "%s: name is NULL", what);
@@ -669,8 +670,10 @@ eg_tensor *eg_safetensors_get(const eg_safetensors *st, const char *name) {
     void *dst = eg_tensor_data(t);
     eg_status status = dst ? EG_OK : eg_last_status();
     if (status == EG_OK) {
-        if (st->fd < 0) memcpy(dst, st->memory + e->begin, n_bytes);
-        else status = read_exactly(st->fd, st->path, dst, n_bytes, st->data_start + e->begin);
+        if (st->fd < 0)
+            memcpy(dst, st->memory + e->begin, n_bytes);
+        else
+            status = read_exactly(st->fd, st->path, dst, n_bytes, st->data_start + e->begin);
     }
     if (status != EG_OK) {
         eg_release(t);
@@ -686,8 +689,8 @@ const char *eg_safetensors_metadata(const eg_safetensors *st, const char *key) {
         eg__error(EG_ERR_NULL_ARGUMENT, "safetensors_metadata: key is NULL");
         return NULL;
     }
-    char **found = bsearch(&key, st->metadata_keys, st->n_metadata, sizeof(char *),
-                           compare_strings);
+    char **found =
+        bsearch(&key, st->metadata_keys, st->n_metadata, sizeof(char *), compare_strings);
     return found ? st->metadata_values[found - st->metadata_keys] : NULL;
 }
 
@@ -698,8 +701,8 @@ int eg_safetensors_metadata_count(const eg_safetensors *st) {
 const char *eg_safetensors_metadata_key(const eg_safetensors *st, int i) {
     if (!check_handle(st, "safetensors_metadata_key")) return NULL;
     if (i < 0 || (size_t)i >= st->n_metadata) {
-        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: metadata index %d out of range [0, %zu)",
-                  st->path, i, st->n_metadata);
+        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: metadata index %d out of range [0, %zu)", st->path,
+                  i, st->n_metadata);
         return NULL;
     }
     return st->metadata_keys[i];
@@ -738,8 +741,10 @@ static void text_printf(text *t, const char *fmt, ...) {
     va_start(args, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, args);
     va_end(args);
-    if (n >= 0 && (size_t)n < sizeof buf) text_append(t, buf, (size_t)n);
-    else t->failed = true;
+    if (n >= 0 && (size_t)n < sizeof buf)
+        text_append(t, buf, (size_t)n);
+    else
+        t->failed = true;
 }
 
 static void text_json_string(text *t, const char *s) {
@@ -773,7 +778,7 @@ static int compare_save_names(const void *a, const void *b) {
     return strcmp(((const save_entry *)a)->name, ((const save_entry *)b)->name);
 }
 
-/* The reference writer's order: larger elements first (so each tensor stays aligned), then name. */
+/* Larger elements first (so each tensor stays aligned, as in the reference writer), then name. */
 static int compare_save_layout(const void *a, const void *b) {
     const save_entry *x = a, *y = b;
     if (x->dtype->bits != y->dtype->bits) return x->dtype->bits > y->dtype->bits ? -1 : 1;
@@ -805,16 +810,15 @@ static eg_status check_save_arguments(const char *path, int n, const char *const
                          keys ? "metadata_values" : "metadata_keys");
     for (int i = 0; i < n; i++) {
         if (!names[i])
-            return eg__error(EG_ERR_NULL_ARGUMENT, "%s: safetensors_save: names[%d] is NULL",
-                             path, i);
+            return eg__error(EG_ERR_NULL_ARGUMENT, "%s: safetensors_save: names[%d] is NULL", path,
+                             i);
         if (!tensors[i])
             return eg__error(EG_ERR_NULL_ARGUMENT, "%s: safetensors_save: tensor '%s' is NULL",
                              path, names[i]);
         if (!valid_utf8(names[i]) || strcmp(names[i], "__metadata__") == 0)
-            return eg__error(EG_ERR_INVALID_ARGUMENT,
-                             "%s: safetensors_save: names[%d] is %s", path, i,
-                             valid_utf8(names[i]) ? "the reserved name __metadata__"
-                                                  : "not valid UTF-8");
+            return eg__error(
+                EG_ERR_INVALID_ARGUMENT, "%s: safetensors_save: names[%d] is %s", path, i,
+                valid_utf8(names[i]) ? "the reserved name __metadata__" : "not valid UTF-8");
         if (!dtype_of(eg_tensor_dtype(tensors[i])))
             return eg__error(EG_ERR_INVALID_ARGUMENT,
                              "%s: safetensors_save: tensor '%s' has an invalid dtype", path,
@@ -835,8 +839,8 @@ eg_status eg_safetensors_save(const char *path, int n, const char *const *names,
                               const eg_tensor *const *tensors, int n_metadata,
                               const char *const *metadata_keys,
                               const char *const *metadata_values) {
-    eg_status status = check_save_arguments(path, n, names, tensors, n_metadata, metadata_keys,
-                                            metadata_values);
+    eg_status status =
+        check_save_arguments(path, n, names, tensors, n_metadata, metadata_keys, metadata_values);
     if (status != EG_OK) return status;
     save_entry *entries = calloc((size_t)n + 1, sizeof *entries);
     metadata_pair *metadata = calloc((size_t)n_metadata + 2, sizeof *metadata);

@@ -28,11 +28,13 @@
  * would cost a record and a bin visit each while rarely fitting anything (PyTorch's choice too).
  * The slack is not counted in bytes_in_use, so it shows up as cached memory. */
 #define SPLIT_REMAINDER_MIN ((size_t)512)
-/* Requests below 1 MiB share 2 MiB segments: one raw call (a cudaMalloc costs milliseconds)
- * serves many small tensors, and 2 MiB is the x86-64 huge-page size, so the kernel can back a
- * segment with one page. Larger requests get a segment of their size rounded up to 2 MiB: the
- * rounding wastes at most 2 MiB per segment yet lets the tail serve small requests, and similar
- * large sizes (batches of a varying sequence length) can reuse each other's segments. */
+/* Requests below 1 MiB share 2 MiB segments: one raw call (a cudaMalloc can cost a millisecond)
+ * serves many small tensors, and 2 MiB is both the x86-64 huge-page size and CUDA's allocation
+ * granule, so a smaller segment would save nothing underneath. Larger requests get a segment of
+ * their size rounded up to 2 MiB: that wastes at most 2 MiB per segment, the tail serves small
+ * requests, and nearby large sizes (a varying sequence length) can reuse each other's segments.
+ * One fixed large segment size (PyTorch's 20 MiB buffers) would instead strand memory that trim
+ * cannot give back while any block in it lives. */
 #define SMALL_REQUEST_MAX ((size_t)1 << 20)
 #define SEGMENT_GRANULE   ((size_t)2 << 20)
 

@@ -19,7 +19,9 @@ static eg_tensor *run2(eg__op op, const eg_tensor *a, const eg_tensor *b, const 
 static const eg__attrs no_attrs;
 
 #define UNARY(name, OP)                                                                            \
-    eg_tensor *eg_##name(const eg_tensor *x) { return run1(EG__OP_##OP, x, &no_attrs); }
+    eg_tensor *eg_##name(const eg_tensor *x) {                                                     \
+        return run1(EG__OP_##OP, x, &no_attrs);                                                    \
+    }
 UNARY(neg, NEG)
 UNARY(abs, ABS)
 UNARY(exp, EXP)
@@ -303,8 +305,7 @@ eg_tensor *eg_squeeze(const eg_tensor *t, int axis) {
     if (!eg__check_arg(t, "squeeze", 0)) return NULL;
     int a = axis;
     if (!eg__normalize_axis(&a, t->n_dims) || t->shape[a] != 1) {
-        eg__error(EG_ERR_AXIS, "squeeze: axis %d is not a size-1 axis of %d dims", axis,
-                  t->n_dims);
+        eg__error(EG_ERR_AXIS, "squeeze: axis %d is not a size-1 axis of %d dims", axis, t->n_dims);
         return NULL;
     }
     int64_t shape[EG_MAX_DIMS];
@@ -330,7 +331,9 @@ eg_tensor *eg_unsqueeze(const eg_tensor *t, int axis) {
     return eg_reshape(t, n, shape);
 }
 
-eg_tensor *eg_copy(const eg_tensor *t) { return run1(EG__OP_COPY, t, &no_attrs); }
+eg_tensor *eg_copy(const eg_tensor *t) {
+    return run1(EG__OP_COPY, t, &no_attrs);
+}
 
 eg_tensor *eg_contiguous(const eg_tensor *t) {
     if (!eg__check_arg(t, "contiguous", 0)) return NULL;

@@ -9,9 +9,9 @@
 #include "core/error.h"
 #include "ops/internal.h"
 
-#define IN(i) (call->inputs[i])
-#define OUT (call->output)
-#define GRAD (call->grad_output)
+#define IN(i)    (call->inputs[i])
+#define OUT      (call->output)
+#define GRAD     (call->grad_output)
 #define NEEDS(i) (call->needs_grad[i])
 #define SET_GRAD(i, expr)                                                                          \
     do {                                                                                           \
@@ -134,9 +134,9 @@ eg_status eg__backward_gelu(const eg__backward_call *call) {
     const eg_tensor *x = IN(0);
     eg_tensor *erf_term = tmp(&t, eg_erf(tmp(&t, eg_mul_scalar(x, M_SQRT1_2))));
     eg_tensor *cdf = tmp(&t, eg_mul_scalar(tmp(&t, eg_add_scalar(erf_term, 1.0)), 0.5));
-    eg_tensor *pdf = tmp(&t, eg_mul_scalar(tmp(&t, eg_exp(tmp(&t, eg_mul_scalar(
-                                                         tmp(&t, eg_square(x)), -0.5)))),
-                                           0.5 * M_2_SQRTPI * M_SQRT1_2));
+    eg_tensor *pdf =
+        tmp(&t, eg_mul_scalar(tmp(&t, eg_exp(tmp(&t, eg_mul_scalar(tmp(&t, eg_square(x)), -0.5)))),
+                              0.5 * M_2_SQRTPI * M_SQRT1_2));
     eg_tensor *derivative = tmp(&t, eg_add(cdf, tmp(&t, eg_mul(x, pdf))));
     SET_GRAD(0, eg_mul(GRAD, derivative));
     return finish(&t);

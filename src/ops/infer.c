@@ -10,11 +10,15 @@ static const char *shape_text(const eg_tensor *t, char *buf) {
     return eg__shape_format(t->n_dims, t->shape, buf, SHAPE_TEXT);
 }
 
-static bool is_float_math(eg_dtype d) { return d == EG_DTYPE_F32 || d == EG_DTYPE_F64; }
+static bool is_float_math(eg_dtype d) {
+    return d == EG_DTYPE_F32 || d == EG_DTYPE_F64;
+}
 static bool is_numeric(eg_dtype d) {
     return is_float_math(d) || d == EG_DTYPE_I32 || d == EG_DTYPE_I64;
 }
-static bool is_index(eg_dtype d) { return d == EG_DTYPE_I32 || d == EG_DTYPE_I64; }
+static bool is_index(eg_dtype d) {
+    return d == EG_DTYPE_I32 || d == EG_DTYPE_I64;
+}
 
 static void same_as(eg__meta *meta, const eg_tensor *t) {
     meta->dtype = t->dtype;
@@ -90,8 +94,8 @@ eg_status eg__infer_binary_float(eg__op op, int n_in, const eg_tensor *const *in
     return broadcast_shapes(op, 2, in, meta);
 }
 
-eg_status eg__infer_compare(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_compare(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)attrs;
     if (same_dtypes(op, n_in, in) != EG_OK) return eg_last_status();
     if (!is_numeric(in[0]->dtype) && in[0]->dtype != EG_DTYPE_U8 && in[0]->dtype != EG_DTYPE_BOOL)
@@ -100,8 +104,8 @@ eg_status eg__infer_compare(eg__op op, int n_in, const eg_tensor *const *in,
     return broadcast_shapes(op, 2, in, meta);
 }
 
-eg_status eg__infer_where(eg__op op, int n_in, const eg_tensor *const *in,
-                          const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_where(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                          eg__meta *meta) {
     (void)n_in;
     (void)attrs;
     if (in[0]->dtype != EG_DTYPE_BOOL)
@@ -127,8 +131,10 @@ static void reduced_shape(const eg_tensor *x, const eg__attrs *attrs, eg__meta *
     for (int i = 0; i < attrs->n_axes; i++) reduce[attrs->axes[i]] = true;
     meta->n_dims = 0;
     for (int d = 0; d < x->n_dims; d++) {
-        if (!reduce[d]) meta->shape[meta->n_dims++] = x->shape[d];
-        else if (attrs->keepdims) meta->shape[meta->n_dims++] = 1;
+        if (!reduce[d])
+            meta->shape[meta->n_dims++] = x->shape[d];
+        else if (attrs->keepdims)
+            meta->shape[meta->n_dims++] = 1;
     }
 }
 
@@ -140,8 +146,8 @@ static eg_status check_axes(eg__op op, const eg_tensor *x, const eg__attrs *attr
     return EG_OK;
 }
 
-eg_status eg__infer_reduce(eg__op op, int n_in, const eg_tensor *const *in,
-                           const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_reduce(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                           eg__meta *meta) {
     (void)n_in;
     if (check_axes(op, in[0], attrs) != EG_OK) return eg_last_status();
     if (!is_numeric(in[0]->dtype))
@@ -182,8 +188,8 @@ eg_status eg__infer_arg_reduce(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
-eg_status eg__infer_softmax(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_softmax(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)n_in;
     if (require_float(op, in[0], 0) != EG_OK) return eg_last_status();
     if (attrs->axis < 0 || attrs->axis >= in[0]->n_dims)
@@ -193,8 +199,8 @@ eg_status eg__infer_softmax(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
-eg_status eg__infer_matmul(eg__op op, int n_in, const eg_tensor *const *in,
-                           const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_matmul(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                           eg__meta *meta) {
     (void)n_in;
     const eg_tensor *a = in[0], *b = in[1];
     char sa[SHAPE_TEXT], sb[SHAPE_TEXT];
@@ -208,7 +214,7 @@ eg_status eg__infer_matmul(eg__op op, int n_in, const eg_tensor *const *in,
     int64_t k2 = b->shape[b->n_dims - (attrs->transpose_b ? 1 : 2)];
     int64_t n = b->shape[b->n_dims - (attrs->transpose_b ? 2 : 1)];
     if (k != k2)
-        return eg__op_error(op, EG_ERR_SHAPE, "inner dimensions differ: %s%s x %s%s", 
+        return eg__op_error(op, EG_ERR_SHAPE, "inner dimensions differ: %s%s x %s%s",
                             shape_text(a, sa), attrs->transpose_a ? "^T" : "", shape_text(b, sb),
                             attrs->transpose_b ? "^T" : "");
     /* batch dims broadcast */
@@ -244,8 +250,10 @@ static bool reshape_strides(const eg_tensor *x, int n_dims, const int64_t *shape
     while (ni < n_dims && oi < old_n) {
         int64_t np = shape[ni], op = old_shape[oi];
         while (np != op) {
-            if (np < op) np *= shape[nj++];
-            else op *= old_shape[oj++];
+            if (np < op)
+                np *= shape[nj++];
+            else
+                op *= old_shape[oj++];
         }
         for (int k = oi; k < oj - 1; k++)
             if (old_strides[k] != old_shape[k + 1] * old_strides[k + 1]) return false;
@@ -259,8 +267,8 @@ static bool reshape_strides(const eg_tensor *x, int n_dims, const int64_t *shape
     return true;
 }
 
-eg_status eg__infer_reshape(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_reshape(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)n_in;
     const eg_tensor *x = in[0];
     int64_t n = eg__shape_n_elems(attrs->n_dims, attrs->shape);
@@ -281,8 +289,8 @@ eg_status eg__infer_reshape(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
-eg_status eg__infer_permute(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_permute(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)n_in;
     const eg_tensor *x = in[0];
     bool seen[EG_MAX_DIMS] = {0};
@@ -306,8 +314,8 @@ eg_status eg__infer_permute(eg__op op, int n_in, const eg_tensor *const *in,
 }
 
 /* attrs: axis, ints[0..2] = start, stop, step, already clamped to the axis. */
-eg_status eg__infer_slice(eg__op op, int n_in, const eg_tensor *const *in,
-                          const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_slice(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                          eg__meta *meta) {
     (void)n_in;
     const eg_tensor *x = in[0];
     int axis = attrs->axis;
@@ -331,8 +339,7 @@ eg_status eg__infer_broadcast_to(eg__op op, int n_in, const eg_tensor *const *in
     (void)n_in;
     const eg_tensor *x = in[0];
     char a[SHAPE_TEXT], b[SHAPE_TEXT];
-    if (attrs->n_dims < x->n_dims)
-        goto bad;
+    if (attrs->n_dims < x->n_dims) goto bad;
     for (int d = 0; d < attrs->n_dims; d++) {
         int xd = d - (attrs->n_dims - x->n_dims);
         if (xd < 0) {
@@ -365,8 +372,8 @@ eg_status eg__infer_copy(eg__op op, int n_in, const eg_tensor *const *in, const 
     return EG_OK;
 }
 
-eg_status eg__infer_concat(eg__op op, int n_in, const eg_tensor *const *in,
-                           const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_concat(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                           eg__meta *meta) {
     int axis = attrs->axis;
     if (n_in < 1) return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "no tensors to join");
     if (axis < 0 || axis >= in[0]->n_dims)
@@ -388,8 +395,8 @@ eg_status eg__infer_concat(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
-eg_status eg__infer_gather(eg__op op, int n_in, const eg_tensor *const *in,
-                           const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_gather(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                           eg__meta *meta) {
     (void)n_in;
     const eg_tensor *x = in[0], *indices = in[1];
     int axis = attrs->axis;
@@ -424,8 +431,8 @@ eg_status eg__infer_scatter_add(eg__op op, int n_in, const eg_tensor *const *in,
 }
 
 /* The adjoint of slice: places input 0 at start:stop:step of zeros shaped attrs->shape. */
-eg_status eg__infer_unslice(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_unslice(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)n_in;
     if (attrs->n_dims != in[0]->n_dims || attrs->axis < 0 || attrs->axis >= attrs->n_dims)
         return eg__op_error(op, EG_ERR_SHAPE, "input does not match the result shape");
@@ -435,8 +442,8 @@ eg_status eg__infer_unslice(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
-eg_status eg__infer_one_hot(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_one_hot(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)n_in;
     if (!is_index(in[0]->dtype) && in[0]->dtype != EG_DTYPE_U8)
         return eg__op_error(op, EG_ERR_DTYPE, "indices must be i32, i64 or u8, got %s",
@@ -473,8 +480,10 @@ eg_status eg__infer_sparse_softmax_cross_entropy(eg__op op, int n_in, const eg_t
         return eg__op_error(op, EG_ERR_DTYPE, "labels must be i32, i64 or u8, got %s",
                             eg_dtype_name(labels->dtype));
     if (logits->n_dims != 2 || labels->n_dims != 1 || labels->shape[0] != logits->shape[0])
-        return eg__op_error(op, EG_ERR_SHAPE, "expected logits (B, C) and labels (B,), got %s "
-                            "and %s", shape_text(logits, a), shape_text(labels, b));
+        return eg__op_error(op, EG_ERR_SHAPE,
+                            "expected logits (B, C) and labels (B,), got %s "
+                            "and %s",
+                            shape_text(logits, a), shape_text(labels, b));
     meta->dtype = logits->dtype;
     meta->n_dims = 1;
     meta->shape[0] = logits->shape[0];

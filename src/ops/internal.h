@@ -31,7 +31,7 @@ typedef struct eg__attrs {
     eg_dtype dtype;
     double scalars[2];
     int n_dims;
-    int64_t shape[EG_MAX_DIMS]; /* a target shape (reshape, broadcast_to, scatter/unslice) */
+    int64_t shape[EG_MAX_DIMS];    /* a target shape (reshape, broadcast_to, scatter/unslice) */
     int64_t ints[2 * EG_MAX_DIMS]; /* slice start/stop/step, pad widths */
     uint64_t seed;
 } eg__attrs;

@@ -26,11 +26,11 @@ typedef struct spec {
  * bf16 2 i - 3, i32 1000003 i - 2000000, i64 3e12 i - 1, u8 60 i, bool i even, scalar 3.25,
  * transposed: arange(12).reshape(3, 4).T as i32. */
 static const spec specs[] = {
-    {"f32", EG_DTYPE_F32, 2, {2, 3}},   {"f64", EG_DTYPE_F64, 1, {4, 0}},
-    {"f16", EG_DTYPE_F16, 2, {3, 2}},   {"bf16", EG_DTYPE_BF16, 2, {2, 2}},
-    {"i32", EG_DTYPE_I32, 1, {5, 0}},   {"i64", EG_DTYPE_I64, 1, {3, 0}},
-    {"u8", EG_DTYPE_U8, 2, {2, 2}},     {"bool", EG_DTYPE_BOOL, 1, {3, 0}},
-    {"scalar", EG_DTYPE_F32, 0, {0, 0}}, {"empty", EG_DTYPE_F32, 2, {0, 3}},
+    {"f32", EG_DTYPE_F32, 2, {2, 3}},        {"f64", EG_DTYPE_F64, 1, {4, 0}},
+    {"f16", EG_DTYPE_F16, 2, {3, 2}},        {"bf16", EG_DTYPE_BF16, 2, {2, 2}},
+    {"i32", EG_DTYPE_I32, 1, {5, 0}},        {"i64", EG_DTYPE_I64, 1, {3, 0}},
+    {"u8", EG_DTYPE_U8, 2, {2, 2}},          {"bool", EG_DTYPE_BOOL, 1, {3, 0}},
+    {"scalar", EG_DTYPE_F32, 0, {0, 0}},     {"empty", EG_DTYPE_F32, 2, {0, 3}},
     {"transposed", EG_DTYPE_I32, 2, {4, 3}},
 };
 #define N_SPECS ((int)(sizeof specs / sizeof specs[0]))
@@ -65,7 +65,9 @@ static eg_tensor *make(const spec *s) {
         case EG_DTYPE_F32:
             ((float *)data)[i] = s->n_dims == 0 ? 3.25f : (float)(0.5 * x - 1.25);
             break;
-        case EG_DTYPE_F64: ((double *)data)[i] = x / 3.0 - 1.0; break;
+        case EG_DTYPE_F64:
+            ((double *)data)[i] = x / 3.0 - 1.0;
+            break;
         case EG_DTYPE_F16: {
             float v = (float)(0.25 * x - 0.5);
             eg_f32_to_f16(&v, (uint16_t *)data + i, 1);
@@ -76,11 +78,20 @@ static eg_tensor *make(const spec *s) {
             eg_f32_to_bf16(&v, (uint16_t *)data + i, 1);
             break;
         }
-        case EG_DTYPE_I32: ((int32_t *)data)[i] = (int32_t)(1000003 * i - 2000000); break;
-        case EG_DTYPE_I64: ((int64_t *)data)[i] = 3000000000000 * i - 1; break;
-        case EG_DTYPE_U8: ((uint8_t *)data)[i] = (uint8_t)(60 * i); break;
-        case EG_DTYPE_BOOL: ((uint8_t *)data)[i] = i % 2 == 0; break;
-        default: break;
+        case EG_DTYPE_I32:
+            ((int32_t *)data)[i] = (int32_t)(1000003 * i - 2000000);
+            break;
+        case EG_DTYPE_I64:
+            ((int64_t *)data)[i] = 3000000000000 * i - 1;
+            break;
+        case EG_DTYPE_U8:
+            ((uint8_t *)data)[i] = (uint8_t)(60 * i);
+            break;
+        case EG_DTYPE_BOOL:
+            ((uint8_t *)data)[i] = i % 2 == 0;
+            break;
+        default:
+            break;
         }
     }
     return t;
@@ -201,12 +212,10 @@ static void check_npy(const char *dir) {
     /* Layouts numpy can write that eagle converts: Fortran order, big-endian, format 2.0. */
     static const struct {
         const char *file, *spec;
-    } variants[] = {{"python_fortran.npy", "f32"},
-                    {"python_fortran_transposed.npy", "transposed"},
-                    {"python_bigendian.npy", "f64"},
-                    {"python_bigendian_f16.npy", "f16"},
-                    {"python_v2.npy", "i32"},
-                    {"python_v3.npy", "u8"}};
+    } variants[] = {
+        {"python_fortran.npy", "f32"},   {"python_fortran_transposed.npy", "transposed"},
+        {"python_bigendian.npy", "f64"}, {"python_bigendian_f16.npy", "f16"},
+        {"python_v2.npy", "i32"},        {"python_v3.npy", "u8"}};
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         path_in(path, sizeof path, dir, variants[i].file);
         const spec *s = find_spec(variants[i].spec);
@@ -226,16 +235,22 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *command = argv[1], *dir = argv[2];
-    if (strcmp(command, "write-safetensors") == 0) write_safetensors(dir);
-    else if (strcmp(command, "check-safetensors") == 0) check_safetensors(dir);
-    else if (strcmp(command, "write-npy") == 0) write_npy(dir);
-    else if (strcmp(command, "check-npy") == 0) check_npy(dir);
+    if (strcmp(command, "write-safetensors") == 0)
+        write_safetensors(dir);
+    else if (strcmp(command, "check-safetensors") == 0)
+        check_safetensors(dir);
+    else if (strcmp(command, "write-npy") == 0)
+        write_npy(dir);
+    else if (strcmp(command, "check-npy") == 0)
+        check_npy(dir);
     else {
         fprintf(stderr, "eagle_interop: unknown command %s\n", command);
         return 2;
     }
     eg_shutdown();
-    if (failures) fprintf(stderr, "eagle_interop %s: %d failure(s)\n", command, failures);
-    else printf("eagle_interop %s: ok\n", command);
+    if (failures)
+        fprintf(stderr, "eagle_interop %s: %d failure(s)\n", command, failures);
+    else
+        printf("eagle_interop %s: ok\n", command);
     return failures ? 1 : 0;
 }

@@ -25,13 +25,18 @@ int cli_eval(int argc, char **argv) {
     int option;
     while ((option = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (option) {
-        case DATA: data_dir = optarg; break;
+        case DATA:
+            data_dir = optarg;
+            break;
         case THREADS:
             if (!cli_parse_int("eval", "--threads", optarg, 1, 256, &threads)) return CLI_USAGE;
             break;
         case 'h':
-        case HELP: print_help(); return CLI_OK;
-        default: return cli_usage_error("eval", "unknown option '%s'", argv[optind - 1]);
+        case HELP:
+            print_help();
+            return CLI_OK;
+        default:
+            return cli_usage_error("eval", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind != argc - 1) return cli_usage_error("eval", "expects one weights file");
@@ -47,8 +52,10 @@ int cli_eval(int argc, char **argv) {
     const char *hidden = eg_safetensors_metadata(file, "eagle.hidden");
     mlp_config config;
     if (!kind || strcmp(kind, "mlp") || !hidden || !mlp_parse_hidden(hidden, &config)) {
-        fprintf(stderr, "eagle eval: %s was not written by 'eagle train --save' (no eagle.model "
-                "/ eagle.hidden metadata)\n", path);
+        fprintf(stderr,
+                "eagle eval: %s was not written by 'eagle train --save' (no eagle.model "
+                "/ eagle.hidden metadata)\n",
+                path);
         eg_safetensors_close(file);
         return CLI_FAILURE;
     }
@@ -71,7 +78,8 @@ int cli_eval(int argc, char **argv) {
            (long long)test.n);
     rc = CLI_OK;
 done:
-    if (rc != CLI_OK && eg_last_status() != EG_OK) fprintf(stderr, "eagle eval: %s\n", eg_last_error());
+    if (rc != CLI_OK && eg_last_status() != EG_OK)
+        fprintf(stderr, "eagle eval: %s\n", eg_last_error());
     mlp_data_free(&test);
     eg_model_free(model);
     eg_safetensors_close(file);

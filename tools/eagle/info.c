@@ -7,9 +7,8 @@
 #include "cli.h"
 
 int cli_info(int argc, char **argv) {
-    static const struct option options[] = {{"help", no_argument, NULL, 'h'},
-                                            {"version", no_argument, NULL, 'v'},
-                                            {NULL, 0, NULL, 0}};
+    static const struct option options[] = {
+        {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, 'v'}, {NULL, 0, NULL, 0}};
     optind = 1;
     opterr = 0;
     int option;
@@ -19,8 +18,11 @@ int cli_info(int argc, char **argv) {
             printf("usage: eagle info [--version]\n\n"
                    "Prints Eagle's version, build options, thread count, BLAS and devices.\n");
             return CLI_OK;
-        case 'v': printf("eagle %s\n", eg_version()); return CLI_OK;
-        default: return cli_usage_error("info", "unknown option '%s'", argv[optind - 1]);
+        case 'v':
+            printf("eagle %s\n", eg_version());
+            return CLI_OK;
+        default:
+            return cli_usage_error("info", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);

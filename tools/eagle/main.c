@@ -5,15 +5,14 @@
 #include "cli.h"
 
 static void print_usage(FILE *out) {
-    fprintf(out,
-            "usage: eagle <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  train   train a model on Fashion-MNIST (the seed model by default)\n"
-            "  eval    evaluate saved weights on the test split\n"
-            "  info    version, build options, threads, BLAS and devices\n"
-            "\n"
-            "Run 'eagle <command> --help' for the options of a command.\n");
+    fprintf(out, "usage: eagle <command> [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  train   train a model on Fashion-MNIST (the seed model by default)\n"
+                 "  eval    evaluate saved weights on the test split\n"
+                 "  info    version, build options, threads, BLAS and devices\n"
+                 "\n"
+                 "Run 'eagle <command> --help' for the options of a command.\n");
 }
 
 int main(int argc, char **argv) {

@@ -13,8 +13,10 @@ bool mlp_parse_hidden(const char *text, mlp_config *config) {
         if (end == p || units < 1 || units > 1 << 20 || config->n_hidden == MLP_MAX_HIDDEN)
             return false;
         config->hidden[config->n_hidden++] = units;
-        if (*end == ',') end++;
-        else if (*end) return false;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return false;
         p = end;
     }
     return config->n_hidden > 0;

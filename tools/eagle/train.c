@@ -40,35 +40,43 @@ static void print_help(void) {
 
 static int parse_options(int argc, char **argv, train_options *o) {
     enum { DATA = 1000, HIDDEN, EPOCHS, BATCH, LR, OPTIMIZER, THREADS, SEED, LIMIT, SAVE, HELP };
-    static const struct option options[] = {
-        {"data", required_argument, NULL, DATA},
-        {"hidden", required_argument, NULL, HIDDEN},
-        {"epochs", required_argument, NULL, EPOCHS},
-        {"batch-size", required_argument, NULL, BATCH},
-        {"learning-rate", required_argument, NULL, LR},
-        {"optimizer", required_argument, NULL, OPTIMIZER},
-        {"threads", required_argument, NULL, THREADS},
-        {"seed", required_argument, NULL, SEED},
-        {"limit", required_argument, NULL, LIMIT},
-        {"save", required_argument, NULL, SAVE},
-        {"help", no_argument, NULL, HELP},
-        {NULL, 0, NULL, 0}};
-    *o = (train_options){.optimizer = "adam", .model = {1, {64}}, .epochs = 5, .batch_size = 32,
-                         .seed = 42, .learning_rate = -1};
+    static const struct option options[] = {{"data", required_argument, NULL, DATA},
+                                            {"hidden", required_argument, NULL, HIDDEN},
+                                            {"epochs", required_argument, NULL, EPOCHS},
+                                            {"batch-size", required_argument, NULL, BATCH},
+                                            {"learning-rate", required_argument, NULL, LR},
+                                            {"optimizer", required_argument, NULL, OPTIMIZER},
+                                            {"threads", required_argument, NULL, THREADS},
+                                            {"seed", required_argument, NULL, SEED},
+                                            {"limit", required_argument, NULL, LIMIT},
+                                            {"save", required_argument, NULL, SAVE},
+                                            {"help", no_argument, NULL, HELP},
+                                            {NULL, 0, NULL, 0}};
+    *o = (train_options){.optimizer = "adam",
+                         .model = {1, {64}},
+                         .epochs = 5,
+                         .batch_size = 32,
+                         .seed = 42,
+                         .learning_rate = -1};
     optind = 1;
     opterr = 0;
     int option;
     long value;
     while ((option = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (option) {
-        case DATA: o->data_dir = optarg; break;
+        case DATA:
+            o->data_dir = optarg;
+            break;
         case HIDDEN:
             if (!mlp_parse_hidden(optarg, &o->model))
-                return cli_usage_error("train", "--hidden expects sizes like 64 or 512,512, "
-                                       "got '%s'", optarg);
+                return cli_usage_error("train",
+                                       "--hidden expects sizes like 64 or 512,512, "
+                                       "got '%s'",
+                                       optarg);
             break;
         case EPOCHS:
-            if (!cli_parse_int("train", "--epochs", optarg, 1, 100000, &o->epochs)) return CLI_USAGE;
+            if (!cli_parse_int("train", "--epochs", optarg, 1, 100000, &o->epochs))
+                return CLI_USAGE;
             break;
         case BATCH:
             if (!cli_parse_int("train", "--batch-size", optarg, 1, 1 << 20, &o->batch_size))
@@ -82,8 +90,10 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case OPTIMIZER:
             if (strcmp(optarg, "adam") && strcmp(optarg, "adamw") && strcmp(optarg, "sgd") &&
                 strcmp(optarg, "rmsprop"))
-                return cli_usage_error("train", "unknown optimizer '%s' (adam, adamw, sgd, "
-                                       "rmsprop)", optarg);
+                return cli_usage_error("train",
+                                       "unknown optimizer '%s' (adam, adamw, sgd, "
+                                       "rmsprop)",
+                                       optarg);
             o->optimizer = optarg;
             break;
         case THREADS:
@@ -94,12 +104,18 @@ static int parse_options(int argc, char **argv, train_options *o) {
             o->seed = (unsigned long long)value;
             break;
         case LIMIT:
-            if (!cli_parse_int("train", "--limit", optarg, 1, 1L << 40, &o->limit)) return CLI_USAGE;
+            if (!cli_parse_int("train", "--limit", optarg, 1, 1L << 40, &o->limit))
+                return CLI_USAGE;
             break;
-        case SAVE: o->save_path = optarg; break;
+        case SAVE:
+            o->save_path = optarg;
+            break;
         case 'h':
-        case HELP: print_help(); return -1;
-        default: return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
+        case HELP:
+            print_help();
+            return -1;
+        default:
+            return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
@@ -142,8 +158,7 @@ static void shuffle(int64_t *order, int64_t n, unsigned long long seed, int epoc
 
 /* One step: forward, loss, tape gradient, optimizer update. Returns the batch loss and hits. */
 static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_data *data,
-                            const int64_t *indices, int64_t n, double *loss_out,
-                            double *hits_out) {
+                            const int64_t *indices, int64_t n, double *loss_out, double *hits_out) {
     eg_scope_begin();
     eg_tensor *x, *y;
     eg_status status = mlp_batch(data, indices, n, &x, &y);
@@ -178,8 +193,8 @@ static eg_status save_weights(eg_model *model, const train_options *o) {
     mlp_format_hidden(&o->model, hidden, sizeof hidden);
     const char *keys[2] = {"eagle.model", "eagle.hidden"};
     const char *values[2] = {"mlp", hidden};
-    return eg_safetensors_save(o->save_path, n_vars, names, (const eg_tensor *const *)vars, 2,
-                               keys, values);
+    return eg_safetensors_save(o->save_path, n_vars, names, (const eg_tensor *const *)vars, 2, keys,
+                               values);
 }
 
 int cli_train(int argc, char **argv) {
@@ -219,8 +234,7 @@ int cli_train(int argc, char **argv) {
             int64_t start = step * o.batch_size;
             int64_t n = train.n - start < o.batch_size ? train.n - start : o.batch_size;
             double loss, batch_hits;
-            if (train_step(model, optimizer, &train, order + start, n, &loss, &batch_hits) !=
-                EG_OK)
+            if (train_step(model, optimizer, &train, order + start, n, &loss, &batch_hits) != EG_OK)
                 goto done;
             eg_metric_mean_add(&loss_mean, loss, (double)n);
             hits += batch_hits;

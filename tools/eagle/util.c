@@ -65,8 +65,10 @@ void cli_progress_begin(cli_progress *progress, int epoch, int n_epochs, int64_t
 static void format_eta(char *buf, size_t size, double seconds) {
     if (seconds < 0 || !isfinite(seconds)) seconds = 0;
     int s = (int)(seconds + 0.5);
-    if (s >= 3600) snprintf(buf, size, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
-    else snprintf(buf, size, "%d:%02d", s / 60, s % 60);
+    if (s >= 3600)
+        snprintf(buf, size, "%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, size, "%d:%02d", s / 60, s % 60);
 }
 
 /* Redraws at most ~10 times a second on a terminal; writes a line every 10% otherwise, so logs
@@ -96,8 +98,8 @@ void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, 
     int64_t every = progress->total_steps / 10 > 0 ? progress->total_steps / 10 : 1;
     if (step - progress->last_line_step < every && step < progress->total_steps) return;
     progress->last_line_step = step;
-    printf("  step %lld/%lld  loss %.4f  accuracy %.4f  %.0f samples/s  ETA %s\n",
-           (long long)step, (long long)progress->total_steps, loss, accuracy, rate, eta_text);
+    printf("  step %lld/%lld  loss %.4f  accuracy %.4f  %.0f samples/s  ETA %s\n", (long long)step,
+           (long long)progress->total_steps, loss, accuracy, rate, eta_text);
     fflush(stdout);
 }
 

@@ -68,8 +68,43 @@ static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     }
 }
 
+/* The common case — every operand contiguous with the result's size, or a single element —
+ * skips the general strided walk, which costs more than the work for small tensors. */
+typedef struct flat_job {
+    eg__nd_inner_fn inner;
+    void *context;
+    int n_operands;
+    char *pointers[EG_ND_MAX_OPERANDS];
+    int64_t strides[EG_ND_MAX_OPERANDS];
+} flat_job;
+
+static void flat_range(void *arg, int64_t begin, int64_t end) {
+    const flat_job *job = arg;
+    char *pointers[EG_ND_MAX_OPERANDS];
+    for (int i = 0; i < job->n_operands; i++) pointers[i] = job->pointers[i] + begin * job->strides[i];
+    job->inner(job->context, end - begin, pointers, job->strides);
+}
+
+static bool run_flat(const eg__kernel_call *call, int n_operands, eg__nd_inner_fn inner,
+                     void *context) {
+    const eg_tensor *out = call->output;
+    flat_job job = {inner, context, n_operands, {eg__data(out)}, {(int64_t)eg_dtype_size(out->dtype)}};
+    if (!eg__is_contiguous(out)) return false;
+    for (int i = 1; i < n_operands; i++) {
+        const eg_tensor *in = call->inputs[i - 1];
+        if (in->n_elems == 1) job.strides[i] = 0;
+        else if (in->n_elems == out->n_elems && eg__is_contiguous(in))
+            job.strides[i] = (int64_t)eg_dtype_size(in->dtype);
+        else return false;
+        job.pointers[i] = eg__data(in);
+    }
+    eg__parallel_for(out->n_elems, EG_PARALLEL_GRAIN_ELEMENTWISE, flat_range, &job);
+    return true;
+}
+
 static eg_status run_loop(const eg__kernel_call *call, int n_operands, eg__nd_inner_fn inner,
                           void *context) {
+    if (run_flat(call, n_operands, inner, context)) return EG_OK;
     const eg_tensor *operands[EG_ND_MAX_OPERANDS] = {call->output};
     for (int i = 1; i < n_operands; i++) operands[i] = call->inputs[i - 1];
     eg__nd_loop loop;
