@@ -11,7 +11,12 @@
 #include "eagle/runtime.h"
 #include "eagle/io.h"
 #include "eagle/checkpoint.h"
+#include "eagle/data.h"
+#include "eagle/dlpack.h"
+#include "eagle/summary.h"
 #include "eagle/nn.h"
 #include "eagle/optim.h"
+#include "eagle/profiler.h"
+#include "eagle/lazy.h"
 
 #endif

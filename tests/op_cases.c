@@ -17,7 +17,19 @@
  *   scatter_add  p[0] = axis, p[1] = the result's size on axis
  *   unslice  p[0] = axis, p[1] = start, p[2] = step, p[3] = the result's size on axis
  *   one_hot  p[0] = depth, p[1] = dtype           pad  p[0..] = widths, d[0] = value
- *   dropout  d[0] = rate, p[0] = seed */
+ *   dropout  d[0] = rate, p[0] = seed
+ *   conv2d, conv2d_transpose, conv2d_backward_filter  p[0], p[1] = strides, p[2], p[3] =
+ *            dilations, p[4] = groups (0s: defaults), p[5] = 10 * data_format + padding,
+ *            p[6..9] = explicit padding; conv2d_transpose: d = the output's spatial size (0: the
+ *            default); conv2d_backward_filter: d = (KH, KW)
+ *   pool2d (max, avg, argmax and the backward ops)  p[0], p[1] = pool size, p[2], p[3] =
+ *            strides, p[5] = 10 * data_format + padding, p[6..9] = explicit padding
+ *   batch_norm  p[0] = 1: batch moments over every axis but the channels (p[1] = data_format),
+ *            inputs (x, offset, scale); else inputs (x, mean, variance, offset, scale);
+ *            d[0] = epsilon
+ *   layer_norm  inputs (x, scale, offset), last axis, d[0] = epsilon
+ *   upsample2d  p[0], p[1] = sizes, p[2] = data_format   zero_padding2d  p[0..3], p[4] = format
+ *   global_avg_pool2d  p[0] = data_format, p[1] = keepdims */
 #include <string.h>
 
 #include "op_cases.h"
@@ -261,6 +273,127 @@ static int apply_sparse_xent(const oc_case *c, const eg_tensor *const *in, eg_te
 
 static int apply_dropout(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
     return one(eg_dropout(in[0], c->d[0], (uint64_t)c->p[0], true), out);
+}
+
+/* ---- convolution, pooling, normalization ---- */
+
+static eg_conv2d_options case_conv_options(const oc_case *c) {
+    eg_conv2d_options o = {{(int)c->p[0], (int)c->p[1]},
+                           {(int)c->p[2], (int)c->p[3]},
+                           (eg_padding)(c->p[5] % 10),
+                           {c->p[6], c->p[7], c->p[8], c->p[9]},
+                           (int)c->p[4],
+                           (eg_data_format)(c->p[5] / 10)};
+    return o;
+}
+
+static eg_pool2d_options case_pool_options(const oc_case *c) {
+    eg_pool2d_options o = {{(int)c->p[0], (int)c->p[1]},
+                           {(int)c->p[2], (int)c->p[3]},
+                           (eg_padding)(c->p[5] % 10),
+                           {c->p[6], c->p[7], c->p[8], c->p[9]},
+                           (eg_data_format)(c->p[5] / 10)};
+    return o;
+}
+
+static int apply_conv2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    eg_conv2d_options o = case_conv_options(c);
+    return one(eg_conv2d(in[0], in[1], &o), out);
+}
+
+static int apply_conv2d_transpose(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    eg_conv2d_options o = case_conv_options(c);
+    if (c->d[0] <= 0) return one(eg_conv2d_transpose(in[0], in[1], NULL, &o), out);
+    bool first = o.data_format == EG_DATA_FORMAT_NCHW;
+    int64_t channels = eg_tensor_dim(in[1], 2) * (o.groups ? o.groups : 1);
+    int64_t shape[4] = {eg_tensor_dim(in[0], 0), first ? channels : (int64_t)c->d[0],
+                        first ? (int64_t)c->d[0] : (int64_t)c->d[1],
+                        first ? (int64_t)c->d[1] : channels};
+    return one(eg_conv2d_transpose(in[0], in[1], shape, &o), out);
+}
+
+/* conv2d_backward_filter is internal: inputs (x, dy), filter (KH, KW) = d. */
+static int apply_conv2d_backward_filter(const oc_case *c, const eg_tensor *const *in,
+                                        eg_tensor **out) {
+    eg_conv2d_options o = case_conv_options(c);
+    int groups = o.groups ? o.groups : 1;
+    bool first = o.data_format == EG_DATA_FORMAT_NCHW;
+    int64_t filter[4] = {(int64_t)c->d[0], (int64_t)c->d[1],
+                         eg_tensor_dim(in[0], first ? 1 : 3) / groups,
+                         eg_tensor_dim(in[1], first ? 1 : 3)};
+    eg__attrs attrs;
+    if (!eg__conv2d_attrs(&attrs, &o, eg_tensor_shape(in[0]), filter, "test")) return -1;
+    attrs.n_dims = 4;
+    memcpy(attrs.shape, filter, sizeof filter);
+    return one(eg__execute(EG__OP_CONV2D_BACKWARD_FILTER, 2, in, &attrs), out);
+}
+
+static int apply_pool2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    eg_pool2d_options o = case_pool_options(c);
+    if (c->op == EG__OP_MAX_POOL2D) return one(eg_max_pool2d(in[0], &o), out);
+    if (c->op == EG__OP_AVG_POOL2D) return one(eg_avg_pool2d(in[0], &o), out);
+    eg__attrs attrs; /* the internal ops */
+    if (!eg__pool2d_attrs(&attrs, &o, eg_tensor_shape(in[0]), "test")) return -1;
+    if (c->op == EG__OP_MAX_POOL2D_ARGMAX)
+        return one(eg__execute(EG__OP_MAX_POOL2D_ARGMAX, 1, in, &attrs), out);
+    return one(eg__execute(EG__OP_MAX_POOL2D_BACKWARD, 2, in, &attrs), out);
+}
+
+/* avg_pool2d_backward is internal: input dy; the input's (H, W) is d, its batch and channels
+ * are dy's. */
+static int apply_avg_pool2d_backward(const oc_case *c, const eg_tensor *const *in,
+                                     eg_tensor **out) {
+    eg_pool2d_options o = case_pool_options(c);
+    bool first = o.data_format == EG_DATA_FORMAT_NCHW;
+    int64_t channels = eg_tensor_dim(in[0], first ? 1 : 3);
+    int64_t shape[4] = {eg_tensor_dim(in[0], 0), first ? channels : (int64_t)c->d[0],
+                        first ? (int64_t)c->d[0] : (int64_t)c->d[1],
+                        first ? (int64_t)c->d[1] : channels};
+    eg__attrs attrs;
+    if (!eg__pool2d_attrs(&attrs, &o, shape, "test")) return -1;
+    attrs.n_dims = 4;
+    memcpy(attrs.shape, shape, sizeof shape);
+    return one(eg__execute(EG__OP_AVG_POOL2D_BACKWARD, 1, in, &attrs), out);
+}
+
+/* moments: two outputs (mean, variance); p as for reductions */
+static int apply_moments(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    int axes[4], n = (int)c->p[0];
+    int_axes(c, 1, n, axes);
+    return eg_moments(in[0], n, n ? axes : NULL, c->p[5] != 0, &out[0], &out[1]) == EG_OK ? 2 : -1;
+}
+
+static int apply_mul_add(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    (void)c;
+    return one(eg_mul_add(in[0], in[1], in[2]), out);
+}
+
+static int apply_batch_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    if (!c->p[0])
+        return one(eg_batch_normalization(in[0], in[1], in[2], in[3], in[4], c->d[0]), out);
+    int axes[3] = {0, 1, 2};
+    if (c->p[1] == EG_DATA_FORMAT_NCHW) axes[1] = 2, axes[2] = 3;
+    eg_tensor *mean, *variance;
+    if (eg_moments(in[0], 3, axes, c->p[1] == EG_DATA_FORMAT_NCHW, &mean, &variance) != EG_OK)
+        return -1;
+    return one(eg_batch_normalization(in[0], mean, variance, in[1], in[2], c->d[0]), out);
+}
+
+static int apply_layer_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    return one(eg_layer_normalization(in[0], 0, NULL, in[1], in[2], c->d[0]), out);
+}
+
+static int apply_upsample2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    return one(eg_upsample2d(in[0], (int)c->p[0], (int)c->p[1], (eg_data_format)c->p[2]), out);
+}
+
+static int apply_zero_padding2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    return one(eg_zero_padding2d(in[0], c->p, (eg_data_format)c->p[4]), out);
+}
+
+static int apply_global_avg_pool2d(const oc_case *c, const eg_tensor *const *in,
+                                   eg_tensor **out) {
+    return one(eg_global_avg_pool2d(in[0], (eg_data_format)c->p[0], c->p[1] != 0), out);
 }
 
 /* ---- the table ---- */
@@ -585,6 +718,129 @@ const oc_case oc_cases[] = {
      IN("F 3,4:B a"),
      P(5),
      D(0.5)},
+
+    /* ---- convolution (p: strides, dilations, groups, 10 * format + padding, explicit pads) ---- */
+#define NCHW(padding) (10 + (padding))
+    CASE(CONV2D, "conv2d 3x3 valid", conv2d, conv2d, IN("F 2,5,5,3 n", "F 3,3,3,4 n")),
+    CASE(CONV2D, "conv2d same stride 2 odd sizes", conv2d, conv2d, IN("F 2,7,6,2 n", "F 3,3,2,3 n"),
+         P(2, 2, 0, 0, 0, EG_PADDING_SAME)),
+    CASE(CONV2D, "conv2d NCHW dilation (2,1) explicit padding", conv2d, conv2d,
+         IN("F 1,2,7,6 n", "F 3,2,2,3 n"), P(1, 1, 2, 1, 0, NCHW(EG_PADDING_EXPLICIT), 1, 2, 0, 1)),
+    CASE(CONV2D, "conv2d groups 2 stride (1,2)", conv2d, conv2d, IN("F 1,5,6,4 n", "F 3,3,2,6 n"),
+         P(1, 2, 0, 0, 2)),
+    CASE(CONV2D, "conv2d depthwise (groups = C) same", conv2d, conv2d,
+         IN("F 2,4,5,3 n", "F 3,3,1,6 n"), P(0, 0, 0, 0, 3, EG_PADDING_SAME)),
+    CASE(CONV2D, "conv2d NCHW groups 2 same stride 2", conv2d, conv2d,
+         IN("F 2,4,5,5 n", "F 2,3,2,4 n"), P(2, 2, 0, 0, 2, NCHW(EG_PADDING_SAME))),
+    CASE(CONV2D, "conv2d 1x1 stride 2", conv2d, conv2d, IN("F 2,5,5,3 n", "F 1,1,3,2 n"),
+         P(2, 2)),
+    CASE(CONV2D, "conv2d of a transposed view", conv2d, conv2d, IN("F 2,5,3,4:T n", "F 2,2,3,2 n"),
+         P(1, 1, 1, 2, 0, EG_PADDING_SAME)),
+    CASE(CONV2D, "conv2d of a step slice", conv2d, conv2d, IN("F 4,4,4,2:S n", "F 2,3,2,3 n")),
+    CASE(CONV2D, "conv2d one input channel, 8 filters (direct kernel)", conv2d, conv2d,
+         IN("F 2,6,6,1 n", "F 3,3,1,8 n"), P(0, 0, 0, 0, 0, EG_PADDING_SAME)),
+    CASE(CONV2D, "conv2d 2 channels, 16 filters, stride 2 (direct kernel)", conv2d, conv2d,
+         IN("F 1,5,5,2 n", "F 3,3,2,16 n"), P(2, 2, 0, 0, 0, EG_PADDING_SAME)),
+    CASE(CONV2D, "conv2d groups 2 of 8 filters each (direct kernel)", conv2d, conv2d,
+         IN("F 1,4,4,2 n", "F 2,2,1,16 n"), P(0, 0, 0, 0, 2)),
+    CASE(CONV2D, "conv2d NCHW one channel (im2col)", conv2d, conv2d,
+         IN("F 2,1,5,5 n", "F 3,3,1,8 n"), P(0, 0, 0, 0, 0, NCHW(EG_PADDING_SAME))),
+    CASE(CONV2D, "conv2d filter larger than the input with padding", conv2d, conv2d,
+         IN("F 1,2,2,1 n", "F 3,3,1,2 n"), P(0, 0, 0, 0, 0, EG_PADDING_EXPLICIT, 1, 1, 1, 1)),
+    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose same stride 2", conv2d_transpose,
+         conv2d_transpose, IN("F 1,3,3,4 n", "F 3,3,2,4 n"), P(2, 2, 0, 0, 0, EG_PADDING_SAME)),
+    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose NCHW valid stride 2 dilation 2",
+         conv2d_transpose, conv2d_transpose, IN("F 1,3,2,2 n", "F 2,2,2,3 n"),
+         P(2, 2, 2, 2, 0, NCHW(EG_PADDING_VALID))),
+    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose with an output shape (5, 6)", conv2d_transpose,
+         conv2d_transpose, IN("F 2,2,3,3 n", "F 2,2,2,3 n"), P(2, 2), D(5, 6)),
+    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose groups 2 explicit padding", conv2d_transpose,
+         conv2d_transpose, IN("F 1,3,3,4 n", "F 3,2,3,4 n"),
+         P(1, 2, 0, 0, 2, EG_PADDING_EXPLICIT, 1, 0, 0, 1)),
+    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose of a transposed view", conv2d_transpose,
+         conv2d_transpose, IN("F 1,3,4,3:T n", "F 2,2,3,4 n"), P(1, 1)),
+    CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter 3x3 valid", conv2d_backward_filter,
+         conv2d_backward_filter, IN("F 2,5,5,3 n", "F 2,3,3,4 n"), D(3, 3)),
+    CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter NCHW same stride 2 groups 2",
+         conv2d_backward_filter, conv2d_backward_filter, IN("F 2,4,5,5 n", "F 2,4,3,3 n"),
+         P(2, 2, 0, 0, 2, NCHW(EG_PADDING_SAME)), D(2, 3)),
+    CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter dilation 2 of views",
+         conv2d_backward_filter, conv2d_backward_filter, IN("F 2,6,3,5:T n", "F 2,5,2,4:T n"),
+         P(1, 1, 2, 1, 0, EG_PADDING_EXPLICIT, 1, 0, 0, 0), D(2, 2)),
+    CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter of 17 images (chunked sum)",
+         conv2d_backward_filter, conv2d_backward_filter, IN("F 17,3,3,1 n", "F 17,2,2,2 n"),
+         D(2, 2)),
+
+    /* ---- pooling (p: pool size, strides, -, 10 * format + padding, explicit pads) ---- */
+    CASE(MAX_POOL2D, "max_pool2d 2x2", pool2d, pool2d, IN("F 2,4,4,3 d")),
+    CASE(MAX_POOL2D, "max_pool2d 3x3 stride 2 same odd sizes", pool2d, pool2d,
+         IN("F 1,5,7,2 d"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
+    CASE(MAX_POOL2D, "max_pool2d NCHW 2x3 stride (1,2) explicit padding", pool2d, pool2d,
+         IN("F 2,2,4,5 d"), P(2, 3, 1, 2, 0, NCHW(EG_PADDING_EXPLICIT), 1, 0, 2, 1)),
+    CASE(MAX_POOL2D, "max_pool2d of a transposed view", pool2d, pool2d, IN("F 2,4,3,4:T d"),
+         P(2, 2, 1, 1)),
+    CASE(MAX_POOL2D, "max_pool2d with ties", pool2d, pool2d, IN("F 2,4,4,3 z"), P(3, 3, 1, 1),
+         .flags = OC_FORWARD_ONLY),
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward 2x2", pool2d, pool2d,
+         IN("F 2,4,4,3 d", "F 2,2,2,3 n")),
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward overlapping windows, same", pool2d, pool2d,
+         IN("F 1,5,5,2 d", "F 1,3,3,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward NCHW of a view", pool2d, pool2d,
+         IN("F 1,3,4,4 d", "F 1,3,3,3:T n"), P(2, 2, 1, 1, 0, NCHW(EG_PADDING_VALID))),
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward with ties (first wins)", pool2d, pool2d,
+         IN("F 2,4,4,3 z", "F 2,4,4,3 n"), P(3, 3, 1, 1, 0, EG_PADDING_SAME),
+         .flags = OC_FORWARD_ONLY),
+    CASE(MAX_POOL2D_ARGMAX, "max_pool2d_argmax with ties", pool2d, pool2d, IN("F 2,4,4,3 z"),
+         P(2, 2, 1, 1)),
+    CASE(MAX_POOL2D_ARGMAX, "max_pool2d_argmax NCHW same", pool2d, pool2d, IN("F 2,2,5,4 z"),
+         P(3, 2, 2, 2, 0, NCHW(EG_PADDING_SAME))),
+    CASE(AVG_POOL2D, "avg_pool2d 2x2", pool2d, pool2d, IN("F 2,4,4,3 n")),
+    CASE(AVG_POOL2D, "avg_pool2d 3x3 stride 2 same (padding not counted)", pool2d, pool2d,
+         IN("F 1,5,7,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
+    CASE(AVG_POOL2D, "avg_pool2d NCHW explicit padding of a view", pool2d, pool2d,
+         IN("F 2,2,5,4:T n"), P(2, 3, 1, 2, 0, NCHW(EG_PADDING_EXPLICIT), 1, 0, 2, 1)),
+    CASE(AVG_POOL2D_BACKWARD, "avg_pool2d_backward 3x3 stride 2 same", avg_pool2d_backward,
+         pool2d, IN("F 1,3,4,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME), D(5, 7)),
+    CASE(AVG_POOL2D_BACKWARD, "avg_pool2d_backward NCHW 2x2", avg_pool2d_backward, pool2d,
+         IN("F 2,3,2,2 n"), P(0, 0, 0, 0, 0, NCHW(EG_PADDING_VALID)), D(4, 5)),
+    CASE(MEAN, "global_avg_pool2d", global_avg_pool2d, global_avg_pool2d, IN("F 2,3,4,5 n")),
+    CASE(MEAN, "global_avg_pool2d NCHW keepdims", global_avg_pool2d, global_avg_pool2d,
+         IN("F 2,3,4,5 n"), P(EG_DATA_FORMAT_NCHW, 1)),
+    CASE(BROADCAST_TO, "upsample2d (2, 3)", upsample2d, upsample2d, IN("F 2,2,3,2 n"), P(2, 3)),
+    CASE(BROADCAST_TO, "upsample2d NCHW (3, 1) of a view", upsample2d, upsample2d,
+         IN("F 1,2,3,2:T n"), P(3, 1, EG_DATA_FORMAT_NCHW)),
+    CASE(PAD, "zero_padding2d", zero_padding2d, zero_padding2d, IN("F 2,2,3,2 n"), P(1, 0, 2, 1)),
+    CASE(PAD, "zero_padding2d NCHW", zero_padding2d, zero_padding2d, IN("F 1,2,2,3 n"),
+         P(0, 2, 1, 1, EG_DATA_FORMAT_NCHW)),
+
+    /* ---- normalization ---- */
+    CASE(MUL_ADD, "mul_add (3,4) * (4) + (4)", mul_add, mul_add, IN("F 3,4 n", "F 4 n", "F 4 n")),
+    CASE(MUL_ADD, "mul_add same shapes", mul_add, mul_add, IN("F 2,3 n", "F 2,3 n", "F 2,3 n")),
+    CASE(MUL_ADD, "mul_add of views with a 0-d scale", mul_add, mul_add,
+         IN("F 4,3:T n", "F - n", "F 6,4:S n")),
+    CASE(MUL_ADD, "mul_add broadcasting x (3,1) with (1,4)", mul_add, mul_add,
+         IN("F 3,1 n", "F 1,4 n", "F 3,4:B n")),
+    CASE(MOMENTS, "moments over axis 0 (columns)", moments, moments, IN("F 4,3 n"), P(1, 0)),
+    CASE(MOMENTS, "moments over axes (0,1,2) keepdims", moments, moments, IN("F 2,3,3,4 n"),
+         P(3, 0, 1, 2, 0, 1)),
+    CASE(MOMENTS, "moments over the last axis (rows)", moments, moments, IN("F 3,5 n"), P(1, -1)),
+    CASE(MOMENTS, "moments over axes (0,2,3) (NCHW, permuted)", moments, moments,
+         IN("F 2,3,2,2 n"), P(3, 0, 2, 3, 0, 1)),
+    CASE(MOMENTS, "moments over all axes of a transposed view", moments, moments,
+         IN("F 3,4:T n")),
+    CASE(MOMENTS, "moments over axis 0 of 300 rows (chunks)", moments, moments, IN("F 300,2 n"),
+         P(1, 0)),
+    CASE(MOMENTS, "moments over axis 1 of a broadcast view", moments, moments, IN("F 3,4:B n"),
+         P(1, 1)),
+    CASE(MUL_ADD, "batch_normalization with batch moments (NHWC)", batch_norm, batch_norm,
+         IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(1), D(1e-3)),
+    CASE(MUL_ADD, "batch_normalization with batch moments (NCHW)", batch_norm, batch_norm,
+         IN("F 3,2,2,2 n", "F 2,1,1 n", "F 2,1,1 n"), P(1, EG_DATA_FORMAT_NCHW), D(1e-3)),
+    CASE(MUL_ADD, "batch_normalization with given moments", batch_norm, batch_norm,
+         IN("F 2,3,4 n", "F 4 n", "F 4 p", "F 4 n", "F 4 n"), D(1e-3)),
+    CASE(MUL_ADD, "layer_normalization", layer_norm, layer_norm, IN("F 3,5 n", "F 5 n", "F 5 n"),
+         D(1e-5)),
+#undef NCHW
 
     /* ---- empty tensors ---- */
     CASE(EXP, "exp of an empty tensor", unary, unary, IN("F 0,3 n")),

@@ -32,6 +32,17 @@ int oc_ref_unslice(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_one_hot(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_pad(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_sparse_xent(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_conv2d(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_conv2d_transpose(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_conv2d_backward_filter(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_pool2d(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_global_avg_pool2d(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_upsample2d(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_zero_padding2d(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_moments(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_mul_add(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_batch_norm(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_layer_norm(const oc_case *c, const oc_ref *in, oc_ref *out);
 bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out, char *why,
                       size_t why_size);
 

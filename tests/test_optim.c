@@ -1,7 +1,8 @@
 /* Optimizers and learning-rate schedules: three steps of every optimizer on a fixed tiny problem
  * compared with values computed independently by tests/optim_reference/reference.py (NumPy in
  * float32, Keras 3's update equations); slots, step counter, gradient conversions, refusals that
- * leave everything unchanged; schedule values; and a small regression that Adam solves. */
+ * leave everything unchanged; schedule values; a small regression that Adam solves; and state
+ * (slots, step counter) restored into a fresh optimizer continuing bit-identically. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -512,6 +513,127 @@ static void test_adam_solves_regression(void **state) {
     eg_generator_free(gen);
 }
 
+/* Saving the state (slots + step counter) and restoring it into a fresh optimizer continues
+ * bit-identically: a learning-rate schedule, Adam's bias correction and every slot included. */
+static void check_state_restore(eg_optimizer *a, eg_optimizer *b, int expected_slots) {
+    assert_int_equal(eg_optimizer_slot_count(a), expected_slots);
+    eg_tensor *va = run_three_steps(a);
+    /* b gets a's variable values, slots and counter, then both take the same two steps. */
+    float values[4];
+    assert_int_equal(eg_tensor_copy_to_host(va, values, sizeof values), EG_OK);
+    eg_tensor *vb = new_variable(values, "w");
+    for (int k = 0; k < eg_optimizer_slot_count(a); k++) {
+        const char *name = eg_optimizer_slot_name(a, k);
+        assert_non_null(name);
+        assert_string_equal(name, eg_optimizer_slot_name(b, k));
+        eg_tensor *slot = eg_optimizer_get_slot(a, va, name);
+        assert_non_null(slot);
+        if (k == 0) assert_null(eg_optimizer_get_slot(b, vb, name)); /* then zeros, made */
+        assert_int_equal(eg_optimizer_set_slot(b, vb, name, slot), EG_OK);
+    }
+    assert_null(eg_optimizer_slot_name(a, expected_slots));
+    assert_int_equal(eg_last_status(), EG_ERR_INVALID_ARGUMENT);
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_set_iterations(b, eg_optimizer_iterations(a)), EG_OK);
+    assert_true(eg_optimizer_learning_rate(a) == eg_optimizer_learning_rate(b));
+    for (int step = 0; step < 2; step++) {
+        eg_tensor *g = eg_tensor_from_data(grads_by_step[step], EG_DTYPE_F32, 2, shape22);
+        assert_int_equal(eg_optimizer_apply_gradients(a, 1, &g, &va), EG_OK);
+        assert_int_equal(eg_optimizer_apply_gradients(b, 1, &g, &vb), EG_OK);
+    }
+    float got_a[4], got_b[4];
+    assert_int_equal(eg_tensor_copy_to_host(va, got_a, sizeof got_a), EG_OK);
+    assert_int_equal(eg_tensor_copy_to_host(vb, got_b, sizeof got_b), EG_OK);
+    assert_memory_equal(got_a, got_b, sizeof got_a);
+    for (int k = 0; k < eg_optimizer_slot_count(a); k++) {
+        const char *name = eg_optimizer_slot_name(a, k);
+        assert_int_equal(
+            eg_tensor_copy_to_host(eg_optimizer_get_slot(a, va, name), got_a, sizeof got_a), EG_OK);
+        assert_int_equal(
+            eg_tensor_copy_to_host(eg_optimizer_get_slot(b, vb, name), got_b, sizeof got_b), EG_OK);
+        assert_memory_equal(got_a, got_b, sizeof got_a);
+    }
+    assert_int_equal(eg_optimizer_iterations(b), 5);
+    eg_optimizer_free(a);
+    eg_optimizer_free(b);
+    eg_release(va);
+    eg_release(vb);
+}
+
+static void test_state_restore(void **state) {
+    (void)state;
+    eg_adam_options adam = eg_adam_options_default();
+    adam.learning_rate = eg_schedule_exponential_decay(0.1, 2, 0.5, false);
+    check_state_restore(eg_adam_new(&adam), eg_adam_new(&adam), 2);
+    eg_sgd_options sgd = eg_sgd_options_default();
+    sgd.momentum = 0.9;
+    sgd.nesterov = true;
+    check_state_restore(eg_sgd_new(&sgd), eg_sgd_new(&sgd), 1);
+    check_state_restore(eg_sgd_new(NULL), eg_sgd_new(NULL), 0);
+    eg_rmsprop_options rms = eg_rmsprop_options_default();
+    rms.momentum = 0.5;
+    rms.centered = true;
+    check_state_restore(eg_rmsprop_new(&rms), eg_rmsprop_new(&rms), 3);
+}
+
+/* set_slot: casts and views accepted, the other slots untouched; refusals change nothing. */
+static void test_set_slot_errors(void **state) {
+    (void)state;
+    eg_optimizer *opt = eg_adam_new(NULL);
+    eg_tensor *v = new_variable(w0, "v");
+    const float m[4] = {1, 2, 3, 4};
+    const double u[4] = {5, 6, 7, 8};
+    /* A transposed f64 value: cast and read in row-major order of its shape. */
+    eg_tensor *u64 = eg_transpose(eg_tensor_from_data(u, EG_DTYPE_F64, 2, shape22), 0, 1);
+    assert_int_equal(eg_optimizer_set_slot(opt, v, "velocity", u64), EG_OK);
+    const float u_expected[4] = {5, 7, 6, 8}, zeros[4] = {0};
+    expect_values(eg_optimizer_get_slot(opt, v, "velocity"), u_expected, 4, 0);
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"), zeros, 4, 0);
+    eg_tensor *mt = eg_tensor_from_data(m, EG_DTYPE_F32, 2, shape22);
+    assert_int_equal(eg_optimizer_set_slot(opt, v, "momentum", mt), EG_OK);
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"), m, 4, 0);
+    /* The slot itself as the value. */
+    assert_int_equal(
+        eg_optimizer_set_slot(opt, v, "momentum", eg_optimizer_get_slot(opt, v, "momentum")),
+        EG_OK);
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"), m, 4, 0);
+
+    struct {
+        eg_status status;
+        eg_tensor *variable, *value;
+        const char *slot;
+    } refusals[] = {
+        {EG_ERR_INVALID_ARGUMENT, v, mt, "average_gradient"},
+        {EG_ERR_INVALID_ARGUMENT, mt, mt, "momentum"},
+        {EG_ERR_SHAPE, v, eg_ones(EG_DTYPE_F32, 1, (int64_t[]){4}), "momentum"},
+        {EG_ERR_DTYPE, v, eg_ones(EG_DTYPE_I32, 2, shape22), "momentum"},
+        {EG_ERR_NULL_ARGUMENT, v, NULL, "momentum"},
+        {EG_ERR_NULL_ARGUMENT, v, mt, NULL},
+        {EG_ERR_NULL_ARGUMENT, NULL, mt, "momentum"},
+    };
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        eg_clear_error();
+        assert_int_equal(
+            eg_optimizer_set_slot(opt, refusals[i].variable, refusals[i].slot, refusals[i].value),
+            refusals[i].status);
+    }
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_set_slot(NULL, v, "momentum", mt), EG_ERR_NULL_ARGUMENT);
+    eg_clear_error();
+    expect_values(eg_optimizer_get_slot(opt, v, "momentum"), m, 4, 0);
+    expect_values(eg_optimizer_get_slot(opt, v, "velocity"), u_expected, 4, 0);
+    assert_int_equal(eg_optimizer_set_iterations(opt, -1), EG_ERR_INVALID_ARGUMENT);
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_set_iterations(NULL, 1), EG_ERR_NULL_ARGUMENT);
+    eg_clear_error();
+    assert_int_equal(eg_optimizer_iterations(opt), 0);
+    assert_int_equal(eg_optimizer_slot_count(NULL), 0);
+    assert_null(eg_optimizer_slot_name(NULL, 0));
+    eg_clear_error();
+    eg_optimizer_free(opt);
+    eg_release(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sgd, setup, teardown),
@@ -530,6 +652,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_optimizer_follows_schedule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_update_not_recorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adam_solves_regression, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_restore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_slot_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "eagle/ops.h"
 #include "eagle/status.h"
 #include "eagle/tensor.h"
 
@@ -135,9 +136,99 @@ eg_layer *eg_flatten_new(const char *name);
  * owns the result. */
 eg_layer *eg_activation_new(eg_activation activation, const char *name);
 
+/* ---- convolutional networks: Conv2D, pooling, normalization, dropout (Keras' defaults) ---- */
+
+/* Everything a Conv2D layer can be told; start from eg_conv2d_layer_options_default(). */
+typedef struct eg_conv2d_layer_options {
+    int strides[2];                    /* default (1, 1) */
+    eg_padding padding;                /* default VALID; SAME; EXPLICIT uses explicit_padding */
+    int64_t explicit_padding[4];       /* top, bottom, left, right */
+    eg_data_format data_format;        /* default NHWC (channels last, like Keras) */
+    int dilations[2];                  /* default (1, 1) */
+    int groups;                        /* default 1; filters and input channels divide by it */
+    eg_activation activation;          /* default NONE */
+    bool use_bias;                     /* default true */
+    eg_initializer kernel_initializer; /* default glorot_uniform (fans from the HWIO kernel) */
+    eg_initializer bias_initializer;   /* default zeros */
+    eg_dtype dtype;                    /* of the variables; default EG_DTYPE_F32 */
+    eg_generator *generator;           /* NULL (default): the default generator; borrowed */
+    const char *name;                  /* NULL (default): "conv2d", made unique by the model */
+} eg_conv2d_layer_options;
+
+eg_conv2d_layer_options eg_conv2d_layer_options_default(void);
+
+/* Conv2D: y = activation(conv2d(x, kernel) + bias), kernel (KH, KW, C_in / groups, filters) and
+ * bias (filters,) named "<layer>/kernel" and "<layer>/bias"; x (B, H, W, C_in) (or NCHW). Built at
+ * the first call (or eg_layer_build / eg_model_build) from the input's channels. NULL with an
+ * error for filters < 1, kernel sizes < 1 or invalid options. */
+eg_layer *eg_conv2d_new(int64_t filters, int kernel_size, eg_padding padding,
+                        eg_activation activation);
+/* Same with a (kernel_h, kernel_w) kernel and every option; options NULL = defaults. */
+eg_layer *eg_conv2d_new_ex(int64_t filters, int kernel_h, int kernel_w,
+                           const eg_conv2d_layer_options *options);
+
+/* MaxPooling2D / AveragePooling2D (square pool_size, strides 0 = pool_size, like Keras' None),
+ * NHWC. No variables. */
+eg_layer *eg_max_pool2d_new(int pool_size, int strides, eg_padding padding);
+eg_layer *eg_avg_pool2d_new(int pool_size, int strides, eg_padding padding);
+/* Same with every option (options NULL: a 2x2 window; see eg_pool2d_options) and a name (NULL:
+ * "max_pooling2d" / "average_pooling2d"). */
+eg_layer *eg_max_pool2d_new_ex(const eg_pool2d_options *options, const char *name);
+eg_layer *eg_avg_pool2d_new_ex(const eg_pool2d_options *options, const char *name);
+/* GlobalAveragePooling2D: (B, H, W, C) -> (B, C) (or NCHW). name NULL: "global_average_pooling2d". */
+eg_layer *eg_global_avg_pool2d_new(eg_data_format data_format, const char *name);
+
+typedef struct eg_batch_norm_options {
+    int axis;                                 /* the features axis; default -1 (NHWC: channels) */
+    double momentum;                          /* default 0.99 */
+    double epsilon;                           /* default 1e-3 */
+    bool center, scale;                       /* beta / gamma variables; default true, true */
+    eg_initializer beta_initializer;          /* default zeros */
+    eg_initializer gamma_initializer;         /* default ones */
+    eg_initializer moving_mean_initializer;   /* default zeros */
+    eg_initializer moving_variance_initializer; /* default ones */
+    eg_dtype dtype;                           /* default EG_DTYPE_F32 */
+    const char *name;                         /* NULL (default): "batch_normalization" */
+} eg_batch_norm_options;
+
+eg_batch_norm_options eg_batch_norm_options_default(void);
+
+/* BatchNormalization (Keras'): variables gamma, beta (trainable, when scale / center) and
+ * moving_mean, moving_variance (never trainable; counted as non-trainable params, listed by
+ * eg_model_variables, not by eg_model_trainable_variables), each (C,) for the features axis.
+ * Called with training = true (and the layer trainable) it normalizes with the batch's mean and
+ * population variance over every other axis and then updates the moving statistics, outside any
+ * tape: moving = moving * momentum + batch * (1 - momentum). Otherwise (inference, or a layer made
+ * non-trainable, as in Keras) it uses the moving statistics and changes nothing. options NULL:
+ * the defaults. */
+eg_layer *eg_batch_norm_new(const eg_batch_norm_options *options);
+
+typedef struct eg_layer_norm_options {
+    int axis;                        /* the normalized (last) axis; default -1 */
+    double epsilon;                  /* default 1e-3 */
+    bool center, scale;              /* default true, true */
+    eg_initializer beta_initializer; /* default zeros */
+    eg_initializer gamma_initializer; /* default ones */
+    eg_dtype dtype;                  /* default EG_DTYPE_F32 */
+    const char *name;                /* NULL (default): "layer_normalization" */
+} eg_layer_norm_options;
+
+eg_layer_norm_options eg_layer_norm_options_default(void);
+
+/* LayerNormalization (Keras'): each example normalized over `axis` with its own mean and
+ * variance, then gamma * . + beta (trainable, shaped like that axis). Same in training and
+ * inference. */
+eg_layer *eg_layer_norm_new(const eg_layer_norm_options *options);
+
+/* Dropout(rate) in [0, 1): while training, zeroes each element with probability rate and scales
+ * the rest by 1 / (1 - rate), with a fresh seed from the default generator at every call
+ * (eg_generator_next_seed; eg_manual_seed makes runs repeatable); at inference the identity.
+ * name NULL: "dropout". */
+eg_layer *eg_dropout_new(double rate, const char *name);
+
 /* Runs the layer on x (borrowed) and returns a new tensor; builds the layer first when it is
- * not built. `training` is passed on for layers that behave differently while training
- * (dropout, to come); the current layers ignore it. Recorded on active tapes like any op.
+ * not built. `training` selects the training behaviour of the layers that have one (Dropout
+ * drops, BatchNormalization uses and updates batch statistics); the others ignore it. Recorded on active tapes like any op.
  * NULL with an error for a NULL layer or x, a shape that does not fit the built layer
  * ("dense: input last dim 3 does not match the input_dim 4 of 'dense'"), or a failed op. */
 eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training);
@@ -151,7 +242,9 @@ eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape
 bool eg_layer_built(const eg_layer *layer);
 /* The layer's name ("dense_1"); valid while the layer lives. "" for NULL. */
 const char *eg_layer_name(const eg_layer *layer);
-/* The layer's class name ("Dense", "Flatten", "Activation"). Static storage. */
+/* The layer's class name ("Dense", "Flatten", "Activation", "Conv2D", "MaxPooling2D",
+ * "AveragePooling2D", "GlobalAveragePooling2D", "BatchNormalization", "LayerNormalization",
+ * "Dropout"). Static storage. */
 const char *eg_layer_type(const eg_layer *layer);
 /* Number of scalars in the layer's variables (0 when unbuilt or NULL). */
 int64_t eg_layer_count_params(const eg_layer *layer);
@@ -160,7 +253,8 @@ int64_t eg_layer_count_params(const eg_layer *layer);
  * gets the count (0 when unbuilt). NULL (and *n_variables = 0) when there are none. */
 eg_tensor *const *eg_layer_variables(const eg_layer *layer, int *n_variables);
 /* Marks all the layer's variables (present and future) trainable or not, like Keras'
- * layer.trainable. */
+ * layer.trainable; variables that are never trainable (BatchNormalization's moving statistics)
+ * stay so. A non-trainable BatchNormalization runs in inference mode. */
 void eg_layer_set_trainable(eg_layer *layer, bool trainable);
 /* Frees a layer that no model owns, with its variables (they must not be used afterwards).
  * NULL is ignored. Freeing a layer a model owns is refused (the model frees it). */
@@ -205,6 +299,11 @@ const char *eg_model_name(const eg_model *model);
  * n_variables is NULL or host memory runs out; otherwise never NULL.
  * Passing the array to eg_tape_gradient needs a cast: (const eg_tensor *const *)variables. */
 eg_tensor *const *eg_model_trainable_variables(eg_model *model, int *n_variables);
+/* Every variable of all layers (trainable or not: e.g. BatchNormalization's moving statistics
+ * too) in layer order, each layer's in creation order; what a checkpoint must save and restore
+ * to reproduce the model. Same ownership and lifetime rules as eg_model_trainable_variables
+ * (the two arrays are separate). */
+eg_tensor *const *eg_model_variables(eg_model *model, int *n_variables);
 /* Total number of scalars in all layers' variables (trainable or not). */
 int64_t eg_model_count_params(const eg_model *model);
 /* Writes a table like Keras' (2.x) model.summary() to out: one row per layer with its name and
@@ -323,12 +422,23 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_activation_apply(...)     EG_CALLSITE_(eg_activation_apply(__VA_ARGS__))
 #define eg_dense_new(...)            EG_CALLSITE_(eg_dense_new(__VA_ARGS__))
 #define eg_dense_new_ex(...)         EG_CALLSITE_(eg_dense_new_ex(__VA_ARGS__))
+#define eg_conv2d_new(...)           EG_CALLSITE_(eg_conv2d_new(__VA_ARGS__))
+#define eg_conv2d_new_ex(...)        EG_CALLSITE_(eg_conv2d_new_ex(__VA_ARGS__))
+#define eg_max_pool2d_new(...)       EG_CALLSITE_(eg_max_pool2d_new(__VA_ARGS__))
+#define eg_max_pool2d_new_ex(...)    EG_CALLSITE_(eg_max_pool2d_new_ex(__VA_ARGS__))
+#define eg_avg_pool2d_new(...)       EG_CALLSITE_(eg_avg_pool2d_new(__VA_ARGS__))
+#define eg_avg_pool2d_new_ex(...)    EG_CALLSITE_(eg_avg_pool2d_new_ex(__VA_ARGS__))
+#define eg_global_avg_pool2d_new(...) EG_CALLSITE_(eg_global_avg_pool2d_new(__VA_ARGS__))
+#define eg_batch_norm_new(...)       EG_CALLSITE_(eg_batch_norm_new(__VA_ARGS__))
+#define eg_layer_norm_new(...)       EG_CALLSITE_(eg_layer_norm_new(__VA_ARGS__))
+#define eg_dropout_new(...)          EG_CALLSITE_(eg_dropout_new(__VA_ARGS__))
 #define eg_layer_call(...)           EG_CALLSITE_(eg_layer_call(__VA_ARGS__))
 #define eg_layer_build(...)          EG_CALLSITE_(eg_layer_build(__VA_ARGS__))
 #define eg_sequential_add(...)       EG_CALLSITE_(eg_sequential_add(__VA_ARGS__))
 #define eg_model_build(...)          EG_CALLSITE_(eg_model_build(__VA_ARGS__))
 #define eg_model_call(...)           EG_CALLSITE_(eg_model_call(__VA_ARGS__))
 #define eg_model_summary(...)        EG_CALLSITE_(eg_model_summary(__VA_ARGS__))
+#define eg_model_variables(...)      EG_CALLSITE_(eg_model_variables(__VA_ARGS__))
 #define eg_loss_sparse_categorical_crossentropy(...)                                               \
     EG_CALLSITE_(eg_loss_sparse_categorical_crossentropy(__VA_ARGS__))
 #define eg_loss_categorical_crossentropy(...)                                                      \

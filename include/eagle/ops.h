@@ -133,6 +133,92 @@ eg_tensor *eg_sparse_softmax_cross_entropy(const eg_tensor *logits, const eg_ten
  * mask depends only on (seed, element index). Not training or rate == 0: returns x itself. */
 eg_tensor *eg_dropout(const eg_tensor *x, double rate, uint64_t seed, bool training);
 
+/* ---- convolution and pooling over 2-d images ----
+ * Images are 4-d: NHWC (batch, height, width, channels; Keras' default) or NCHW. Filters are
+ * HWIO: (KH, KW, C_in / groups, C_out) whatever the data format, like TensorFlow's. Results do
+ * not depend on the number of threads. */
+typedef enum eg_padding {
+    EG_PADDING_VALID = 0, /* none: every window lies inside the input */
+    EG_PADDING_SAME,      /* TF/Keras 'same': output size ceil(input / stride), the padding split
+                             evenly with any odd row/column at the bottom/right */
+    EG_PADDING_EXPLICIT,  /* the options' explicit_padding */
+    EG_PADDING_COUNT
+} eg_padding;
+
+typedef enum eg_data_format {
+    EG_DATA_FORMAT_NHWC = 0, /* channels last */
+    EG_DATA_FORMAT_NCHW,     /* channels first (PyTorch's layout) */
+    EG_DATA_FORMAT_COUNT
+} eg_data_format;
+
+/* A zero-initialised struct is a valid default: stride 1, no dilation, VALID, one group, NHWC. */
+typedef struct eg_conv2d_options {
+    int strides[2];              /* (height, width); 0 means 1 */
+    int dilations[2];            /* 0 means 1 */
+    eg_padding padding;          /* default VALID */
+    int64_t explicit_padding[4]; /* EXPLICIT: top, bottom, left, right (>= 0) */
+    int groups;                  /* 0 means 1; C_in and C_out must divide by it; groups == C_in
+                                    is a depthwise convolution */
+    eg_data_format data_format;  /* default NHWC */
+} eg_conv2d_options;
+
+/* y[b, i, j, o] = sum over (p, q, c) of x[b, i*s + p*d - pad, j*s + q*d - pad, c] *
+ * filter[p, q, c, o] (cross-correlation, like every framework), within o's group. x (B, H, W, C)
+ * or (B, C, H, W); filter (KH, KW, C / groups, O); same float dtype. options NULL: defaults. */
+eg_tensor *eg_conv2d(const eg_tensor *x, const eg_tensor *filter,
+                     const eg_conv2d_options *options);
+/* The transposed convolution (the gradient of eg_conv2d with respect to its input, like
+ * tf.nn.conv2d_transpose): x holds C_out channels, filter is the forward convolution's
+ * (KH, KW, C / groups, C_out), the result has C channels. output_shape (4 entries in the data
+ * format) gives the result's shape; NULL picks the smallest: (in - 1) * stride + dilated kernel
+ * (minus the padding) for VALID/EXPLICIT, in * stride for SAME. */
+eg_tensor *eg_conv2d_transpose(const eg_tensor *x, const eg_tensor *filter,
+                               const int64_t *output_shape, const eg_conv2d_options *options);
+
+/* A zero-initialised struct means a 2x2 window, strides = the window, VALID, NHWC. */
+typedef struct eg_pool2d_options {
+    int pool_size[2];            /* 0 means 2 (Keras' default) */
+    int strides[2];              /* 0 means the pool size (Keras' default) */
+    eg_padding padding;          /* default VALID */
+    int64_t explicit_padding[4]; /* EXPLICIT: top, bottom, left, right, each < the pool size */
+    eg_data_format data_format;  /* default NHWC */
+} eg_pool2d_options;
+
+/* Largest element of each window (padding never wins); the gradient goes to the first largest
+ * element of each window (row-major order). options NULL: defaults. */
+eg_tensor *eg_max_pool2d(const eg_tensor *x, const eg_pool2d_options *options);
+/* Mean of each window over the elements inside the input (padding is not counted, like
+ * TensorFlow/Keras). */
+eg_tensor *eg_avg_pool2d(const eg_tensor *x, const eg_pool2d_options *options);
+/* Mean over height and width: (B, C), or (B, 1, 1, C) / (B, C, 1, 1) with keepdims. */
+eg_tensor *eg_global_avg_pool2d(const eg_tensor *x, eg_data_format data_format, bool keepdims);
+/* Nearest-neighbour upsampling by integer factors (>= 1): each pixel repeated size_h x size_w
+ * times (Keras UpSampling2D, interpolation "nearest"). */
+eg_tensor *eg_upsample2d(const eg_tensor *x, int size_h, int size_w, eg_data_format data_format);
+/* Zeros around the images: padding = (top, bottom, left, right), all >= 0 (Keras ZeroPadding2D). */
+eg_tensor *eg_zero_padding2d(const eg_tensor *x, const int64_t *padding,
+                             eg_data_format data_format);
+
+/* ---- normalization ---- */
+/* x * scale + shift in one pass; the three broadcast together (same float dtype). */
+eg_tensor *eg_mul_add(const eg_tensor *x, const eg_tensor *scale, const eg_tensor *shift);
+/* Mean and population variance of x over n_axes axes (0: all), like tf.nn.moments; writes two
+ * new references (NULL both on failure). */
+eg_status eg_moments(const eg_tensor *x, int n_axes, const int *axes, bool keepdims,
+                     eg_tensor **mean, eg_tensor **variance);
+/* (x - mean) * scale / sqrt(variance + epsilon) + offset, all broadcasting against x, like
+ * tf.nn.batch_normalization: with batch moments this is batch normalization while training,
+ * with running averages at inference. offset and scale may be NULL (0 and 1). Gradients flow to
+ * every tensor argument, through mean and variance to x when they were computed from it. */
+eg_tensor *eg_batch_normalization(const eg_tensor *x, const eg_tensor *mean,
+                                  const eg_tensor *variance, const eg_tensor *offset,
+                                  const eg_tensor *scale, double epsilon);
+/* Normalizes x over n_axes axes (0 or NULL: the last axis) with its own moments, then scales
+ * and shifts: (x - mean) / sqrt(var + epsilon) * scale + offset (scale/offset may be NULL and
+ * broadcast against x, typically shaped like the normalized axes). */
+eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axes,
+                                  const eg_tensor *scale, const eg_tensor *offset, double epsilon);
+
 #if !defined(EG_NO_CALLSITE)
 #define eg_neg(...) EG_CALLSITE_(eg_neg(__VA_ARGS__))
 #define eg_abs(...) EG_CALLSITE_(eg_abs(__VA_ARGS__))
@@ -200,6 +286,17 @@ eg_tensor *eg_dropout(const eg_tensor *x, double rate, uint64_t seed, bool train
 #define eg_sparse_softmax_cross_entropy(...)                                                       \
     EG_CALLSITE_(eg_sparse_softmax_cross_entropy(__VA_ARGS__))
 #define eg_dropout(...) EG_CALLSITE_(eg_dropout(__VA_ARGS__))
+#define eg_conv2d(...) EG_CALLSITE_(eg_conv2d(__VA_ARGS__))
+#define eg_conv2d_transpose(...) EG_CALLSITE_(eg_conv2d_transpose(__VA_ARGS__))
+#define eg_max_pool2d(...) EG_CALLSITE_(eg_max_pool2d(__VA_ARGS__))
+#define eg_avg_pool2d(...) EG_CALLSITE_(eg_avg_pool2d(__VA_ARGS__))
+#define eg_global_avg_pool2d(...) EG_CALLSITE_(eg_global_avg_pool2d(__VA_ARGS__))
+#define eg_upsample2d(...) EG_CALLSITE_(eg_upsample2d(__VA_ARGS__))
+#define eg_zero_padding2d(...) EG_CALLSITE_(eg_zero_padding2d(__VA_ARGS__))
+#define eg_mul_add(...) EG_CALLSITE_(eg_mul_add(__VA_ARGS__))
+#define eg_moments(...) EG_CALLSITE_(eg_moments(__VA_ARGS__))
+#define eg_batch_normalization(...) EG_CALLSITE_(eg_batch_normalization(__VA_ARGS__))
+#define eg_layer_normalization(...) EG_CALLSITE_(eg_layer_normalization(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -135,6 +135,32 @@ const char *eg_optimizer_name(const eg_optimizer *optimizer);
  * optimizer has no such slot for it (not updated yet, or not used by these options). */
 eg_tensor *eg_optimizer_get_slot(const eg_optimizer *optimizer, const eg_tensor *variable,
                                  const char *slot_name);
+
+/* ---- state, for checkpoints and resuming ----
+ * An optimizer's whole state is its step counter (eg_optimizer_iterations) and, per variable,
+ * the slots named by eg_optimizer_slot_name (read with eg_optimizer_get_slot). Restoring both
+ * into an optimizer made with the same constructor and options makes every later update
+ * bit-identical to the run the state was saved from (`eagle train --resume` relies on it). */
+
+/* Number of slots kept per variable: 0 (SGD without momentum) to 3 (centered RMSprop with
+ * momentum); 0 for NULL. */
+int eg_optimizer_slot_count(const eg_optimizer *optimizer);
+/* Name of slot i, 0 <= i < eg_optimizer_slot_count ("momentum", "velocity", ...; static
+ * storage); NULL with an error for a NULL optimizer or i out of range (EG_ERR_INVALID_ARGUMENT). */
+const char *eg_optimizer_slot_name(const eg_optimizer *optimizer, int i);
+/* Copies value into the slot `slot_name` of `variable`, creating the variable's slots (zeros)
+ * first when it has none yet; the other slots keep their values. variable must be one the
+ * optimizer can update (a contiguous CPU f32/f64 variable); value must have its shape, be on the
+ * CPU and have a float dtype (cast to the variable's when it differs); it may be a view. value is
+ * borrowed (copied). Errors, with nothing changed: NULL argument (EG_ERR_NULL_ARGUMENT); no such
+ * slot for this optimizer, or not a variable (EG_ERR_INVALID_ARGUMENT, naming the slots there
+ * are); dtype (EG_ERR_DTYPE); shape (EG_ERR_SHAPE); device (EG_ERR_UNSUPPORTED); out of memory. */
+eg_status eg_optimizer_set_slot(eg_optimizer *optimizer, const eg_tensor *variable,
+                                const char *slot_name, const eg_tensor *value);
+/* Sets the step counter, as if `iterations` updates had been applied: the schedule's step and
+ * Adam's bias correction follow it. EG_ERR_NULL_ARGUMENT, EG_ERR_INVALID_ARGUMENT when < 0. */
+eg_status eg_optimizer_set_iterations(eg_optimizer *optimizer, int64_t iterations);
+
 /* Frees the optimizer and releases its slots. NULL is ignored. */
 void eg_optimizer_free(eg_optimizer *optimizer);
 
@@ -147,6 +173,9 @@ void eg_optimizer_free(eg_optimizer *optimizer);
 #define eg_optimizer_apply_gradients(...) EG_CALLSITE_(eg_optimizer_apply_gradients(__VA_ARGS__))
 #define eg_optimizer_set_learning_rate(...)                                                        \
     EG_CALLSITE_(eg_optimizer_set_learning_rate(__VA_ARGS__))
+#define eg_optimizer_slot_name(...)      EG_CALLSITE_(eg_optimizer_slot_name(__VA_ARGS__))
+#define eg_optimizer_set_slot(...)       EG_CALLSITE_(eg_optimizer_set_slot(__VA_ARGS__))
+#define eg_optimizer_set_iterations(...) EG_CALLSITE_(eg_optimizer_set_iterations(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -98,6 +98,9 @@ static void record_one(eg_tape *tape, eg__op op, int n_inputs, const eg_tensor *
             eg__error(EG_ERR_OUT_OF_MEMORY, "tape: out of host memory while recording");
             return;
         }
+        /* records with few inputs point into themselves (inline_inputs): re-aim them */
+        for (size_t i = 0; i < tape->n_records; i++)
+            if (records[i].n_inputs <= 3) records[i].inputs = records[i].inline_inputs;
         tape->records = records;
         tape->capacity = capacity;
     }

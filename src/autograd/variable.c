@@ -4,6 +4,7 @@
 
 #include "autograd/internal.h"
 #include "core/error.h"
+#include "lazy/internal.h"
 
 typedef struct eg__variable_info {
     char *name;
@@ -69,6 +70,35 @@ static bool broadcasts_to(const eg_tensor *value, const eg_tensor *variable) {
     return true;
 }
 
+/* In a traced function an assign runs at every replay, after the graph. */
+typedef struct deferred_assign {
+    eg_tensor *variable, *value;
+    assign_kind kind;
+} deferred_assign;
+
+static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind);
+
+static void run_deferred_assign(void *context) {
+    deferred_assign *d = context;
+    assign(d->variable, d->value, d->kind);
+}
+
+static void free_deferred_assign(void *context) {
+    deferred_assign *d = context;
+    eg__unref(d->variable);
+    eg__unref(d->value);
+    free(d);
+}
+
+static eg_status defer_assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
+    deferred_assign *d = malloc(sizeof *d);
+    if (!d) return eg__error(EG_ERR_OUT_OF_MEMORY, "assign: out of host memory");
+    *d = (deferred_assign){variable, (eg_tensor *)value, kind};
+    eg__ref(variable);
+    eg__ref(value);
+    return eg__graph_defer(run_deferred_assign, free_deferred_assign, d, 1, &value);
+}
+
 static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
     static const char *const names[] = {"assign", "assign_add", "assign_sub"};
     if (!eg__check_arg(variable, names[kind], 0) || !eg__check_arg(value, names[kind], 1))
@@ -85,8 +115,13 @@ static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind
                          names[kind], eg__shape_format(value->n_dims, value->shape, a, 160),
                          eg__shape_format(variable->n_dims, variable->shape, b, 160));
     }
+    if (eg__graph_tracing()) return defer_assign(variable, value, kind);
     eg_no_grad_begin();
     eg__scope_suspend();
+    /* The update runs now, also in lazy mode; pending lazy readers of the variable keep the
+     * value they saw. */
+    int lazy_depth = eg__lazy_depth;
+    eg__lazy_depth = 0;
     eg_tensor *result = NULL;
     if (kind == ASSIGN_SET) {
         result = eg_broadcast_to(value, variable->n_dims, variable->shape);
@@ -109,10 +144,12 @@ static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind
                                names[kind], eg__shape_format(value->n_dims, value->shape, a, 160),
                                eg__shape_format(variable->n_dims, variable->shape, b, 160));
         } else {
-            status = eg__copy_into(variable, result);
+            status = eg__lazy_before_write(variable);
+            if (status == EG_OK) status = eg__copy_into(variable, result);
         }
     }
     eg__unref(result);
+    eg__lazy_depth = lazy_depth;
     eg__scope_resume();
     eg_no_grad_end();
     return status;

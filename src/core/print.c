@@ -78,7 +78,7 @@ static void print_axis(text_buffer *buffer, const eg_tensor *t, const char *base
 }
 
 char *eg_tensor_to_string(const eg_tensor *t) {
-    if (!eg__check_arg(t, "tensor_to_string", 0)) return NULL;
+    if (!eg__check_arg(t, "tensor_to_string", 0) || eg__realize(t) != EG_OK) return NULL;
     if (t->device->type != EG_DEVICE_CPU) {
         eg__error(EG_ERR_DEVICE, "tensor_to_string: copy the tensor to the CPU first");
         return NULL;

@@ -121,6 +121,8 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
     storage->n_bytes = n_bytes;
     storage->device = device;
     storage->container = block;
+    storage->release = NULL;
+    storage->release_context = NULL;
     eg_tensor *t = &block->tensor;
     tensor_init(t);
     t->dtype = dtype;
@@ -133,6 +135,53 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
     eg__debug_track(t);
     eg__scope_register(t);
     return t;
+}
+
+eg_tensor *eg__tensor_lazy(const eg__meta *meta, const eg_device *device) {
+    eg_tensor *t = tensor_struct_new();
+    if (!t) return NULL;
+    t->dtype = meta->dtype;
+    t->n_dims = meta->n_dims;
+    if (meta->n_dims) memcpy(t->shape, meta->shape, (size_t)meta->n_dims * sizeof *meta->shape);
+    if (meta->is_view) {
+        if (meta->n_dims)
+            memcpy(t->strides, meta->strides, (size_t)meta->n_dims * sizeof *meta->strides);
+        t->offset = meta->offset;
+    } else {
+        eg__contiguous_strides(meta->n_dims, meta->shape, t->strides);
+    }
+    t->n_elems = eg__shape_n_elems(meta->n_dims, meta->shape);
+    t->device = device ? device : eg__cpu_device();
+    eg__debug_track(t);
+    eg__scope_register(t);
+    return t;
+}
+
+eg_status eg__tensor_attach_storage(eg_tensor *t) {
+    size_t n_bytes = (size_t)t->n_elems * eg_dtype_size(t->dtype);
+    eg__storage *storage = malloc(sizeof *storage);
+    if (!storage) return eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a storage");
+    storage->data = eg__allocator_alloc(t->device->get_allocator(t->device), n_bytes,
+                                        &storage->allocation);
+    if (!storage->data) {
+        free(storage);
+        return eg_last_status();
+    }
+    atomic_init(&storage->refcount, 1);
+    storage->n_bytes = n_bytes;
+    storage->device = t->device;
+    storage->container = NULL;
+    storage->release = NULL;
+    storage->release_context = NULL;
+    t->storage = storage;
+    return EG_OK;
+}
+
+void eg__tensor_detach_storage(eg_tensor *t) {
+    if (!t->storage) return;
+    eg__storage *storage = t->storage;
+    t->storage = NULL;
+    eg__storage_unref(storage);
 }
 
 eg_tensor *eg__tensor_view(const eg_tensor *base, int n_dims, const int64_t *shape,
@@ -155,12 +204,62 @@ eg_tensor *eg__tensor_view(const eg_tensor *base, int n_dims, const int64_t *sha
     return t;
 }
 
-void eg__variable_info_free(struct eg__variable_info *info);
+eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device *device,
+                                    eg_dtype dtype, int n_dims, const int64_t *shape,
+                                    const int64_t *strides, int64_t offset,
+                                    void (*release)(void *context), void *context) {
+    if ((unsigned)dtype >= EG_DTYPE_COUNT) {
+        eg__error(EG_ERR_DTYPE, "invalid dtype %d", (int)dtype);
+        return NULL;
+    }
+    if (n_dims < 0 || n_dims > EG_MAX_DIMS || (n_dims > 0 && (!shape || !strides))) {
+        eg__error(EG_ERR_SHAPE, "invalid number of dimensions %d (0..%d, shape not NULL)", n_dims,
+                  EG_MAX_DIMS);
+        return NULL;
+    }
+    tensor_block *block = malloc(sizeof *block);
+    if (!block) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a tensor header");
+        return NULL;
+    }
+    eg__storage *storage = &block->storage;
+    atomic_init(&storage->refcount, 1);
+    storage->data = data;
+    storage->n_bytes = n_bytes;
+    storage->device = device ? device : eg__cpu_device();
+    storage->allocation = NULL;
+    storage->container = block;
+    storage->release = release;
+    storage->release_context = context;
+    eg_tensor *t = &block->tensor;
+    tensor_init(t);
+    t->dtype = dtype;
+    t->n_dims = n_dims;
+    if (n_dims) {
+        memcpy(t->shape, shape, (size_t)n_dims * sizeof *shape);
+        memcpy(t->strides, strides, (size_t)n_dims * sizeof *strides);
+    }
+    t->offset = offset;
+    t->n_elems = eg__shape_n_elems(n_dims, shape);
+    t->storage = storage;
+    t->device = storage->device;
+    eg__debug_track(t);
+    eg__scope_register(t);
+    return t;
+}
 
-static void storage_unref(eg__storage *storage) {
+void eg__variable_info_free(struct eg__variable_info *info);
+void eg__lazy_node_free(struct eg__lazy_node *node);
+
+void eg__storage_ref(eg__storage *storage) {
+    atomic_fetch_add_explicit(&storage->refcount, 1, memory_order_relaxed);
+}
+
+void eg__storage_unref(eg__storage *storage) {
     if (atomic_fetch_sub_explicit(&storage->refcount, 1, memory_order_acq_rel) != 1) return;
     if (storage->allocation)
         eg__allocator_free(storage->device->get_allocator(storage->device), storage->allocation);
+    if (storage->release) storage->release(storage->release_context);
     free(storage->container ? storage->container : storage);
 }
 
@@ -175,10 +274,11 @@ void eg__unref(const eg_tensor *ct) {
     if (t->scope) eg__scope_forget(t);
     eg__debug_untrack(t);
     if (t->variable) eg__variable_info_free(t->variable);
+    if (t->lazy) eg__lazy_node_free(t->lazy);
     /* A tensor allocated with its storage lives in the storage's block: the block goes when
      * the last view of the storage does. */
     bool in_storage_block = t->storage && t->storage->container == (void *)t;
-    if (t->storage) storage_unref(t->storage);
+    if (t->storage) eg__storage_unref(t->storage);
     if (!in_storage_block) free(t);
 }
 
@@ -328,7 +428,7 @@ eg_tensor *eg_eye(int64_t n, eg_dtype dtype) {
 /* ---- host access ---- */
 
 void *eg_tensor_data(const eg_tensor *t) {
-    if (!eg__check_arg(t, "tensor_data", 0)) return NULL;
+    if (!eg__check_arg(t, "tensor_data", 0) || eg__realize(t) != EG_OK) return NULL;
     if (t->device->type != EG_DEVICE_CPU) {
         eg__error(EG_ERR_DEVICE, "tensor_data: tensor is on %s; copy it to the CPU first",
                   t->device->name);
@@ -356,7 +456,8 @@ void *eg_tensor_data(const eg_tensor *t) {
     } while (0)
 
 eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes) {
-    if (!eg__check_arg(t, "tensor_copy_to_host", 0)) return eg_last_status();
+    if (!eg__check_arg(t, "tensor_copy_to_host", 0) || eg__realize(t) != EG_OK)
+        return eg_last_status();
     size_t size = eg_dtype_size(t->dtype);
     size_t need = (size_t)t->n_elems * size;
     if (!dst || dst_bytes < need)
@@ -379,7 +480,7 @@ eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes
 }
 
 double eg_item(const eg_tensor *t) {
-    if (!eg__check_arg(t, "item", 0)) return NAN;
+    if (!eg__check_arg(t, "item", 0) || eg__realize(t) != EG_OK) return NAN;
     if (t->n_elems != 1) {
         char buf[160];
         eg__error(EG_ERR_SHAPE, "item: tensor of shape %s has %lld elements, not 1",
@@ -390,7 +491,7 @@ double eg_item(const eg_tensor *t) {
 }
 
 double eg_tensor_get(const eg_tensor *t, const int64_t *index) {
-    if (!eg__check_arg(t, "tensor_get", 0)) return NAN;
+    if (!eg__check_arg(t, "tensor_get", 0) || eg__realize(t) != EG_OK) return NAN;
     if (t->n_dims > 0 && !index) {
         eg__error(EG_ERR_NULL_ARGUMENT, "tensor_get: index is NULL");
         return NAN;

@@ -18,10 +18,15 @@ typedef struct eg__storage {
     void *allocation; /* the allocator's handle; NULL for memory owned elsewhere */
     void *container;  /* the block holding this struct when it was allocated together with its
                          first tensor (freed when the last reference goes); NULL: alone */
+    /* Memory owned elsewhere (allocation NULL), e.g. a DLPack tensor: release(release_context)
+     * runs once, when the last reference goes. NULL for the allocator's memory. */
+    void (*release)(void *release_context);
+    void *release_context;
 } eg__storage;
 
 struct eg__scope;
 struct eg__variable_info;
+struct eg__lazy_node;
 
 struct eg_tensor {
     atomic_long refcount;
@@ -41,6 +46,12 @@ struct eg_tensor {
     int created_line;
     bool debug_tracked;
     struct eg_tensor *debug_prev, *debug_next;
+    /* Lazy and graph modes: how to compute this tensor while it has no storage (NULL once it
+     * is realized, and always in eager mode). */
+    struct eg__lazy_node *lazy;
+    /* Pending lazy nodes that read this tensor: their references are not the user's, so they
+     * do not keep a computed intermediate alive (see src/lazy/lazy.c). */
+    atomic_int lazy_consumers;
 };
 
 /* Shape and dtype of an op's result, as inferred before anything is allocated. When is_view is
@@ -61,11 +72,36 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
 /* A new tensor sharing base's storage with the given geometry, registered with the scope. */
 eg_tensor *eg__tensor_view(const eg_tensor *base, int n_dims, const int64_t *shape,
                            const int64_t *strides, int64_t offset);
+/* A new tensor over memory that eagle does not own (zero-copy import, e.g. DLPack): its storage
+ * has data = `data` (n_bytes long, on `device`), allocation NULL, and calls release(context),
+ * exactly once, when its last reference goes (release may be NULL). The geometry (shape, strides
+ * in elements, offset in elements from data) is taken as given: the caller has checked that
+ * every element lies inside [data, data + n_bytes). Registered with the scope. On failure (NULL +
+ * error: bad dtype or dims, out of memory) release is NOT called: the caller still owns data. */
+eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device *device,
+                                    eg_dtype dtype, int n_dims, const int64_t *shape,
+                                    const int64_t *strides, int64_t offset,
+                                    void (*release)(void *context), void *context);
+/* A tensor with meta's geometry and no storage yet (lazy and graph modes), registered with the
+ * scope. */
+eg_tensor *eg__tensor_lazy(const eg__meta *meta, const eg_device *device);
+/* Gives a storage-less, contiguous-laid-out tensor fresh storage from its device's allocator. */
+eg_status eg__tensor_attach_storage(eg_tensor *t);
+/* Drops t's storage reference and leaves it storage-less again. */
+void eg__tensor_detach_storage(eg_tensor *t);
 void eg__ref(const eg_tensor *t);
 void eg__unref(const eg_tensor *t);
+/* References to a storage alone (an exported view such as a DLPack tensor keeps the memory alive
+ * without a tensor); the last unref frees it like the last tensor would. */
+void eg__storage_ref(eg__storage *storage);
+void eg__storage_unref(eg__storage *storage);
 
 /* Pointer to element 0 of t (storage data + offset), typed. */
+/* Computes a lazy tensor (lazy/graph modes); EG_OK at once for a realized one. */
+eg_status eg__realize(const eg_tensor *t);
+
 static inline void *eg__data(const eg_tensor *t) {
+    if (!t->storage && eg__realize(t) != EG_OK) return NULL;
     return (char *)t->storage->data + (size_t)t->offset * eg_dtype_size(t->dtype);
 }
 

@@ -6,6 +6,8 @@
 #include "autograd/internal.h"
 #include "backend/backend.h"
 #include "core/error.h"
+#include "lazy/internal.h"
+#include "profiler/internal.h"
 
 eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...) {
     if (eg__error_pending()) return status;
@@ -17,8 +19,9 @@ eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...) {
     return eg__error(status, "%s: %s", eg__op_defs[op].name, message);
 }
 
-eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                       const eg__attrs *attrs) {
+/* Inlined into eg__execute so that the profiler's check is all an op pays while it is off. */
+static inline __attribute__((always_inline)) eg_tensor *
+execute_now(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__attrs *attrs) {
     const eg__op_def *def = &eg__op_defs[op];
     for (int i = 0; i < n_inputs; i++)
         if (!eg__check_arg(inputs[i], def->name, i)) return NULL;
@@ -34,6 +37,14 @@ eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
     meta.is_view = false;
     if (def->infer(op, n_inputs, inputs, attrs, &meta) != EG_OK) return NULL;
     eg_tensor *output;
+    if (eg__lazy_recording()) {
+        output = eg__lazy_record(op, n_inputs, inputs, attrs, &meta, device);
+        if (!output) return NULL;
+        goto record;
+    }
+    /* An eager op reading a lazy tensor computes it first. */
+    for (int i = 0; i < n_inputs; i++)
+        if (!inputs[i]->storage && eg__realize(inputs[i]) != EG_OK) return NULL;
     if (meta.is_view) {
         output = eg__tensor_view(inputs[0], meta.n_dims, meta.shape, meta.strides, meta.offset);
         if (!output) return NULL;
@@ -55,7 +66,19 @@ eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
             }
         }
     }
+record:
     if (eg__tapes_active() && !(def->flags & EG__OPF_NO_GRAD))
         eg__tape_record(op, n_inputs, inputs, attrs, output);
     return output;
+}
+
+eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                       const eg__attrs *attrs) {
+    if (EG__PROFILER_ON()) return eg__profiler_execute(op, n_inputs, inputs, attrs);
+    return execute_now(op, n_inputs, inputs, attrs);
+}
+
+eg_tensor *eg__execute_unprofiled(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                                  const eg__attrs *attrs) {
+    return execute_now(op, n_inputs, inputs, attrs);
 }

@@ -13,9 +13,17 @@ typedef enum eg__layer_kind {
     EG__LAYER_DENSE,
     EG__LAYER_FLATTEN,
     EG__LAYER_ACTIVATION,
+    EG__LAYER_CONV2D,
+    EG__LAYER_MAX_POOL2D,
+    EG__LAYER_AVG_POOL2D,
+    EG__LAYER_GLOBAL_AVG_POOL2D,
+    EG__LAYER_BATCH_NORM,
+    EG__LAYER_LAYER_NORM,
+    EG__LAYER_DROPOUT,
+    EG__LAYER_KIND_COUNT
 } eg__layer_kind;
 
-#define EG__LAYER_MAX_VARIABLES 2
+#define EG__LAYER_MAX_VARIABLES 4
 
 struct eg_layer {
     eg__layer_kind kind;
@@ -27,18 +35,41 @@ struct eg_layer {
     int output_n_dims; /* known once built; -1 entries are unknown sizes */
     int64_t output_shape[EG_MAX_DIMS];
     eg_tensor *variables[EG__LAYER_MAX_VARIABLES]; /* owned */
+    bool frozen[EG__LAYER_MAX_VARIABLES];          /* never trainable (moving statistics) */
     int n_variables;
+    eg_dtype dtype;          /* of the variables */
+    eg_generator *generator; /* for their initializers (NULL: the default generator) */
     eg_activation activation; /* DENSE, ACTIVATION */
     /* DENSE */
     int64_t units;
     int64_t input_dim; /* 0 until built */
     eg_dense_options dense;
+    /* CONV2D (filters in units) */
+    int kernel[2];
+    eg_conv2d_layer_options conv;
+    /* MAX_POOL2D, AVG_POOL2D, GLOBAL_AVG_POOL2D (pool.data_format) */
+    eg_pool2d_options pool;
+    /* BATCH_NORM, LAYER_NORM (axis normalized when built) */
+    eg_batch_norm_options norm;
+    int norm_axis;
+    /* DROPOUT */
+    double rate;
 };
 
 /* The type's default name prefix ("dense"). */
 const char *eg__layer_prefix(const eg_layer *layer);
 /* Sets the layer's name (copied); false when out of host memory (error raised). */
 bool eg__layer_set_name(eg_layer *layer, const char *name);
+
+/* A new layer of `kind` named `name` (NULL: named later), trainable; NULL when out of memory. */
+eg_layer *eg__layer_new(eg__layer_kind kind, const char *name, const char *what);
+/* A new variable `<layer>/<what>` of the layer's dtype filled by `init` (with the layer's
+ * generator), trainable unless frozen or the layer is not; NULL with an error. */
+eg_tensor *eg__layer_make_variable(eg_layer *layer, const char *what, const eg_initializer *init,
+                                   int n_dims, const int64_t *shape);
+/* Build and call for the kinds of conv_layers.c (CONV2D and after). */
+eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape);
+eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x, bool training);
 
 /* Replaces the variables of a built layer by copies named after its current name. */
 eg_status eg__layer_rename_variables(eg_layer *layer);

@@ -41,15 +41,29 @@ eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x) {
 
 /* ---- construction ---- */
 
-static const char *const layer_types[] = {
+static const char *const layer_types[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_DENSE] = "Dense",
     [EG__LAYER_FLATTEN] = "Flatten",
     [EG__LAYER_ACTIVATION] = "Activation",
+    [EG__LAYER_CONV2D] = "Conv2D",
+    [EG__LAYER_MAX_POOL2D] = "MaxPooling2D",
+    [EG__LAYER_AVG_POOL2D] = "AveragePooling2D",
+    [EG__LAYER_GLOBAL_AVG_POOL2D] = "GlobalAveragePooling2D",
+    [EG__LAYER_BATCH_NORM] = "BatchNormalization",
+    [EG__LAYER_LAYER_NORM] = "LayerNormalization",
+    [EG__LAYER_DROPOUT] = "Dropout",
 };
-static const char *const layer_prefixes[] = {
+static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_DENSE] = "dense",
     [EG__LAYER_FLATTEN] = "flatten",
     [EG__LAYER_ACTIVATION] = "activation",
+    [EG__LAYER_CONV2D] = "conv2d",
+    [EG__LAYER_MAX_POOL2D] = "max_pooling2d",
+    [EG__LAYER_AVG_POOL2D] = "average_pooling2d",
+    [EG__LAYER_GLOBAL_AVG_POOL2D] = "global_average_pooling2d",
+    [EG__LAYER_BATCH_NORM] = "batch_normalization",
+    [EG__LAYER_LAYER_NORM] = "layer_normalization",
+    [EG__LAYER_DROPOUT] = "dropout",
 };
 
 const char *eg__layer_prefix(const eg_layer *layer) {
@@ -77,7 +91,7 @@ bool eg__layer_set_name(eg_layer *layer, const char *name) {
     return true;
 }
 
-static eg_layer *layer_new(eg__layer_kind kind, const char *name, const char *what) {
+eg_layer *eg__layer_new(eg__layer_kind kind, const char *name, const char *what) {
     eg_layer *layer = calloc(1, sizeof *layer);
     if (!layer) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
@@ -85,6 +99,7 @@ static eg_layer *layer_new(eg__layer_kind kind, const char *name, const char *wh
     }
     layer->kind = kind;
     layer->trainable = true;
+    layer->dtype = EG_DTYPE_F32;
     if (name && !eg__layer_set_name(layer, name)) {
         free(layer);
         return NULL;
@@ -138,10 +153,12 @@ eg_layer *eg_dense_new_ex(int64_t units, const eg_dense_options *options) {
                   (long long)o.input_dim);
         return NULL;
     }
-    eg_layer *layer = layer_new(EG__LAYER_DENSE, o.name, "dense");
+    eg_layer *layer = eg__layer_new(EG__LAYER_DENSE, o.name, "dense");
     if (!layer) return NULL;
     layer->units = units;
     layer->activation = o.activation;
+    layer->dtype = o.dtype;
+    layer->generator = o.generator;
     o.name = NULL; /* copied into layer->name */
     layer->dense = o;
     if (o.input_dim > 0) {
@@ -155,7 +172,7 @@ eg_layer *eg_dense_new_ex(int64_t units, const eg_dense_options *options) {
 }
 
 eg_layer *eg_flatten_new(const char *name) {
-    return layer_new(EG__LAYER_FLATTEN, name, "flatten");
+    return eg__layer_new(EG__LAYER_FLATTEN, name, "flatten");
 }
 
 eg_layer *eg_activation_new(eg_activation activation, const char *name) {
@@ -163,7 +180,7 @@ eg_layer *eg_activation_new(eg_activation activation, const char *name) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "activation: invalid activation %d", (int)activation);
         return NULL;
     }
-    eg_layer *layer = layer_new(EG__LAYER_ACTIVATION, name, "activation");
+    eg_layer *layer = eg__layer_new(EG__LAYER_ACTIVATION, name, "activation");
     if (layer) layer->activation = activation;
     return layer;
 }
@@ -174,18 +191,18 @@ static char *shape_text(int n_dims, const int64_t *shape, char *buf, size_t size
     return eg__shape_format(n_dims, shape, buf, size);
 }
 
-/* A new variable `<layer>/<what>` filled by `init`; NULL with an error. */
-static eg_tensor *make_variable(eg_layer *layer, const char *what, const eg_initializer *init,
-                                int n_dims, const int64_t *shape) {
+eg_tensor *eg__layer_make_variable(eg_layer *layer, const char *what, const eg_initializer *init,
+                                   int n_dims, const int64_t *shape) {
     char name[256];
     snprintf(name, sizeof name, "%s/%s", eg_layer_name(layer), what);
     eg__scope_suspend();
-    eg_tensor *value =
-        eg_initializer_generate(init, layer->dense.generator, layer->dense.dtype, n_dims, shape);
+    eg_tensor *value = eg_initializer_generate(init, layer->generator, layer->dtype, n_dims, shape);
     eg_tensor *variable = value ? eg_variable(value, name) : NULL;
     eg__unref(value);
     eg__scope_resume();
-    if (variable) eg_variable_set_trainable(variable, layer->trainable);
+    if (variable)
+        eg_variable_set_trainable(variable,
+                                  layer->trainable && !layer->frozen[layer->n_variables]);
     return variable;
 }
 
@@ -207,12 +224,13 @@ static eg_status build_dense(eg_layer *layer, int n_dims, const int64_t *input_s
         return EG_OK;
     }
     int64_t kernel_shape[2] = {input_dim, layer->units};
-    eg_tensor *kernel =
-        make_variable(layer, "kernel", &layer->dense.kernel_initializer, 2, kernel_shape);
+    eg_tensor *kernel = eg__layer_make_variable(layer, "kernel", &layer->dense.kernel_initializer,
+                                                2, kernel_shape);
     if (!kernel) return eg_last_status();
     eg_tensor *bias = NULL;
     if (layer->dense.use_bias) {
-        bias = make_variable(layer, "bias", &layer->dense.bias_initializer, 1, &layer->units);
+        bias = eg__layer_make_variable(layer, "bias", &layer->dense.bias_initializer, 1,
+                                       &layer->units);
         if (!bias) {
             eg_release(kernel);
             return eg_last_status();
@@ -267,6 +285,9 @@ eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape
             if (n_dims) memcpy(layer->output_shape, input_shape, (size_t)n_dims * sizeof(int64_t));
         }
         break;
+    default:
+        status = eg__conv_layer_build(layer, n_dims, input_shape);
+        break;
     }
     if (status == EG_OK) layer->built = true;
     return status;
@@ -299,13 +320,12 @@ static eg_tensor *call_flatten(const eg_tensor *x) {
 }
 
 eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
-    (void)training; /* no current layer behaves differently while training */
     if (!layer) {
         if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
         return NULL;
     }
     if (!eg__check_arg(x, "layer_call", 1)) return NULL;
-    if (layer->kind == EG__LAYER_DENSE || !layer->built) {
+    if (layer->n_variables || layer->kind == EG__LAYER_DENSE || !layer->built) {
         /* Build from x's shape with the batch dim unknown (when there is one). */
         int64_t shape[EG_MAX_DIMS];
         if (x->n_dims) memcpy(shape, x->shape, (size_t)x->n_dims * sizeof *shape);
@@ -324,8 +344,9 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
         return call_flatten(x);
     case EG__LAYER_ACTIVATION:
         return eg_activation_apply(layer->activation, x);
+    default:
+        return eg__conv_layer_call(layer, x, training);
     }
-    return NULL;
 }
 
 eg_status eg__layer_rename_variables(eg_layer *layer) {
@@ -368,7 +389,7 @@ void eg_layer_set_trainable(eg_layer *layer, bool trainable) {
     if (!layer) return;
     layer->trainable = trainable;
     for (int i = 0; i < layer->n_variables; i++)
-        eg_variable_set_trainable(layer->variables[i], trainable);
+        eg_variable_set_trainable(layer->variables[i], trainable && !layer->frozen[i]);
 }
 
 void eg__layer_destroy(eg_layer *layer) {

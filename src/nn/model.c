@@ -15,6 +15,8 @@ struct eg_model {
     int64_t input_shape[EG_MAX_DIMS];
     eg_tensor **trainable; /* cache returned by eg_model_trainable_variables */
     int trainable_capacity;
+    eg_tensor **all; /* cache returned by eg_model_variables */
+    int all_capacity;
 };
 
 eg_model *eg_sequential_new(const char *name) {
@@ -166,34 +168,46 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
     return h;
 }
 
-eg_tensor *const *eg_model_trainable_variables(eg_model *model, int *n_variables) {
+/* Fills *array (grown as needed) with the layers' variables, trainable ones only or all. */
+static eg_tensor *const *collect_variables(eg_model *model, int *n_variables, bool trainable_only,
+                                           eg_tensor ***array, int *capacity, const char *what) {
     if (n_variables) *n_variables = 0;
     if (!model || !n_variables) {
-        eg__error(EG_ERR_NULL_ARGUMENT, "model_trainable_variables: %s is NULL",
-                  model ? "n_variables" : "model");
+        eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s is NULL", what, model ? "n_variables" : "model");
         return NULL;
     }
     int n = 0;
     for (int i = 0; i < model->n_layers; i++) n += model->layers[i]->n_variables;
-    if (n + 1 > model->trainable_capacity) {
-        eg_tensor **array = realloc(model->trainable, (size_t)(n + 1) * sizeof *array);
-        if (!array) {
-            eg__error(EG_ERR_OUT_OF_MEMORY, "model_trainable_variables: out of host memory");
+    if (n + 1 > *capacity) {
+        eg_tensor **grown = realloc(*array, (size_t)(n + 1) * sizeof *grown);
+        if (!grown) {
+            eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
             return NULL;
         }
-        model->trainable = array;
-        model->trainable_capacity = n + 1;
+        *array = grown;
+        *capacity = n + 1;
     }
     int count = 0;
     for (int i = 0; i < model->n_layers; i++) {
         const eg_layer *layer = model->layers[i];
         for (int j = 0; j < layer->n_variables; j++)
-            if (eg_variable_trainable(layer->variables[j]))
-                model->trainable[count++] = layer->variables[j];
+            if (!trainable_only || eg_variable_trainable(layer->variables[j]))
+                (*array)[count++] = layer->variables[j];
     }
-    model->trainable[count] = NULL;
+    (*array)[count] = NULL;
     *n_variables = count;
-    return model->trainable;
+    return *array;
+}
+
+eg_tensor *const *eg_model_trainable_variables(eg_model *model, int *n_variables) {
+    return collect_variables(model, n_variables, true, model ? &model->trainable : NULL,
+                             model ? &model->trainable_capacity : NULL,
+                             "model_trainable_variables");
+}
+
+eg_tensor *const *eg_model_variables(eg_model *model, int *n_variables) {
+    return collect_variables(model, n_variables, false, model ? &model->all : NULL,
+                             model ? &model->all_capacity : NULL, "model_variables");
 }
 
 int64_t eg_model_count_params(const eg_model *model) {
@@ -295,6 +309,7 @@ void eg_model_free(eg_model *model) {
     for (int i = 0; i < model->n_layers; i++) eg__layer_destroy(model->layers[i]);
     free(model->layers);
     free(model->trainable);
+    free(model->all);
     free(model->name);
     free(model);
 }

@@ -444,3 +444,100 @@ eg_status eg__backward_dropout(const eg__backward_call *call) {
     SET_GRAD(0, eg__execute(EG__OP_DROPOUT, 1, in, call->attrs));
     return eg_last_status();
 }
+
+eg_status eg__backward_mul_add(const eg__backward_call *call) {
+    temps t = {0}; /* y = x * a + b */
+    SET_GRAD(0, reduce_like(tmp(&t, eg_mul(GRAD, IN(1))), IN(0)));
+    SET_GRAD(1, reduce_like(tmp(&t, eg_mul(GRAD, IN(0))), IN(1)));
+    SET_GRAD(2, reduce_like(GRAD, IN(2)));
+    return finish(&t);
+}
+
+/* out = (mean, var) over the axes, N elements each: dmean/dx = 1/N, dvar/dx = 2 (x - mean) / N,
+ * so dx = x * s + t with s = 2 g_var / N and t = g_mean / N - mean * s: one mul_add pass. */
+eg_status eg__backward_moments(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *x = IN(0);
+    double n = reduced_count(call->attrs, x);
+    int64_t kept[EG_MAX_DIMS];
+    memcpy(kept, x->shape, sizeof kept);
+    for (int i = 0; i < call->attrs->n_axes; i++) kept[call->attrs->axes[i]] = 1;
+    eg_tensor *parts[2], *means[2];
+    if (eg_split(GRAD, 0, 2, NULL, parts) != EG_OK) return finish(&t);
+    tmp(&t, parts[0]);
+    tmp(&t, parts[1]);
+    if (eg_split(OUT, 0, 2, NULL, means) != EG_OK) return finish(&t);
+    tmp(&t, means[0]);
+    tmp(&t, means[1]);
+    eg_tensor *g_mean = tmp(&t, eg_reshape(parts[0], x->n_dims, kept));
+    eg_tensor *g_var = tmp(&t, eg_reshape(parts[1], x->n_dims, kept));
+    eg_tensor *mean = tmp(&t, eg_reshape(means[0], x->n_dims, kept));
+    eg_tensor *scale = tmp(&t, eg_mul_scalar(g_var, 2.0 / n));
+    eg_tensor *shift = tmp(&t, eg_sub(tmp(&t, eg_mul_scalar(g_mean, 1.0 / n)),
+                                      tmp(&t, eg_mul(mean, scale))));
+    SET_GRAD(0, eg_mul_add(x, scale, shift));
+    return finish(&t);
+}
+
+/* Runs an op with call's attrs, and attrs->shape set to `shape` when given. */
+static eg_tensor *run_with_shape(const eg__backward_call *call, eg__op op, int n,
+                                 const eg_tensor *a, const eg_tensor *b, const eg_tensor *shape) {
+    eg__attrs attrs = *call->attrs;
+    if (shape) {
+        attrs.n_dims = shape->n_dims;
+        memcpy(attrs.shape, shape->shape, sizeof attrs.shape);
+    }
+    const eg_tensor *in[2] = {a, b};
+    return eg__execute(op, n, in, &attrs);
+}
+
+/* y = conv(x, w): dx = conv2d_backward_input(g, w), dw = conv2d_backward_filter(x, g). */
+eg_status eg__backward_conv2d(const eg__backward_call *call) {
+    SET_GRAD(0, run_with_shape(call, EG__OP_CONV2D_BACKWARD_INPUT, 2, GRAD, IN(1), IN(0)));
+    SET_GRAD(1, run_with_shape(call, EG__OP_CONV2D_BACKWARD_FILTER, 2, IN(0), GRAD, IN(1)));
+    return eg_last_status();
+}
+
+/* dx = BI(dy, w) is linear in dy and in w: <G, BI(dy, w)> = <conv(G, w), dy>, so
+ * d/d(dy) = conv(G, w) and d/dw = BF(G, dy). */
+eg_status eg__backward_conv2d_backward_input(const eg__backward_call *call) {
+    SET_GRAD(0, run_with_shape(call, EG__OP_CONV2D, 2, GRAD, IN(1), NULL));
+    SET_GRAD(1, run_with_shape(call, EG__OP_CONV2D_BACKWARD_FILTER, 2, GRAD, IN(0), IN(1)));
+    return eg_last_status();
+}
+
+/* dw = BF(x, dy): <G, BF(x, dy)> = <conv(x, G), dy> = <x, BI(dy, G)>. */
+eg_status eg__backward_conv2d_backward_filter(const eg__backward_call *call) {
+    SET_GRAD(0, run_with_shape(call, EG__OP_CONV2D_BACKWARD_INPUT, 2, IN(1), GRAD, IN(0)));
+    SET_GRAD(1, run_with_shape(call, EG__OP_CONV2D, 2, IN(0), GRAD, NULL));
+    return eg_last_status();
+}
+
+/* The gradient goes to the first largest element of each window. */
+eg_status eg__backward_max_pool2d(const eg__backward_call *call) {
+    SET_GRAD(0, run_with_shape(call, EG__OP_MAX_POOL2D_BACKWARD, 2, IN(0), GRAD, NULL));
+    return eg_last_status();
+}
+
+/* dx = routes dy to each window's argmax: linear in dy, whose gradient picks G at the argmax
+ * of every window; piecewise constant in x (no gradient). */
+eg_status eg__backward_max_pool2d_backward(const eg__backward_call *call) {
+    if (!NEEDS(1)) return EG_OK;
+    temps t = {0};
+    eg_tensor *index = tmp(&t, run_with_shape(call, EG__OP_MAX_POOL2D_ARGMAX, 1, IN(0), NULL, NULL));
+    int64_t n = GRAD->n_elems;
+    eg_tensor *flat = tmp(&t, eg_reshape(GRAD, 1, &n));
+    SET_GRAD(1, eg_gather(flat, index, 0));
+    return finish(&t);
+}
+
+eg_status eg__backward_avg_pool2d(const eg__backward_call *call) {
+    SET_GRAD(0, run_with_shape(call, EG__OP_AVG_POOL2D_BACKWARD, 1, GRAD, NULL, IN(0)));
+    return eg_last_status();
+}
+
+/* avg_pool2d_backward is avg_pool2d's adjoint, so its gradient is avg_pool2d. */
+eg_status eg__backward_avg_pool2d_backward(const eg__backward_call *call) {
+    SET_GRAD(0, run_with_shape(call, EG__OP_AVG_POOL2D, 1, GRAD, NULL, NULL));
+    return eg_last_status();
+}

@@ -489,3 +489,242 @@ eg_status eg__infer_sparse_softmax_cross_entropy(eg__op op, int n_in, const eg_t
     meta->shape[0] = logits->shape[0];
     return EG_OK;
 }
+
+/* x * scale + shift: three float operands of one dtype, broadcast together. */
+eg_status eg__infer_mul_add(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
+    (void)attrs;
+    if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    meta->dtype = in[0]->dtype;
+    return broadcast_shapes(op, 3, in, meta);
+}
+
+/* x -> (2, x reduced over attrs->axes): mean and population variance. */
+eg_status eg__infer_moments(eg__op op, int n_in, const eg_tensor *const *in,
+                            const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    if (require_float(op, in[0], 0) != EG_OK || check_axes(op, in[0], attrs) != EG_OK)
+        return eg_last_status();
+    eg__meta reduced;
+    reduced_shape(in[0], attrs, &reduced);
+    if (reduced.n_dims >= EG_MAX_DIMS)
+        return eg__op_error(op, EG_ERR_SHAPE, "result would have more than %d dims", EG_MAX_DIMS);
+    meta->dtype = in[0]->dtype;
+    meta->n_dims = reduced.n_dims + 1;
+    meta->shape[0] = 2;
+    memcpy(meta->shape + 1, reduced.shape, sizeof(int64_t) * (size_t)reduced.n_dims);
+    return EG_OK;
+}
+
+/* ---- 2-d windows: convolution and pooling ---- */
+
+/* Batch, height, width and channels of a 4-d image shape in the window's layout. */
+typedef struct image_dims {
+    int64_t n, h, w, c;
+} image_dims;
+
+static image_dims image_of(const int64_t *shape, bool channels_first) {
+    image_dims d = {shape[0], shape[1], shape[2], shape[3]};
+    if (channels_first) d = (image_dims){shape[0], shape[2], shape[3], shape[1]};
+    return d;
+}
+
+static void image_shape(image_dims d, bool channels_first, eg__meta *meta) {
+    meta->n_dims = 4;
+    meta->shape[0] = d.n;
+    meta->shape[1] = channels_first ? d.c : d.h;
+    meta->shape[2] = channels_first ? d.h : d.w;
+    meta->shape[3] = channels_first ? d.w : d.c;
+}
+
+/* Output size of one spatial axis: floor((in + pads - dilation (k - 1) - 1) / stride) + 1, or
+ * -1 when the (dilated) window does not fit even once. */
+static int64_t window_out(int64_t in, int64_t k, int stride, int dilation, int64_t pad_before,
+                          int64_t pad_after) {
+    int64_t span = (int64_t)dilation * (k - 1) + 1, room = in + pad_before + pad_after - span;
+    return room < 0 ? -1 : room / stride + 1;
+}
+
+static eg_status check_window(eg__op op, const eg__window *w, bool pooling) {
+    if (w->stride[0] < 1 || w->stride[1] < 1)
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "strides must be >= 1, got (%d, %d)",
+                            w->stride[0], w->stride[1]);
+    if (!pooling && (w->dilation[0] < 1 || w->dilation[1] < 1))
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "dilations must be >= 1, got (%d, %d)",
+                            w->dilation[0], w->dilation[1]);
+    for (int i = 0; i < 4; i++)
+        if (w->pad[i] < 0)
+            return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "negative padding %lld",
+                                (long long)w->pad[i]);
+    if (pooling) {
+        if (w->kernel[0] < 1 || w->kernel[1] < 1)
+            return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "pool size must be >= 1, got (%d, %d)",
+                                w->kernel[0], w->kernel[1]);
+        /* every window then holds at least one element of the input */
+        for (int i = 0; i < 4; i++)
+            if (w->pad[i] >= w->kernel[i / 2])
+                return eg__op_error(op, EG_ERR_INVALID_ARGUMENT,
+                                    "padding %lld must be smaller than the pool size %d",
+                                    (long long)w->pad[i], w->kernel[i / 2]);
+    }
+    return EG_OK;
+}
+
+static eg_status require_image(eg__op op, const eg_tensor *t, const char *what) {
+    if (t->n_dims == 4) return EG_OK;
+    char s[SHAPE_TEXT];
+    return eg__op_error(op, EG_ERR_SHAPE, "%s must be 4-d, got %s", what, shape_text(t, s));
+}
+
+/* The convolution of an image shaped x_shape with a filter shaped w_shape (HWIO): checks both and
+ * writes the result's shape into meta. */
+static eg_status conv_shape(eg__op op, const int64_t *x_shape, const int64_t *w_shape,
+                            const eg__attrs *attrs, eg__meta *meta) {
+    const eg__window *win = &attrs->window;
+    if (check_window(op, win, false) != EG_OK) return eg_last_status();
+    image_dims x = image_of(x_shape, win->channels_first);
+    char a[SHAPE_TEXT], b[SHAPE_TEXT];
+    eg__shape_format(4, x_shape, a, SHAPE_TEXT);
+    eg__shape_format(4, w_shape, b, SHAPE_TEXT);
+    int64_t groups = win->groups;
+    if (groups < 1 || x.c % groups != 0 || w_shape[3] % groups != 0)
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT,
+                            "groups %lld must be >= 1 and divide the input channels and the "
+                            "filters: input %s, filter %s",
+                            (long long)groups, a, b);
+    if (w_shape[2] * groups != x.c)
+        return eg__op_error(op, EG_ERR_SHAPE,
+                            "filter %s (KH, KW, C_in/groups, C_out) does not match input %s "
+                            "(%s) with groups %lld",
+                            b, a, win->channels_first ? "NCHW" : "NHWC", (long long)groups);
+    if (w_shape[0] < 1 || w_shape[1] < 1 || w_shape[3] < 1)
+        return eg__op_error(op, EG_ERR_SHAPE, "empty filter %s", b);
+    int64_t out_h = window_out(x.h, w_shape[0], win->stride[0], win->dilation[0], win->pad[0],
+                               win->pad[1]);
+    int64_t out_w = window_out(x.w, w_shape[1], win->stride[1], win->dilation[1], win->pad[2],
+                               win->pad[3]);
+    if (out_h < 0 || out_w < 0)
+        return eg__op_error(op, EG_ERR_SHAPE,
+                            "the filter %s (dilation %d, %d) is larger than the padded input %s",
+                            b, win->dilation[0], win->dilation[1], a);
+    image_shape((image_dims){x.n, out_h, out_w, w_shape[3]}, win->channels_first, meta);
+    return EG_OK;
+}
+
+static eg_status same_shape(eg__op op, const eg_tensor *t, const eg__meta *want, const char *what) {
+    if (t->n_dims == want->n_dims &&
+        memcmp(t->shape, want->shape, sizeof(int64_t) * (size_t)t->n_dims) == 0)
+        return EG_OK;
+    char a[SHAPE_TEXT], b[SHAPE_TEXT];
+    return eg__op_error(op, EG_ERR_SHAPE, "%s has shape %s, expected %s", what, shape_text(t, a),
+                        eg__shape_format(want->n_dims, want->shape, b, SHAPE_TEXT));
+}
+
+/* inputs (x, filter) -> y */
+eg_status eg__infer_conv2d(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                           eg__meta *meta) {
+    (void)n_in;
+    if (require_image(op, in[0], "input") != EG_OK || require_image(op, in[1], "filter") != EG_OK ||
+        same_dtypes(op, 2, in) != EG_OK || require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    meta->dtype = in[0]->dtype;
+    return conv_shape(op, in[0]->shape, in[1]->shape, attrs, meta);
+}
+
+/* inputs (dy, filter), attrs->shape = the input's shape -> dx (also conv2d_transpose) */
+eg_status eg__infer_conv2d_backward_input(eg__op op, int n_in, const eg_tensor *const *in,
+                                          const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    if (require_image(op, in[0], "gradient") != EG_OK ||
+        require_image(op, in[1], "filter") != EG_OK || same_dtypes(op, 2, in) != EG_OK ||
+        require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    if (attrs->n_dims != 4) return eg__op_error(op, EG_ERR_SHAPE, "the input shape must be 4-d");
+    eg__meta y;
+    if (conv_shape(op, attrs->shape, in[1]->shape, attrs, &y) != EG_OK ||
+        same_shape(op, in[0], &y, "the gradient") != EG_OK)
+        return eg_last_status();
+    meta->dtype = in[0]->dtype;
+    meta->n_dims = 4;
+    memcpy(meta->shape, attrs->shape, sizeof meta->shape);
+    return EG_OK;
+}
+
+/* inputs (x, dy), attrs->shape = the filter's shape -> dfilter */
+eg_status eg__infer_conv2d_backward_filter(eg__op op, int n_in, const eg_tensor *const *in,
+                                           const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    if (require_image(op, in[0], "input") != EG_OK ||
+        require_image(op, in[1], "gradient") != EG_OK || same_dtypes(op, 2, in) != EG_OK ||
+        require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    if (attrs->n_dims != 4) return eg__op_error(op, EG_ERR_SHAPE, "the filter shape must be 4-d");
+    eg__meta y;
+    if (conv_shape(op, in[0]->shape, attrs->shape, attrs, &y) != EG_OK ||
+        same_shape(op, in[1], &y, "the gradient") != EG_OK)
+        return eg_last_status();
+    meta->dtype = in[0]->dtype;
+    meta->n_dims = 4;
+    memcpy(meta->shape, attrs->shape, sizeof meta->shape);
+    return EG_OK;
+}
+
+static eg_status pool_shape(eg__op op, const int64_t *x_shape, const eg__attrs *attrs,
+                            eg__meta *meta) {
+    const eg__window *win = &attrs->window;
+    if (check_window(op, win, true) != EG_OK) return eg_last_status();
+    image_dims x = image_of(x_shape, win->channels_first);
+    int64_t out_h = window_out(x.h, win->kernel[0], win->stride[0], 1, win->pad[0], win->pad[1]);
+    int64_t out_w = window_out(x.w, win->kernel[1], win->stride[1], 1, win->pad[2], win->pad[3]);
+    if (out_h < 0 || out_w < 0) {
+        char a[SHAPE_TEXT];
+        return eg__op_error(op, EG_ERR_SHAPE, "the pool size (%d, %d) is larger than the input %s",
+                            win->kernel[0], win->kernel[1],
+                            eg__shape_format(4, x_shape, a, SHAPE_TEXT));
+    }
+    image_shape((image_dims){x.n, out_h, out_w, x.c}, win->channels_first, meta);
+    return EG_OK;
+}
+
+/* max_pool2d, avg_pool2d and max_pool2d_argmax (i64 flat indices into x): x -> y */
+eg_status eg__infer_pool2d(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                           eg__meta *meta) {
+    (void)n_in;
+    if (require_image(op, in[0], "input") != EG_OK || require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    meta->dtype = op == EG__OP_MAX_POOL2D_ARGMAX ? EG_DTYPE_I64 : in[0]->dtype;
+    return pool_shape(op, in[0]->shape, attrs, meta);
+}
+
+/* inputs (x, dy) -> dx */
+eg_status eg__infer_max_pool2d_backward(eg__op op, int n_in, const eg_tensor *const *in,
+                                        const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    if (require_image(op, in[0], "input") != EG_OK || same_dtypes(op, 2, in) != EG_OK ||
+        require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    eg__meta y;
+    if (pool_shape(op, in[0]->shape, attrs, &y) != EG_OK ||
+        same_shape(op, in[1], &y, "the gradient") != EG_OK)
+        return eg_last_status();
+    same_as(meta, in[0]);
+    return EG_OK;
+}
+
+/* input dy, attrs->shape = the input's shape -> dx */
+eg_status eg__infer_avg_pool2d_backward(eg__op op, int n_in, const eg_tensor *const *in,
+                                        const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    if (require_image(op, in[0], "gradient") != EG_OK || require_float(op, in[0], 0) != EG_OK)
+        return eg_last_status();
+    if (attrs->n_dims != 4) return eg__op_error(op, EG_ERR_SHAPE, "the input shape must be 4-d");
+    eg__meta y;
+    if (pool_shape(op, attrs->shape, attrs, &y) != EG_OK ||
+        same_shape(op, in[0], &y, "the gradient") != EG_OK)
+        return eg_last_status();
+    meta->dtype = in[0]->dtype;
+    meta->n_dims = 4;
+    memcpy(meta->shape, attrs->shape, sizeof meta->shape);
+    return EG_OK;
+}

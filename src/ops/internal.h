@@ -19,6 +19,17 @@ enum {
     EG__OPF_NO_GRAD = 1u << 3,
 };
 
+/* The geometry of 2-d windows (convolutions and pooling); spatial pairs are (height, width).
+ * Padding is already resolved (SAME has become explicit amounts) by the public functions. */
+typedef struct eg__window {
+    int kernel[2];       /* pooling window (convolutions take theirs from the filter) */
+    int stride[2];       /* >= 1 */
+    int dilation[2];     /* >= 1; convolutions only (pooling: 1) */
+    int64_t pad[4];      /* top, bottom, left, right; >= 0 */
+    int groups;          /* convolutions: input and output channels split into this many groups */
+    bool channels_first; /* NCHW images; NHWC (the default, like Keras) otherwise */
+} eg__window;
+
 /* Every op's parameters in one plain struct, so tapes and graphs can copy them by value. Each op
  * documents (in its infer function) which fields it reads. */
 typedef struct eg__attrs {
@@ -34,6 +45,7 @@ typedef struct eg__attrs {
     int64_t shape[EG_MAX_DIMS];    /* a target shape (reshape, broadcast_to, scatter/unslice) */
     int64_t ints[2 * EG_MAX_DIMS]; /* slice start/stop/step, pad widths */
     uint64_t seed;
+    eg__window window; /* conv2d*, *_pool2d* */
 } eg__attrs;
 
 typedef struct eg__kernel_call {
@@ -85,6 +97,14 @@ eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
 /* Raises an error prefixed by the op's name ("matmul: ...") and returns status. */
 eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* attrs->window (and nothing else: the rest zeroed) for a 2-d convolution of an x_shape image
+ * (4-d, in options' data format) with a filter_shape filter, or a pooling of an x_shape image:
+ * defaults filled in, SAME padding resolved. false with an error naming `name` for bad options. */
+bool eg__conv2d_attrs(eg__attrs *attrs, const eg_conv2d_options *options, const int64_t *x_shape,
+                      const int64_t *filter_shape, const char *name);
+bool eg__pool2d_attrs(eg__attrs *attrs, const eg_pool2d_options *options, const int64_t *x_shape,
+                      const char *name);
 
 /* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
 eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);

@@ -1,11 +1,13 @@
 /* Optimizers: SGD, Adam/AdamW and RMSprop with Keras' update formulas, each update one fused
  * in-place loop per variable over raw f32/f64 data (variable and slots together). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autograd/idmap.h"
 #include "core/error.h"
+#include "lazy/internal.h"
 #include "core/tensor_internal.h"
 #include "eagle/autograd.h"
 #include "eagle/ops.h"
@@ -340,6 +342,56 @@ static eg_status check_pair(const eg_optimizer *opt, int i, const eg_tensor *gra
     return EG_OK;
 }
 
+/* Inside a traced function the update becomes part of every replay (lazy/internal.h). */
+typedef struct deferred_update {
+    eg_optimizer *optimizer;
+    int n;
+    eg_tensor **grads, **variables;
+} deferred_update;
+
+static void run_deferred_update(void *context) {
+    deferred_update *d = context;
+    eg_optimizer_apply_gradients(d->optimizer, d->n, d->grads, d->variables);
+}
+
+static void free_deferred_update(void *context) {
+    deferred_update *d = context;
+    for (int i = 0; i < d->n; i++) {
+        eg__unref(d->grads[i]);
+        eg__unref(d->variables[i]);
+    }
+    free(d->grads);
+    free(d->variables);
+    free(d);
+}
+
+static eg_status defer_update(eg_optimizer *opt, int n, eg_tensor *const *grads,
+                              eg_tensor *const *variables) {
+    deferred_update *d = calloc(1, sizeof *d);
+    if (d) {
+        d->grads = calloc((size_t)n + 1, sizeof *d->grads);
+        d->variables = calloc((size_t)n + 1, sizeof *d->variables);
+    }
+    if (!d || !d->grads || !d->variables) {
+        if (d) {
+            free(d->grads);
+            free(d->variables);
+        }
+        free(d);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+    }
+    d->optimizer = opt;
+    d->n = n;
+    for (int i = 0; i < n; i++) {
+        d->grads[i] = grads[i];
+        d->variables[i] = variables[i];
+        eg__ref(grads[i]);
+        eg__ref(variables[i]);
+    }
+    return eg__graph_defer(run_deferred_update, free_deferred_update, d, n,
+                           (const eg_tensor *const *)grads);
+}
+
 eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *const *grads,
                                        eg_tensor *const *variables) {
     if (!opt) return eg__error(EG_ERR_NULL_ARGUMENT, "apply_gradients: optimizer is NULL");
@@ -361,6 +413,19 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     }
     eg__idmap_clear(&seen);
+    if (status != EG_OK) return status;
+    if (eg__graph_tracing()) return defer_update(opt, n, grads, variables);
+    /* Lazy gradients are computed together: one by one they would recompute shared work. */
+    const eg_tensor **pending = malloc(sizeof *pending * ((size_t)n + 1));
+    if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+    int n_pending = 0;
+    for (int i = 0; i < n; i++)
+        if (grads[i] && !grads[i]->storage) pending[n_pending++] = grads[i];
+    status = n_pending ? eg_realize(n_pending, pending) : EG_OK;
+    free(pending);
+    /* Pending lazy ops that read a variable keep the value they were called with. */
+    for (int i = 0; i < n && status == EG_OK; i++)
+        if (grads[i]) status = eg__lazy_before_write(variables[i]);
     if (status != EG_OK) return status;
     double lr = eg_schedule_value(&opt->learning_rate, opt->iterations);
     if (isnan(lr)) return eg_last_status();
@@ -432,6 +497,94 @@ eg_status eg_optimizer_set_learning_rate(eg_optimizer *opt, eg_schedule learning
     if (problem)
         return eg__error(EG_ERR_INVALID_ARGUMENT, "optimizer_set_learning_rate: %s", problem);
     opt->learning_rate = learning_rate;
+    return EG_OK;
+}
+
+/* ---- state ---- */
+
+int eg_optimizer_slot_count(const eg_optimizer *opt) {
+    int count = 0;
+    for (int k = 0; opt && k < MAX_SLOTS; k++) count += opt->slot_names[k] != NULL;
+    return count;
+}
+
+const char *eg_optimizer_slot_name(const eg_optimizer *opt, int i) {
+    if (!opt) {
+        eg__error(EG_ERR_NULL_ARGUMENT, "optimizer_slot_name: NULL optimizer");
+        return NULL;
+    }
+    for (int k = 0, seen = 0; k < MAX_SLOTS; k++)
+        if (opt->slot_names[k] && seen++ == i) return opt->slot_names[k];
+    eg__error(EG_ERR_INVALID_ARGUMENT, "%s: slot index %d out of range (%d slots)", opt->name, i,
+              eg_optimizer_slot_count(opt));
+    return NULL;
+}
+
+eg_status eg_optimizer_set_slot(eg_optimizer *opt, const eg_tensor *variable, const char *slot_name,
+                                const eg_tensor *value) {
+    if (!opt || !variable || !slot_name || !value)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "optimizer_set_slot: %s is NULL",
+                         !opt         ? "optimizer"
+                         : !variable  ? "variable"
+                         : !slot_name ? "slot_name"
+                                      : "value");
+    eg_status status = check_pair(opt, 0, NULL, variable);
+    if (status != EG_OK) return status;
+    const char *name = eg_variable_name(variable);
+    if (!eg_dtype_is_float(value->dtype))
+        return eg__error(EG_ERR_DTYPE, "%s: slot value for '%s' is %s; it must be a float tensor",
+                         opt->name, name, eg_dtype_name(value->dtype));
+    if (eg_device_kind(value->device) != EG_DEVICE_CPU)
+        return eg__error(EG_ERR_UNSUPPORTED, "%s: slot value for '%s' is not on the CPU", opt->name,
+                         name);
+    if (value->n_dims != variable->n_dims ||
+        (value->n_dims &&
+         memcmp(value->shape, variable->shape, (size_t)value->n_dims * sizeof(int64_t)))) {
+        char a[160], b[160];
+        return eg__error(EG_ERR_SHAPE, "%s: slot value %s does not match variable '%s' %s",
+                         opt->name, eg__shape_format(value->n_dims, value->shape, a, sizeof a),
+                         name, eg__shape_format(variable->n_dims, variable->shape, b, sizeof b));
+    }
+    int slot = -1;
+    char known[64] = "";
+    for (int k = 0; k < MAX_SLOTS; k++) {
+        if (!opt->slot_names[k]) continue;
+        if (!strcmp(opt->slot_names[k], slot_name)) slot = k;
+        size_t used = strlen(known);
+        snprintf(known + used, sizeof known - used, "%s%s", used ? ", " : "", opt->slot_names[k]);
+    }
+    if (slot < 0)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: no slot named '%s' (slots: %s)", opt->name,
+                         slot_name, known[0] ? known : "none");
+    eg_no_grad_begin();
+    eg__scope_suspend();
+    /* A contiguous copy of the variable's dtype (cast, or copied when it is a view or is the
+     * slot itself), then one memcpy. */
+    eg_tensor *owned = NULL;
+    const eg_tensor *source = value;
+    slot_set *set = find_slots(opt, variable);
+    if (value->dtype != variable->dtype)
+        source = owned = eg_cast(value, variable->dtype);
+    else if (!eg__is_contiguous(value) ||
+             (set && set->slots[slot] && value->storage == set->slots[slot]->storage))
+        source = owned = eg_copy(value);
+    if (source) set = get_slots(opt, variable);
+    if (source && set && variable->n_elems)
+        memcpy(eg__data(set->slots[slot]), eg__data(source),
+               (size_t)variable->n_elems * eg_dtype_size(variable->dtype));
+    status = source && set ? EG_OK : eg_last_status();
+    eg__unref(owned);
+    eg__scope_resume();
+    eg_no_grad_end();
+    return status;
+}
+
+eg_status eg_optimizer_set_iterations(eg_optimizer *opt, int64_t iterations) {
+    if (!opt) return eg__error(EG_ERR_NULL_ARGUMENT, "optimizer_set_iterations: NULL optimizer");
+    if (iterations < 0)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: iterations must be >= 0, got %lld",
+                         opt->name, (long long)iterations);
+    opt->iterations = iterations;
     return EG_OK;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CLI tests: usage errors exit 2 with a usage message, a missing data set names the Debian
-# package, --help works everywhere, and a short training run on a Fashion-MNIST subset converges
-# to a stated accuracy and is deterministic for a seed (two runs print identical numbers).
+# package, --help works everywhere, a short training run on a Fashion-MNIST subset converges
+# to a stated accuracy and is deterministic for a seed (two runs print identical numbers), and a
+# run resumed from its epoch-1 checkpoint (--resume) is exactly the uninterrupted run.
 #   test_cli.sh EAGLE_BINARY
 set -uo pipefail
 eagle=$1
@@ -36,6 +37,8 @@ check "info prints version and BLAS" bash -c 'out=$("$0" info); grep -q "^eagle 
 check "missing data set -> 1 naming the package" \
     bash -c 'out=$("$0" train --data /nonexistent/fashion 2>&1); [ $? -eq 1 ] && grep -q "dataset-fashion-mnist" <<<"$out"' "$eagle"
 check "eval of a missing file -> 1" expect_exit 1 "$eagle" eval /nonexistent/w.safetensors
+check "--save-every-epoch without --save -> 2" expect_exit 2 "$eagle" train --save-every-epoch
+check "--resume of a missing file -> 1" expect_exit 1 "$eagle" train --resume /nonexistent/c.safetensors
 
 data=/usr/share/datasets/fashion-mnist
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
@@ -57,6 +60,31 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     check "same seed, 1 vs 2 threads: identical training log" same_log
     check "eval of the saved weights reproduces the test accuracy" \
         bash -c 'out=$("$0" eval "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/w1.safetensors" "$accuracy"
+
+    # --resume: 1 epoch saved, then resumed up to 2, must equal 2 epochs straight: the same
+    # epoch-2 log and byte-identical final checkpoints (weights, optimizer slots, metadata).
+    train3000() { "$eagle" train --limit 3000 --seed 7 --threads 2 "$@" 2>&1; }
+    straight=$(train3000 --epochs 2 --save "$tmp/straight.safetensors")
+    train3000 --epochs 1 --save "$tmp/half.safetensors" --save-every-epoch >/dev/null
+    cp "$tmp/half.safetensors" "$tmp/half-kept.safetensors"
+    resumed=$("$eagle" train --limit 3000 --threads 2 --epochs 2 --resume "$tmp/half.safetensors" \
+        --save "$tmp/resumed.safetensors" 2>&1)
+    epoch2_of() { sed -n '/^Epoch 2\/2/,$p' <<<"$1" | grep -E "loss|accuracy" | sed -E 's/[0-9.]+ samples\/s//g; s/in [0-9.]+ s//g; s/ETA [0-9:]+//g'; }
+    straight_epoch2=$(epoch2_of "$straight")
+    resumed_epoch2=$(epoch2_of "$resumed")
+    same_resume() { [ "$(wc -l <<<"$straight_epoch2")" -ge 3 ] && [ "$straight_epoch2" = "$resumed_epoch2" ]; }
+    check "--resume after epoch 1: epoch 2 identical to the uninterrupted run" same_resume
+    check "--resume: final checkpoint byte-identical to the uninterrupted run's" \
+        cmp "$tmp/straight.safetensors" "$tmp/resumed.safetensors"
+    check "--resume says where it continues" grep -q "resumed from .* after epoch 1 (94 steps)" <<<"$resumed"
+    check "--resume with a different --hidden -> 2" \
+        expect_exit 2 "$eagle" train --limit 3000 --hidden 32 --resume "$tmp/half-kept.safetensors"
+    check "--resume with a different --limit -> 1" \
+        expect_exit 1 "$eagle" train --limit 2000 --resume "$tmp/half-kept.safetensors"
+    printf '\x08\x00\x00\x00\x00\x00\x00\x00{}      ' >"$tmp/plain.safetensors" # no tensors, no metadata
+    check "--resume of a file without training state -> 1" \
+        bash -c 'out=$("$0" train --limit 3000 --resume "$1" 2>&1); [ $? -eq 1 ] && grep -q "cannot be resumed" <<<"$out"' \
+        "$eagle" "$tmp/plain.safetensors"
 else
     echo "FAIL Fashion-MNIST not installed at $data (scripts/install-deps.sh installs it)"
     failures=$((failures + 1))

@@ -13,6 +13,8 @@ enum { CLI_OK = 0, CLI_FAILURE = 1, CLI_USAGE = 2 };
 int cli_info(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_bench(int argc, char **argv);
+int cli_profile(int argc, char **argv);
 
 /* Parses a whole decimal/float argument; false (after printing a usage error) when malformed. */
 bool cli_parse_int(const char *command, const char *flag, const char *text, long min, long max,

@@ -10,7 +10,9 @@ static void print_usage(FILE *out) {
                  "commands:\n"
                  "  train   train a model on Fashion-MNIST (the seed model by default)\n"
                  "  eval    evaluate saved weights on the test split\n"
+            "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
                  "  info    version, build options, threads, BLAS and devices\n"
+                 "  profile time each op of training steps on synthetic data\n"
                  "\n"
                  "Run 'eagle <command> --help' for the options of a command.\n");
 }
@@ -31,7 +33,9 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(command, "train")) return cli_train(argc - 1, argv + 1);
     if (!strcmp(command, "eval")) return cli_eval(argc - 1, argv + 1);
+    if (!strcmp(command, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(command, "info")) return cli_info(argc - 1, argv + 1);
+    if (!strcmp(command, "profile")) return cli_profile(argc - 1, argv + 1);
     fprintf(stderr, "eagle: unknown command '%s'\n", command);
     print_usage(stderr);
     return CLI_USAGE;

@@ -6,15 +6,22 @@
 
 #include "cli.h"
 #include "mlp.h"
+#include "train_state.h"
+
+/* Options that --resume takes from the checkpoint unless given (then they must agree). */
+enum { GIVEN_HIDDEN = 1, GIVEN_OPTIMIZER = 2, GIVEN_LR = 4, GIVEN_BATCH = 8, GIVEN_SEED = 16 };
 
 typedef struct train_options {
     const char *data_dir;
     const char *save_path;
+    const char *resume_path;
+    bool save_every_epoch;
     const char *optimizer;
     mlp_config model;
     long epochs, batch_size, threads, limit;
     unsigned long long seed;
     double learning_rate; /* < 0: the optimizer's Keras default */
+    unsigned given;       /* GIVEN_* bits */
 } train_options;
 
 static void print_help(void) {
@@ -34,24 +41,47 @@ static void print_help(void) {
            "  --threads N          CPU threads (default EG_NUM_THREADS or the core count)\n"
            "  --seed N             initialisation and shuffling seed (default 42)\n"
            "  --limit N            train on the first N examples only\n"
-           "  --save FILE          write the trained weights (safetensors)\n"
+           "  --save FILE          write a checkpoint at the end: the weights (which 'eagle eval'\n"
+           "                       reads), the optimizer's state and the run's settings\n"
+           "  --save-every-epoch   also write the --save checkpoint after every epoch\n"
+           "  --resume FILE        continue the run saved in FILE at its next epoch, up to\n"
+           "                       --epochs in all; model, optimizer, learning rate, batch size\n"
+           "                       and seed come from FILE (flags given must agree). The losses\n"
+           "                       are exactly those of the uninterrupted run\n"
            "  --help               this text\n");
 }
 
 static int parse_options(int argc, char **argv, train_options *o) {
-    enum { DATA = 1000, HIDDEN, EPOCHS, BATCH, LR, OPTIMIZER, THREADS, SEED, LIMIT, SAVE, HELP };
-    static const struct option options[] = {{"data", required_argument, NULL, DATA},
-                                            {"hidden", required_argument, NULL, HIDDEN},
-                                            {"epochs", required_argument, NULL, EPOCHS},
-                                            {"batch-size", required_argument, NULL, BATCH},
-                                            {"learning-rate", required_argument, NULL, LR},
-                                            {"optimizer", required_argument, NULL, OPTIMIZER},
-                                            {"threads", required_argument, NULL, THREADS},
-                                            {"seed", required_argument, NULL, SEED},
-                                            {"limit", required_argument, NULL, LIMIT},
-                                            {"save", required_argument, NULL, SAVE},
-                                            {"help", no_argument, NULL, HELP},
-                                            {NULL, 0, NULL, 0}};
+    enum {
+        DATA = 1000,
+        HIDDEN,
+        EPOCHS,
+        BATCH,
+        LR,
+        OPTIMIZER,
+        THREADS,
+        SEED,
+        LIMIT,
+        SAVE,
+        SAVE_EVERY_EPOCH,
+        RESUME,
+        HELP
+    };
+    static const struct option options[] = {
+        {"data", required_argument, NULL, DATA},
+        {"hidden", required_argument, NULL, HIDDEN},
+        {"epochs", required_argument, NULL, EPOCHS},
+        {"batch-size", required_argument, NULL, BATCH},
+        {"learning-rate", required_argument, NULL, LR},
+        {"optimizer", required_argument, NULL, OPTIMIZER},
+        {"threads", required_argument, NULL, THREADS},
+        {"seed", required_argument, NULL, SEED},
+        {"limit", required_argument, NULL, LIMIT},
+        {"save", required_argument, NULL, SAVE},
+        {"save-every-epoch", no_argument, NULL, SAVE_EVERY_EPOCH},
+        {"resume", required_argument, NULL, RESUME},
+        {"help", no_argument, NULL, HELP},
+        {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
                          .model = {1, {64}},
                          .epochs = 5,
@@ -73,6 +103,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
                                        "--hidden expects sizes like 64 or 512,512, "
                                        "got '%s'",
                                        optarg);
+            o->given |= GIVEN_HIDDEN;
             break;
         case EPOCHS:
             if (!cli_parse_int("train", "--epochs", optarg, 1, 100000, &o->epochs))
@@ -81,11 +112,13 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case BATCH:
             if (!cli_parse_int("train", "--batch-size", optarg, 1, 1 << 20, &o->batch_size))
                 return CLI_USAGE;
+            o->given |= GIVEN_BATCH;
             break;
         case LR:
             if (!cli_parse_double("train", "--learning-rate", optarg, 1e-12, 1e3,
                                   &o->learning_rate))
                 return CLI_USAGE;
+            o->given |= GIVEN_LR;
             break;
         case OPTIMIZER:
             if (strcmp(optarg, "adam") && strcmp(optarg, "adamw") && strcmp(optarg, "sgd") &&
@@ -95,6 +128,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
                                        "rmsprop)",
                                        optarg);
             o->optimizer = optarg;
+            o->given |= GIVEN_OPTIMIZER;
             break;
         case THREADS:
             if (!cli_parse_int("train", "--threads", optarg, 1, 256, &o->threads)) return CLI_USAGE;
@@ -102,6 +136,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case SEED:
             if (!cli_parse_int("train", "--seed", optarg, 0, 0x7fffffffL, &value)) return CLI_USAGE;
             o->seed = (unsigned long long)value;
+            o->given |= GIVEN_SEED;
             break;
         case LIMIT:
             if (!cli_parse_int("train", "--limit", optarg, 1, 1L << 40, &o->limit))
@@ -109,6 +144,12 @@ static int parse_options(int argc, char **argv, train_options *o) {
             break;
         case SAVE:
             o->save_path = optarg;
+            break;
+        case SAVE_EVERY_EPOCH:
+            o->save_every_epoch = true;
+            break;
+        case RESUME:
+            o->resume_path = optarg;
             break;
         case 'h':
         case HELP:
@@ -119,6 +160,8 @@ static int parse_options(int argc, char **argv, train_options *o) {
         }
     }
     if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (o->save_every_epoch && !o->save_path)
+        return cli_usage_error("train", "--save-every-epoch needs --save FILE");
     return CLI_OK;
 }
 
@@ -184,45 +227,103 @@ static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_
     return status == EG_OK ? eg_last_status() : status;
 }
 
-static eg_status save_weights(eg_model *model, const train_options *o) {
-    int n_vars;
-    eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
-    const char *names[2 * (MLP_MAX_HIDDEN + 1)];
-    for (int i = 0; i < n_vars; i++) names[i] = eg_variable_name(vars[i]);
-    char hidden[128];
-    mlp_format_hidden(&o->model, hidden, sizeof hidden);
-    const char *keys[2] = {"eagle.model", "eagle.hidden"};
-    const char *values[2] = {"mlp", hidden};
-    return eg_safetensors_save(o->save_path, n_vars, names, (const eg_tensor *const *)vars, 2, keys,
-                               values);
+static eg_status save_checkpoint(eg_model *model, const eg_optimizer *optimizer,
+                                 const train_options *o, int64_t train_examples, long epoch) {
+    train_meta meta = {.model = o->model,
+                       .learning_rate = eg_optimizer_learning_rate(optimizer),
+                       .batch_size = o->batch_size,
+                       .seed = o->seed,
+                       .train_examples = train_examples,
+                       .epoch = epoch};
+    return train_state_save(o->save_path, model, optimizer, &meta);
+}
+
+/* --resume: the run's settings come from the checkpoint; flags given must agree with it. */
+static int adopt_settings(train_options *o, const train_meta *m) {
+    char saved[128], given[128];
+    mlp_format_hidden(&m->model, saved, sizeof saved);
+    mlp_format_hidden(&o->model, given, sizeof given);
+    const char *conflict =
+        (o->given & GIVEN_HIDDEN) && strcmp(saved, given)                    ? "--hidden"
+        : (o->given & GIVEN_OPTIMIZER) && strcmp(o->optimizer, m->optimizer) ? "--optimizer"
+        : (o->given & GIVEN_LR) && o->learning_rate != m->learning_rate      ? "--learning-rate"
+        : (o->given & GIVEN_BATCH) && o->batch_size != m->batch_size         ? "--batch-size"
+        : (o->given & GIVEN_SEED) && o->seed != m->seed                      ? "--seed"
+                                                                             : NULL;
+    if (conflict)
+        return cli_usage_error("train",
+                               "%s differs from the checkpoint %s (hidden %s, optimizer %s, "
+                               "learning rate %g, batch size %ld, seed %llu); --resume continues "
+                               "that run",
+                               conflict, o->resume_path, saved, m->optimizer, m->learning_rate,
+                               m->batch_size, m->seed);
+    o->model = m->model;
+    o->optimizer = m->optimizer;
+    o->learning_rate = m->learning_rate;
+    o->batch_size = m->batch_size;
+    o->seed = m->seed;
+    return CLI_OK;
 }
 
 int cli_train(int argc, char **argv) {
     train_options o;
     int parsed = parse_options(argc, argv, &o);
     if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+    eg_safetensors *resume = NULL;
+    train_meta resumed = {0};
+    if (o.resume_path) {
+        resume = eg_safetensors_open(o.resume_path);
+        if (!resume) {
+            fprintf(stderr, "eagle train: %s\n", eg_last_error());
+            return CLI_FAILURE;
+        }
+        parsed = train_state_read_meta(resume, o.resume_path, &resumed)
+                     ? adopt_settings(&o, &resumed)
+                     : CLI_FAILURE;
+        if (parsed != CLI_OK) {
+            eg_safetensors_close(resume);
+            return parsed;
+        }
+    }
     if (o.threads) eg_set_num_threads((int)o.threads);
     eg_manual_seed(o.seed);
 
     mlp_data train = {0}, test = {0};
-    if (!mlp_data_load(o.data_dir, true, o.limit, &train)) return CLI_FAILURE;
-    if (!mlp_data_load(o.data_dir, false, 0, &test)) {
-        mlp_data_free(&train);
-        return CLI_FAILURE;
-    }
-    eg_model *model = mlp_build(&o.model);
-    eg_optimizer *optimizer = model ? make_optimizer(&o) : NULL;
-    int64_t *order = malloc((size_t)train.n * sizeof *order);
+    eg_model *model = NULL;
+    eg_optimizer *optimizer = NULL;
+    int64_t *order = NULL;
     int rc = CLI_FAILURE;
+    if (!mlp_data_load(o.data_dir, true, o.limit, &train) ||
+        !mlp_data_load(o.data_dir, false, 0, &test))
+        goto done;
+    if (resume && train.n != resumed.train_examples) {
+        fprintf(stderr,
+                "eagle train: %s was trained on %lld examples, this run has %lld (use the same "
+                "--limit)\n",
+                o.resume_path, (long long)resumed.train_examples, (long long)train.n);
+        goto done;
+    }
+    model = mlp_build(&o.model);
+    optimizer = model ? make_optimizer(&o) : NULL;
+    order = malloc((size_t)train.n * sizeof *order);
     if (!model || !optimizer || !order) goto done;
+    if (resume) {
+        if (train_state_restore(resume, model, optimizer, &resumed) != EG_OK) goto done;
+        eg_safetensors_close(resume);
+        resume = NULL;
+    }
     printf("eagle %s: %lld training / %lld test examples, %d thread(s), optimizer %s\n",
            eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(),
            eg_optimizer_name(optimizer));
+    if (o.resume_path)
+        printf("resumed from %s after epoch %ld (%lld steps)\n", o.resume_path, resumed.epoch,
+               (long long)resumed.iterations);
     eg_model_summary(model, stdout);
 
     int64_t steps = (train.n + o.batch_size - 1) / o.batch_size;
     double train_seconds = 0;
-    for (int epoch = 1; epoch <= o.epochs; epoch++) {
+    long epochs_done = o.resume_path ? resumed.epoch : 0, epochs_run = 0;
+    for (int epoch = (int)epochs_done + 1; epoch <= o.epochs; epoch++) {
         shuffle(order, train.n, o.seed, epoch);
         cli_progress progress;
         cli_progress_begin(&progress, epoch, (int)o.epochs, steps);
@@ -247,18 +348,27 @@ int cli_train(int argc, char **argv) {
         double test_accuracy, test_loss;
         if (mlp_evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
         printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
+        epochs_done = epoch;
+        epochs_run++;
+        if (o.save_every_epoch) {
+            if (save_checkpoint(model, optimizer, &o, train.n, epochs_done) != EG_OK) goto done;
+            printf("  saved checkpoint %s\n", o.save_path);
+            fflush(stdout);
+        }
     }
-    printf("trained %ld epoch(s) in %.2f s: %.0f samples/s\n", o.epochs, train_seconds,
-           train_seconds > 0 ? (double)(train.n * o.epochs) / train_seconds : 0.0);
-    if (o.save_path) {
-        if (save_weights(model, &o) != EG_OK) goto done;
-        printf("saved weights to %s\n", o.save_path);
+    printf("trained %ld epoch(s) in %.2f s: %.0f samples/s\n", epochs_run, train_seconds,
+           train_seconds > 0 ? (double)(train.n * epochs_run) / train_seconds : 0.0);
+    if (o.save_path && !(o.save_every_epoch && epochs_run > 0)) {
+        if (save_checkpoint(model, optimizer, &o, train.n, epochs_done) != EG_OK) goto done;
+        printf("saved checkpoint to %s\n", o.save_path);
     }
     char report[1024];
     if (eg_memory_format_stats(NULL, report, sizeof report) == EG_OK) printf("%s\n", report);
     rc = CLI_OK;
 done:
-    if (rc != CLI_OK) fprintf(stderr, "eagle train: %s\n", eg_last_error());
+    if (rc != CLI_OK && eg_last_status() != EG_OK)
+        fprintf(stderr, "eagle train: %s\n", eg_last_error());
+    eg_safetensors_close(resume);
     free(order);
     eg_optimizer_free(optimizer);
     eg_model_free(model);

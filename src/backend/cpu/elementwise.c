@@ -243,8 +243,26 @@ eg_status eg__cpu_compare(const eg__kernel_call *call) {
 
 /* ---- where: a pure selection, so it only needs the element size ---- */
 
+/* Typed copies for 4- and 8-byte elements: a memcpy call per element costs several times the
+ * selection itself (relu's gradient is a where). */
+#define WHERE_TYPED(T)                                                                             \
+    do {                                                                                           \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            *(T *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1])                          \
+                                          ? *(const T *)(p[2] + i * s[2])                          \
+                                          : *(const T *)(p[3] + i * s[3]);                         \
+    } while (0)
+
 static void where_inner(void *context, int64_t n, char **p, const int64_t *s) {
     size_t size = *(const size_t *)context;
+    if (size == 4) {
+        WHERE_TYPED(uint32_t);
+        return;
+    }
+    if (size == 8) {
+        WHERE_TYPED(uint64_t);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) {
         const char *src = *(const uint8_t *)(p[1] + i * s[1]) ? p[2] + i * s[2] : p[3] + i * s[3];
         memcpy(p[0] + i * s[0], src, size);
@@ -343,4 +361,40 @@ eg_status eg__cpu_dropout(const eg__kernel_call *call) {
     dropout_context c = {call->output->dtype, call->attrs->scalars[0], call->attrs->seed,
                          eg__data(call->output)};
     return run_loop(call, 2, dropout_inner, &c);
+}
+
+/* ---- one elementwise op over flat buffers: the building block of fused loops ---- */
+
+bool eg__cpu_fusable(eg__op op) {
+    eg__kernel_fn kernel = eg__cpu_kernels[op];
+    return kernel == eg__cpu_unary || kernel == eg__cpu_binary || kernel == eg__cpu_compare ||
+           kernel == eg__cpu_where || kernel == eg__cpu_cast;
+}
+
+void eg__cpu_elementwise_flat(eg__op op, const eg__attrs *attrs, eg_dtype out_dtype,
+                              eg_dtype in_dtype, int n_inputs, int64_t n, char *out,
+                              char *const *inputs, const int64_t *input_strides) {
+    char *pointers[EG_ND_MAX_OPERANDS] = {out};
+    int64_t strides[EG_ND_MAX_OPERANDS] = {(int64_t)eg_dtype_size(out_dtype)};
+    for (int i = 0; i < n_inputs; i++) {
+        pointers[i + 1] = inputs[i];
+        strides[i + 1] = input_strides[i];
+    }
+    eg__kernel_fn kernel = eg__cpu_kernels[op];
+    if (kernel == eg__cpu_unary) {
+        unary_context c = {op, out_dtype, attrs->scalars[0], attrs->scalars[1]};
+        unary_inner(&c, n, pointers, strides);
+    } else if (kernel == eg__cpu_binary) {
+        binary_context c = {op, in_dtype};
+        binary_inner(&c, n, pointers, strides);
+    } else if (kernel == eg__cpu_compare) {
+        binary_context c = {op, in_dtype};
+        compare_inner(&c, n, pointers, strides);
+    } else if (kernel == eg__cpu_where) {
+        size_t size = eg_dtype_size(out_dtype);
+        where_inner(&size, n, pointers, strides);
+    } else if (kernel == eg__cpu_cast) {
+        cast_context c = {in_dtype, out_dtype};
+        cast_inner(&c, n, pointers, strides);
+    }
 }

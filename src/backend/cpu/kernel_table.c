@@ -21,6 +21,16 @@ KERNEL(scatter_add)
 KERNEL(unslice)
 KERNEL(one_hot)
 KERNEL(pad)
+KERNEL(mul_add)
+KERNEL(moments)
+KERNEL(conv2d)
+KERNEL(conv2d_backward_input)
+KERNEL(conv2d_backward_filter)
+KERNEL(max_pool2d)
+KERNEL(max_pool2d_backward)
+KERNEL(max_pool2d_argmax)
+KERNEL(avg_pool2d)
+KERNEL(avg_pool2d_backward)
 #undef KERNEL
 
 const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
@@ -81,4 +91,14 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_PAD] = eg__cpu_pad,
     [EG__OP_SPARSE_SOFTMAX_CROSS_ENTROPY] = eg__cpu_sparse_softmax_cross_entropy,
     [EG__OP_DROPOUT] = eg__cpu_dropout,
+    [EG__OP_MUL_ADD] = eg__cpu_mul_add,
+    [EG__OP_MOMENTS] = eg__cpu_moments,
+    [EG__OP_CONV2D] = eg__cpu_conv2d,
+    [EG__OP_CONV2D_BACKWARD_INPUT] = eg__cpu_conv2d_backward_input,
+    [EG__OP_CONV2D_BACKWARD_FILTER] = eg__cpu_conv2d_backward_filter,
+    [EG__OP_MAX_POOL2D] = eg__cpu_max_pool2d,
+    [EG__OP_MAX_POOL2D_BACKWARD] = eg__cpu_max_pool2d_backward,
+    [EG__OP_MAX_POOL2D_ARGMAX] = eg__cpu_max_pool2d_argmax,
+    [EG__OP_AVG_POOL2D] = eg__cpu_avg_pool2d,
+    [EG__OP_AVG_POOL2D_BACKWARD] = eg__cpu_avg_pool2d_backward,
 };

@@ -36,4 +36,27 @@ eg_status eg__copy_into(eg_tensor *dst, const eg_tensor *src);
  * Not registered with any scope; drop with eg__unref. NULL on out of memory. */
 eg_tensor *eg__contiguous_temp(const eg_tensor *src);
 
+/* Whether op runs as one elementwise inner loop (and so can join a fused loop). */
+bool eg__cpu_fusable(eg__op op);
+/* Runs one fusable op over n elements: out is contiguous in out_dtype; input i starts at
+ * inputs[i] and steps input_strides[i] bytes (0 for a broadcast scalar). in_dtype is the dtype of
+ * the inputs that carry values (input 1 for where, whose input 0 is the bool condition). */
+void eg__cpu_elementwise_flat(eg__op op, const eg__attrs *attrs, eg_dtype out_dtype,
+                              eg_dtype in_dtype, int n_inputs, int64_t n, char *out,
+                              char *const *inputs, const int64_t *input_strides);
+
+/* A 4-d image tensor's sizes and element strides as (n, h, w, c), NHWC or NCHW (convolution and
+ * pooling kernels). */
+typedef struct eg__image {
+    int64_t n, h, w, c;
+    int64_t sn, sh, sw, sc;
+} eg__image;
+
+static inline eg__image eg__image_of(const eg_tensor *t, bool channels_first) {
+    int ah = channels_first ? 2 : 1, aw = channels_first ? 3 : 2, ac = channels_first ? 1 : 3;
+    eg__image image = {t->shape[0],   t->shape[ah],   t->shape[aw],   t->shape[ac],
+                       t->strides[0], t->strides[ah], t->strides[aw], t->strides[ac]};
+    return image;
+}
+
 #endif

@@ -106,11 +106,12 @@ typedef struct reduce_job {
             switch (job->op) {                                                                     \
             case EG__OP_SUM:                                                                       \
             case EG__OP_MEAN: {                                                                    \
+                /* The canonical summation order (see sum_columns_float): element k goes to \
+                 * lane k % 8, the tail past the last multiple of 8 to lane 0. */            \
                 T_ACC lanes[8] = {0};                                                              \
-                int64_t k = 0;                                                                     \
-                if (inner == 1)                                                                    \
-                    for (; k + 8 <= r; k += 8)                                                     \
-                        for (int l = 0; l < 8; l++) lanes[l] += x[k + l];                          \
+                int64_t main_end = r - r % 8, k = 0;                                               \
+                for (; k < main_end; k += 8)                                                       \
+                    for (int l = 0; l < 8; l++) lanes[l] += x[(k + l) * inner];                    \
                 for (; k < r; k++) lanes[0] += x[k * inner];                                       \
                 for (int l = 0; l < 8; l++) result += lanes[l];                                    \
                 if (job->op == EG__OP_MEAN) result /= (T_ACC)r;                                    \
@@ -142,20 +143,39 @@ ROW_REDUCE(int64_t, int64_t, NO_CASES)
 
 /* Column sums (inner > 1, sum/mean): add whole rows so the inner loop runs over contiguous
  * memory. Work is split over outer groups, then over the inner axis. */
+/* Column sums (inner > 1): whole rows are added so the inner loop runs over contiguous memory.
+ * Each column is summed in the same order as the row kernel sums a contiguous row (8 double
+ * lanes, element k in lane k % 8, the tail in lane 0), so a reduction's bits never depend on the
+ * memory layout of its input — eager, lazy and graph modes see different layouts. */
 static void sum_columns_float(const reduce_job *job, int64_t begin, int64_t end) {
+    enum { CHUNK = 128 };
     const reduce_plan *plan = job->plan;
     const float *src = eg__data(plan->source);
     float *out = job->out;
-    int64_t r = plan->reduced, inner = plan->inner;
+    int64_t r = plan->reduced, inner = plan->inner, main_end = r - r % 8;
+    double lanes[8][CHUNK];
     for (int64_t o = 0; o < plan->outer; o++) {
-        float *acc = out + o * inner;
-        for (int64_t i = begin; i < end; i++) acc[i] = 0;
-        for (int64_t k = 0; k < r; k++) {
-            const float *row = src + (o * r + k) * inner;
-            for (int64_t i = begin; i < end; i++) acc[i] += row[i];
+        for (int64_t c0 = begin; c0 < end; c0 += CHUNK) {
+            int64_t width = end - c0 < CHUNK ? end - c0 : CHUNK;
+            memset(lanes, 0, sizeof lanes);
+            const float *block = src + o * r * inner + c0;
+            int64_t k = 0;
+            for (; k < main_end; k += 8)
+                for (int l = 0; l < 8; l++) {
+                    const float *row = block + (k + l) * inner;
+                    for (int64_t i = 0; i < width; i++) lanes[l][i] += row[i];
+                }
+            for (; k < r; k++) {
+                const float *row = block + k * inner;
+                for (int64_t i = 0; i < width; i++) lanes[0][i] += row[i];
+            }
+            for (int64_t i = 0; i < width; i++) {
+                double result = 0;
+                for (int l = 0; l < 8; l++) result += lanes[l][i];
+                if (job->op == EG__OP_MEAN) result /= (double)r;
+                out[o * inner + c0 + i] = (float)result;
+            }
         }
-        if (job->op == EG__OP_MEAN)
-            for (int64_t i = begin; i < end; i++) acc[i] /= (float)r;
     }
 }
 

@@ -7,6 +7,7 @@
 #include "backend/cpu/threadpool.h"
 #include "core/error.h"
 #include "eagle/runtime.h"
+#include "profiler/internal.h"
 
 #define MAX_THREADS 256
 
@@ -48,6 +49,8 @@ static int default_threads(void) {
     return cores >= 1 ? (cores < MAX_THREADS ? (int)cores : MAX_THREADS) : 1;
 }
 
+void eg__parallel_for_inline_on_this_thread(void) { inside_pool_task = true; }
+
 int eg__num_threads(void) {
     int n = atomic_load(&configured_threads);
     if (n == 0) {
@@ -66,7 +69,10 @@ static void run_chunks(pool *p, const job *j) {
         if (chunk >= j->n_chunks) return;
         int64_t begin = chunk * j->chunk;
         int64_t end = begin + j->chunk < j->n ? begin + j->chunk : j->n;
-        j->fn(j->context, begin, end);
+        if (EG__PROFILER_TRACING())
+            eg__profiler_run_chunk(j->fn, j->context, begin, end);
+        else
+            j->fn(j->context, begin, end);
         if (atomic_fetch_sub(&p->chunks_left, 1) == 1) {
             pthread_mutex_lock(&p->mutex);
             pthread_cond_broadcast(&p->work_done);
@@ -78,6 +84,7 @@ static void run_chunks(pool *p, const job *j) {
 static void *worker_main(void *arg) {
     pool *p = arg;
     inside_pool_task = true;
+    eg__profiler_name_pool_worker();
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mutex);
     for (;;) {

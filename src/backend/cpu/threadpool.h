@@ -19,6 +19,10 @@ void eg__parallel_for(int64_t n, int64_t grain, eg__parallel_fn fn, void *contex
 #define EG_PARALLEL_GRAIN_ELEMENTWISE 32768
 
 int eg__num_threads(void);
+/* From now on eg__parallel_for runs inline on the calling thread: for threads that work alongside
+ * the pool's user (the input pipeline's), so that their ops never take the pool away from the
+ * training step's ops. */
+void eg__parallel_for_inline_on_this_thread(void);
 void eg__threadpool_shutdown(void);
 
 #endif

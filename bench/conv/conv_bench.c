@@ -1,0 +1,100 @@
+/* Convolution kernels on the CNN's layer shapes (tools/eagle/cnn.c, batch 64, NHWC, f32):
+ * forward with each algorithm (im2col + OpenBLAS sgemm, and the direct AVX2 kernel where it
+ * applies), the input gradient and the filter gradient. Prints GFLOP/s (2 * multiply-adds per
+ * second) by wall time and by process CPU time (the second is steadier on a shared machine;
+ * with T threads it is divided by T).
+ *   bench_conv [--threads N] [--repeats N] [--batch N] */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "eagle.h"
+#include "ops/internal.h"
+
+void eg__conv_set_algorithm(int algorithm); /* 0 auto, 1 im2col + GEMM, 2 direct */
+
+static double clock_of(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct layer {
+    const char *name;
+    int64_t h, w, c, k, o;
+    eg_padding padding;
+} layer;
+
+typedef enum { FORWARD_IM2COL, FORWARD_DIRECT, BACKWARD_INPUT, BACKWARD_FILTER } variant;
+static const char *const variant_names[] = {"forward im2col+sgemm", "forward direct",
+                                            "backward input", "backward filter"};
+
+/* Runs one variant `repeats` times (after one warm-up) and prints its rates. */
+static void run(const layer *l, int64_t batch, variant v, int repeats, int threads) {
+    eg_scope_begin();
+    eg_generator *gen = eg_generator_new(7);
+    int64_t xs[4] = {batch, l->h, l->w, l->c}, ws[4] = {l->k, l->k, l->c, l->o};
+    eg_tensor *x = eg_random_normal(gen, EG_DTYPE_F32, 4, xs, 0, 1);
+    eg_tensor *w = eg_random_normal(gen, EG_DTYPE_F32, 4, ws, 0, 0.1);
+    eg_conv2d_options o = {.padding = l->padding};
+    eg_tensor *y = eg_conv2d(x, w, &o);
+    eg_tensor *dy = eg_random_normal(gen, EG_DTYPE_F32, 4, eg_tensor_shape(y), 0, 1);
+    eg_generator_free(gen);
+    eg__attrs attrs;
+    eg__conv2d_attrs(&attrs, &o, xs, ws, "bench");
+    attrs.n_dims = 4;
+    memcpy(attrs.shape, ws, sizeof ws);
+    eg__conv_set_algorithm(v == FORWARD_IM2COL ? 1 : v == FORWARD_DIRECT ? 2 : 0);
+    double wall = 0, cpu = 0;
+    for (int r = -1; r < repeats; r++) {
+        eg_scope_begin();
+        double w0 = clock_of(CLOCK_MONOTONIC), c0 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
+        eg_tensor *out = NULL;
+        if (v == FORWARD_IM2COL || v == FORWARD_DIRECT) {
+            out = eg_conv2d(x, w, &o);
+        } else if (v == BACKWARD_INPUT) {
+            out = eg_conv2d_transpose(dy, w, xs, &o);
+        } else {
+            const eg_tensor *in[2] = {x, dy};
+            out = eg__execute(EG__OP_CONV2D_BACKWARD_FILTER, 2, in, &attrs);
+        }
+        if (!out) {
+            fprintf(stderr, "bench_conv: %s\n", eg_last_error());
+            exit(1);
+        }
+        if (r >= 0) {
+            wall += clock_of(CLOCK_MONOTONIC) - w0;
+            cpu += clock_of(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        }
+        eg_scope_end();
+    }
+    double flops = 2.0 * (double)eg_tensor_n_elems(y) * (double)(l->k * l->k * l->c) * repeats;
+    printf("%-8s %-22s %8.2f ms %8.1f GFLOP/s wall %8.1f GFLOP/s cpu/thread\n", l->name,
+           variant_names[v], 1e3 * wall / repeats, flops / wall * 1e-9,
+           flops / cpu * 1e-9 * threads);
+    eg__conv_set_algorithm(0);
+    eg_scope_end();
+}
+
+int main(int argc, char **argv) {
+    int threads = 1, repeats = 10;
+    int64_t batch = 64;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch")) batch = atoll(argv[i + 1]);
+    }
+    eg_set_num_threads(threads);
+    static const layer layers[] = {
+        {"conv1", 28, 28, 1, 3, 32, EG_PADDING_SAME},  {"conv2", 28, 28, 32, 3, 32, EG_PADDING_VALID},
+        {"conv3", 13, 13, 32, 3, 64, EG_PADDING_VALID}, {"conv4", 11, 11, 64, 3, 64, EG_PADDING_VALID},
+    };
+    printf("eagle conv2d, batch %lld, NHWC f32, %d thread(s), %d repeats, %s\n", (long long)batch,
+           threads, repeats, eg_blas_info());
+    for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++)
+        for (int v = 0; v < 4; v++) run(&layers[l], batch, (variant)v, repeats, threads);
+    eg_shutdown();
+    return 0;
+}

@@ -1,0 +1,420 @@
+/* Eagle — input pipelines: a tf.data-like Dataset with parallel map, shuffle, batch, prefetch and
+ * AUTOTUNE.
+ *
+ * A dataset describes a sequence of ELEMENTS; an element is a small tuple of tensors, e.g.
+ * (image, label). Datasets are built from a source (tensors sliced along their first axis, a
+ * range, IDX / MNIST, CSV or .npy files, a generator callback) and transformations (map, filter,
+ * shuffle, batch, padded_batch, unbatch, repeat, take, skip, cache, prefetch, zip, interleave).
+ * Nothing runs until an ITERATOR walks the dataset; each iterator is one pass (an epoch):
+ *
+ *     eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){images, labels});
+ *     ds = eg_dataset_shuffle(ds, 60000, 42, true);
+ *     ds = eg_dataset_map(ds, my_augment, NULL, EG_AUTOTUNE, true);
+ *     ds = eg_dataset_batch(ds, 32, false);
+ *     ds = eg_dataset_prefetch(ds, EG_AUTOTUNE);
+ *     for (int epoch = 0; epoch < 5; epoch++) {
+ *         eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
+ *         for (;;) {
+ *             eg_scope_begin();
+ *             eg_element batch;
+ *             bool end;
+ *             if (eg_dataset_iterator_next(it, &batch, &end) != EG_OK || end) { eg_scope_end(); break; }
+ *             ... train on batch.tensors[0], batch.tensors[1] ...
+ *             eg_scope_end();                   // releases the batch too
+ *         }
+ *         eg_dataset_iterator_free(it);
+ *     }
+ *     eg_dataset_free(ds);
+ *
+ * OWNERSHIP
+ *   - Every transformation TAKES OVER its input dataset(s) (the caller's reference), also when it
+ *     fails, so calls chain without leaks: a NULL input gives NULL without a new error, and the
+ *     first failure's message is the one eg_last_error() keeps. eg_dataset_free() drops the
+ *     caller's reference; eg_dataset_retain() adds one (to use a dataset twice, e.g. in a zip).
+ *   - Sources BORROW their tensor arguments (they keep their own references).
+ *   - An iterator keeps its dataset alive: the dataset may be freed while iterators run.
+ *   - Elements returned by eg_dataset_iterator_next() hold NEW references, owned by the caller's
+ *     innermost scope when one is open (else released with eg_release / eg_element_release).
+ *   - Callback contexts are borrowed: they must outlive the dataset and all of its iterators
+ *     (the generator has a destroy callback for contexts it should own).
+ *
+ * CALLBACKS (map, filter, generator, interleave) run inside a scope the pipeline opens for each
+ * call, in a no-grad region: create tensors freely and never release or eg_scope_keep() them; the
+ * tensors written to the output element (new ones, or input tensors passed through) are taken
+ * over by the pipeline and everything else is released when the call returns. Input elements are
+ * borrowed. A callback reports failure by returning a status other than EG_OK (with an error
+ * raised by eagle, or its own); the iteration then ends with that error, naming the stage and the
+ * element ("map: element 7: matmul: inner dimensions differ ... at augment.c:31"). Callbacks of a
+ * parallel map run on several threads at once and must be thread-safe; all callbacks may run on a
+ * thread other than the one calling eg_dataset_iterator_next(), so they must not rely on
+ * thread-local state such as an open tape.
+ *
+ * THREADS. Parallel maps run their calls on a pipeline thread pool that is separate from the
+ * compute pool of the CPU kernels: that pool is fork-join, running ONE op at a time across all
+ * cores, while pipeline work must run concurrently with the training step's ops. Ops called from
+ * pipeline threads therefore run single-threaded on the calling thread (never taking the compute
+ * pool away from the training step); the parallelism comes from running several calls at once. The
+ * pool has one thread per core (more when a map asks for more fixed parallel calls) and exists only
+ * while some iterator needs it. Prefetch and each parallel map also use one background thread that
+ * feeds them. All waiting is on condition variables (no busy-waiting). Freeing an iterator early
+ * stops its threads (waiting for calls already running) and releases every buffered element.
+ *
+ * DETERMINISM. For a given dataset, the k-th iterator created from it yields the same sequence
+ * whatever the parallelism: parallel maps keep input order (unless deterministic is false),
+ * shuffles draw from (seed, epoch), and callbacks get (epoch, index) in eg_dataset_call_info to
+ * derive their randomness from (see eg_dataset_call_random), never from thread timing. The epoch of
+ * a stage is the number of iterators created on that stage before (repeat() creates one per
+ * repetition), so it advances with each pass; two iterators of one dataset alive at the same time
+ * get different epochs.
+ *
+ * AUTOTUNE. EG_AUTOTUNE as a map's parallelism or a prefetch buffer size lets the pipeline choose
+ * while it runs, from measured per-stage times: a map's parallel calls follow the ratio of its
+ * per-call CPU time to the rate its consumer (or its input) can sustain, raised only while the
+ * consumer waits and lowered only while it never waits, within a CPU budget shared by all
+ * autotuned maps of an iterator (default: the number of cores); a change needs two agreeing
+ * measurements in a row, and after two reversals of direction the stage stays where it is, so the
+ * choice settles instead of oscillating. A prefetch buffer starts at 1 and doubles when the
+ * consumer found it empty after it had been full (bursty demand), never shrinking, within a
+ * memory budget (default 1 GiB per iterator, see eg_dataset_with_options) and 64 elements.
+ * eg_dataset_stats() shows what was chosen. */
+#ifndef EAGLE_DATA_H
+#define EAGLE_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "eagle/status.h"
+#include "eagle/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* As a map's num_parallel_calls or a prefetch's buffer_size: tuned while running. */
+#define EG_AUTOTUNE (-1)
+/* The most tensors in one element. */
+#define EG_ELEMENT_MAX_TENSORS 8
+/* The most parallel calls a map may be given explicitly. */
+#define EG_DATASET_MAX_PARALLELISM 64
+
+/* One element: tensors[0 .. n_tensors). */
+typedef struct eg_element {
+    int n_tensors;
+    eg_tensor *tensors[EG_ELEMENT_MAX_TENSORS];
+} eg_element;
+
+/* eg_release() on each tensor, then n_tensors = 0. NULL is ignored. */
+void eg_element_release(eg_element *element);
+
+typedef struct eg_dataset eg_dataset;
+typedef struct eg_dataset_iterator eg_dataset_iterator;
+
+/* What a callback is told about the element it works on. */
+typedef struct eg_dataset_call_info {
+    uint64_t epoch; /* the stage's epoch (see DETERMINISM above) */
+    int64_t index;  /* position of the element in the stage's input during this epoch, from 0 */
+} eg_dataset_call_info;
+
+/* Four random 32-bit words that depend only on (seed, info->epoch, info->index) (Philox-4x32-10,
+ * as eagle's random tensors): the way for callbacks to randomize deterministically. */
+void eg_dataset_call_random(uint64_t seed, const eg_dataset_call_info *info, uint32_t words[4]);
+
+/* ---- callbacks (see CALLBACKS above) ---- */
+
+/* Fills *output (1 <= n_tensors <= EG_ELEMENT_MAX_TENSORS, none NULL) from *input. */
+typedef eg_status (*eg_dataset_map_fn)(const eg_element *input, eg_element *output,
+                                       const eg_dataset_call_info *info, void *context);
+/* Sets *keep: true keeps the element. */
+typedef eg_status (*eg_dataset_predicate_fn)(const eg_element *element, bool *keep,
+                                             const eg_dataset_call_info *info, void *context);
+/* Returns a NEW dataset for the element (taken over by the interleave), or NULL with an error. */
+typedef eg_dataset *(*eg_dataset_interleave_fn)(const eg_element *element,
+                                                const eg_dataset_call_info *info, void *context);
+
+/* A generator: a source whose elements come from callbacks. For each iterator, start (optional)
+ * makes per-pass state, then next is called with index 0, 1, 2, ... and sets *end (and fills
+ * nothing) when the pass is over; finish (optional) frees the state when the iterator goes,
+ * whether or not the pass reached its end. Calls for one iterator never overlap (but may come
+ * from different threads); calls for different iterators may. destroy (optional) frees context
+ * when the dataset goes. */
+typedef struct eg_dataset_generator {
+    eg_status (*start)(void *context, uint64_t epoch, void **state);
+    eg_status (*next)(void *context, void *state, int64_t index, eg_element *output, bool *end);
+    void (*finish)(void *context, void *state);
+    void (*destroy)(void *context);
+    void *context;
+} eg_dataset_generator;
+
+/* ---- sources (return a new dataset the caller frees; NULL with an error) ---- */
+
+/* Element i is (tensors[0][i], ..., tensors[n-1][i]): views of row i of each tensor (no copy).
+ * 1 <= n <= EG_ELEMENT_MAX_TENSORS; every tensor has at least one dimension and all share the
+ * size of the first one. Errors: EG_ERR_NULL_ARGUMENT (tensors or one of them NULL),
+ * EG_ERR_INVALID_ARGUMENT (n out of range), EG_ERR_SHAPE (a 0-d tensor, differing first
+ * dimensions: "dataset_from_tensor_slices: tensor 1 has 100 rows, tensor 0 has 60000"). */
+eg_dataset *eg_dataset_from_tensor_slices(int n, const eg_tensor *const *tensors);
+
+/* 0-d i64 elements start, start + step, ... up to stop (excluded). step != 0
+ * (EG_ERR_INVALID_ARGUMENT). */
+eg_dataset *eg_dataset_range(int64_t start, int64_t stop, int64_t step);
+
+/* Copies *generator. EG_ERR_NULL_ARGUMENT when generator or its next is NULL. If this fails,
+ * destroy is called (when given) as the dataset would have. */
+eg_dataset *eg_dataset_from_generator(const eg_dataset_generator *generator);
+
+/* Reads n IDX files now (eg_idx_read: plain or gzip) and slices them like
+ * eg_dataset_from_tensor_slices: e.g. images and labels give (image, label) elements. Errors: those
+ * of eg_idx_read, EG_ERR_SHAPE when the files' first dimensions differ. */
+eg_dataset *eg_dataset_from_idx(int n, const char *const *paths);
+
+/* The MNIST / Fashion-MNIST split read by eg_mnist_load (directory NULL: the Debian package's)
+ * as (image u8 (28, 28), label u8 ()) elements. Errors: those of eg_mnist_load. */
+eg_dataset *eg_dataset_from_mnist(const char *directory, bool train);
+
+/* Reads n .npy files now (eg_npy_read) and slices them like eg_dataset_from_tensor_slices.
+ * Errors: those of eg_npy_read, EG_ERR_SHAPE for a 0-d array or differing first dimensions. */
+eg_dataset *eg_dataset_from_npy(int n, const char *const *paths);
+
+/* ---- CSV files of numbers ----
+ * Lines end with "\n" or "\r\n" (the last one may lack it); empty lines (or lines of spaces) are
+ * skipped; a UTF-8 byte order mark at the start is ignored. Fields are separated by `delimiter`
+ * and may be surrounded by spaces (and tabs, unless the delimiter is a tab) and by double quotes
+ * ("1.5"). Floats are read as strtod reads them in the C locale (so "nan", "inf" and hex floats
+ * are accepted); integers as base-10 strtoll. Every data row must have as many fields as the first
+ * line (header or data). Errors name the file, the line and the column (field number, from 1):
+ *   "data.csv: line 7, column 3: cannot parse \"abc\" as f32"
+ *   "data.csv: line 7: 3 fields, expected 4 (as on line 1)"
+ *   "data.csv: line 7, column 2: empty field"
+ *   "data.csv: line 7, column 2: 1e999 is out of range for f32"
+ *   "data.csv: line 7, column 2: unterminated quote"
+ *   "data.csv: line 7, column 2: unexpected text after the closing quote"
+ *   "data.csv: line 7, column 2: 2.5 is not an integer (i32)" ("... out of range for i32")
+ *   "data.csv: line 7: NUL byte" */
+typedef struct eg_csv_options {
+    char delimiter;      /* ',' when 0; not a quote, line break, space, letter, digit, '.', '+',
+                            '-' (EG_ERR_INVALID_ARGUMENT) */
+    bool header;         /* the first non-empty line names the columns and is skipped */
+    eg_dtype dtype;      /* of the values: F32 (the default, 0), F64, I32 or I64 */
+    int label_column;    /* -1: no label; else this column (from 0) becomes a separate label */
+    eg_dtype label_dtype; /* dtype of the label column (F32, F64, I32, I64) */
+} eg_csv_options;
+
+/* {',', false, EG_DTYPE_F32, -1, EG_DTYPE_I64}. */
+eg_csv_options eg_csv_options_default(void);
+
+/* Reads the whole file into a new (rows, columns) tensor of options->dtype (options NULL: the
+ * defaults; label_column is ignored here). A file without data rows gives (0, columns).
+ * Errors: EG_ERR_NULL_ARGUMENT (path), EG_ERR_IO (cannot open or read), EG_ERR_INVALID_ARGUMENT
+ * (bad options), EG_ERR_FORMAT (see above), EG_ERR_OUT_OF_MEMORY. */
+eg_tensor *eg_csv_read(const char *path, const eg_csv_options *options);
+
+/* Reads the file now. Without a label column, element i is row i as a (columns,) tensor; with
+ * one, it is (features (columns - 1,) of dtype, label () of label_dtype). Errors: those of
+ * eg_csv_read, EG_ERR_INVALID_ARGUMENT when label_column is not a column of the file. */
+eg_dataset *eg_dataset_from_csv(const char *path, const eg_csv_options *options);
+
+/* ---- transformations (each takes over `input`; see OWNERSHIP) ---- */
+
+/* fn applied to every element. num_parallel_calls: 0 runs the calls one by one in the thread that
+ * pulls from this stage; n >= 1 (at most EG_DATASET_MAX_PARALLELISM) runs up to n calls at once
+ * on the pipeline pool, ahead of the consumer (at most 2n results waiting); EG_AUTOTUNE chooses n.
+ * deterministic false lets a finished element overtake a slower earlier one. Errors:
+ * EG_ERR_NULL_ARGUMENT (fn), EG_ERR_INVALID_ARGUMENT (num_parallel_calls out of range). */
+eg_dataset *eg_dataset_map(eg_dataset *input, eg_dataset_map_fn fn, void *context,
+                           int num_parallel_calls, bool deterministic);
+
+/* Only the elements for which fn sets keep. */
+eg_dataset *eg_dataset_filter(eg_dataset *input, eg_dataset_predicate_fn fn, void *context);
+
+/* Randomly shuffles through a buffer of buffer_size (>= 1) elements, as tf.data does: the buffer is
+ * filled, then each output is drawn uniformly from it and replaced by the next input element. A
+ * buffer at least as large as the input gives a uniform permutation. The draws depend only on
+ * seed and, when reshuffle_each_iteration, on the epoch (each pass its own order; otherwise every
+ * pass has the order of the first). */
+eg_dataset *eg_dataset_shuffle(eg_dataset *input, int64_t buffer_size, uint64_t seed,
+                               bool reshuffle_each_iteration);
+
+/* Stacks batch_size (>= 1) consecutive elements into one: component j becomes a new contiguous
+ * tensor (batch_size, shape of j). The last, smaller batch is dropped when drop_remainder. All
+ * elements of a batch must agree in component count, dtypes and shapes; otherwise the iteration
+ * fails with EG_ERR_SHAPE / EG_ERR_DTYPE naming the element ("batch: element 3, component 0: shape
+ * (28, 27) differs from (28, 28) of the batch's first element; use eg_dataset_padded_batch for
+ * items of varying shape"). */
+eg_dataset *eg_dataset_batch(eg_dataset *input, int64_t batch_size, bool drop_remainder);
+
+/* Like batch, for items of varying shape: each component is padded at the end of every axis to
+ * the largest size in the batch, with padding_value (converted to the dtype). Components must
+ * agree in dtype and number of dimensions. */
+eg_dataset *eg_dataset_padded_batch(eg_dataset *input, int64_t batch_size, bool drop_remainder,
+                                    double padding_value);
+
+/* The inverse of batch: each element's components (>= 1 dimension, equal first sizes) are split
+ * along their first axis into that many elements (views, no copy). */
+eg_dataset *eg_dataset_unbatch(eg_dataset *input);
+
+/* The input count times (count >= 0; -1: forever). Each repetition is a new pass of the input,
+ * with its own epoch (so shuffles below reshuffle). An input that is empty ends the repetition. */
+eg_dataset *eg_dataset_repeat(eg_dataset *input, int64_t count);
+
+/* At most the first count elements (count >= 0; -1: all). */
+eg_dataset *eg_dataset_take(eg_dataset *input, int64_t count);
+
+/* All but the first count elements (count >= 0; -1: all of them, leaving none). */
+eg_dataset *eg_dataset_skip(eg_dataset *input, int64_t count);
+
+/* Keeps the elements of the first pass that reaches the end in memory; later passes (iterators
+ * created after that) replay them without running the input. A pass stopped early is not kept.
+ * Randomness below the cache is therefore frozen at the first complete pass, as in tf.data. */
+eg_dataset *eg_dataset_cache(eg_dataset *input);
+
+/* Produces elements ahead of the consumer on a background thread into a buffer of buffer_size
+ * elements (>= 1, or EG_AUTOTUNE; 0 returns the input unchanged). */
+eg_dataset *eg_dataset_prefetch(eg_dataset *input, int buffer_size);
+
+/* Elements made of the elements of n (>= 1) datasets side by side: (a0, a1, b0) from (a0, a1)
+ * and (b0). Ends with the shortest input. Takes over all inputs (also when it fails). More than
+ * EG_ELEMENT_MAX_TENSORS tensors in all fails the iteration with EG_ERR_INVALID_ARGUMENT. */
+eg_dataset *eg_dataset_zip(int n, eg_dataset *const *inputs);
+
+/* tf.data's interleave: fn turns each input element into a dataset; cycle_length (>= 1) of them
+ * are open at once and block_length (>= 1) consecutive elements are taken from each in turn; one
+ * that ends is replaced by the dataset of the next input element. Sequential (put a prefetch inside
+ * the datasets fn returns to read them ahead). */
+eg_dataset *eg_dataset_interleave(eg_dataset *input, eg_dataset_interleave_fn fn, void *context,
+                                  int cycle_length, int block_length);
+
+/* Round robin over n (>= 1) datasets, block_length elements from each in turn, the ones that end
+ * dropping out: eg_dataset_interleave of the n with cycle_length n. Takes over all inputs. */
+eg_dataset *eg_dataset_interleave_datasets(int n, eg_dataset *const *inputs, int block_length);
+
+/* Budgets for AUTOTUNE in iterators of the returned dataset (a pass-through stage). */
+typedef struct eg_dataset_options {
+    int cpu_budget;     /* parallel calls shared by all autotuned maps; 0: the number of cores */
+    int64_t ram_budget; /* bytes of all autotuned buffers; 0: 1 GiB */
+} eg_dataset_options;
+eg_dataset *eg_dataset_with_options(eg_dataset *input, const eg_dataset_options *options);
+
+/* ---- datasets and iterators ---- */
+
+/* Adds a reference; returns ds. */
+eg_dataset *eg_dataset_retain(eg_dataset *ds);
+/* Drops the caller's reference. NULL is ignored. */
+void eg_dataset_free(eg_dataset *ds);
+
+/* A new iterator at the start of a pass over ds (the next epoch of ds). Cheap: background threads
+ * start at the first eg_dataset_iterator_next. NULL with an error (EG_ERR_NULL_ARGUMENT,
+ * EG_ERR_OUT_OF_MEMORY). Use an iterator from one thread at a time. */
+eg_dataset_iterator *eg_dataset_iterator_new(eg_dataset *ds);
+
+/* The next element of the pass:
+ *   - EG_OK, *end false: *element holds new references (see OWNERSHIP);
+ *   - EG_OK, *end true: the pass is over; element->n_tensors is 0 (and stays so on later calls);
+ *   - an error status, with the error raised: the pass failed (a callback's error, a bad batch,
+ *     out of memory, ...); later calls return the same status and raise the same error again.
+ * A pending error from before the call does not make it fail and, being first, is the one
+ * eg_last_error() keeps. EG_ERR_NULL_ARGUMENT when an argument is NULL. */
+eg_status eg_dataset_iterator_next(eg_dataset_iterator *it, eg_element *element, bool *end);
+
+/* Stops the iterator's threads (waiting for callback calls already running), releases everything
+ * it buffered, and frees it. NULL is ignored. Never blocks on a consumer that is gone. */
+void eg_dataset_iterator_free(eg_dataset_iterator *it);
+
+/* ---- statistics ---- */
+
+typedef struct eg_dataset_stage_stats {
+    char name[64];              /* "map(parallel=AUTOTUNE)", "prefetch(AUTOTUNE)", "batch(32)" */
+    int depth;                  /* 0: the stage the iterator reads, 1: its input, ... */
+    int64_t elements;           /* produced so far */
+    double throughput;          /* elements per second of wall time since the first next */
+    double seconds_in_next;     /* time its consumer spent in this stage's next, with its inputs */
+    double wait_seconds;        /* of that, time blocked waiting for a background producer */
+    int parallelism;            /* parallel calls now (map with n >= 1 or AUTOTUNE), else 0 */
+    int buffer_size;            /* capacity of its buffer now (prefetch, parallel map), else 0 */
+    double buffer_fill;         /* mean fraction of the buffer that was full when asked, 0..1 */
+    double call_cpu_seconds;    /* map, filter, generator: mean CPU time of one callback call */
+    bool autotuned;             /* parallelism or buffer_size is chosen by AUTOTUNE */
+} eg_dataset_stage_stats;
+
+/* Fills stats[0 .. min(count, capacity)) with the stages of the iterator, from the one it reads
+ * to the sources (stages of datasets made by an interleave's fn are not listed) and returns
+ * count, or -1 with an error (EG_ERR_NULL_ARGUMENT when it is NULL, or stats NULL with
+ * capacity > 0). Safe while another thread uses the iterator. */
+int eg_dataset_stats(const eg_dataset_iterator *it, eg_dataset_stage_stats *stats, int capacity);
+
+/* Prints the stages as a table to out. */
+eg_status eg_dataset_stats_print(const eg_dataset_iterator *it, FILE *out);
+
+/* ---- ready-made image augmentations: map callbacks (use with eg_dataset_map, the options
+ * struct as context) for images (H, W) or (H, W, C) of u8 or f32 at component `component` of the
+ * element; the other components pass through. Random choices come from eg_dataset_call_random
+ * with the options' seed, so they repeat for the same (seed, epoch, index) whatever the
+ * parallelism. Errors: EG_ERR_INVALID_ARGUMENT (no such component, bad options), EG_ERR_SHAPE
+ * (not 2-d or 3-d), EG_ERR_DTYPE (not u8 or f32). ---- */
+
+typedef struct eg_image_flip_options {
+    uint64_t seed;
+    int component;      /* the image's index in the element */
+    double probability; /* of mirroring left-right, in [0, 1]; 0.5 for the usual random flip */
+} eg_image_flip_options;
+/* Mirrors the image along its width axis with the given probability (else passes it through). */
+eg_status eg_image_random_flip(const eg_element *input, eg_element *output,
+                               const eg_dataset_call_info *info, void *options);
+
+typedef struct eg_image_crop_options {
+    uint64_t seed;
+    int component;
+    int64_t padding; /* >= 0: pixels of `fill` added on each side of H and W */
+    double fill;     /* value of the padding (converted to the dtype) */
+} eg_image_crop_options;
+/* Pads the image by `padding` on every side, then crops an (H, W) window at a uniformly random
+ * offset (0 .. 2 * padding in each axis): a random shift with fill, as in CIFAR training. */
+eg_status eg_image_random_crop(const eg_element *input, eg_element *output,
+                               const eg_dataset_call_info *info, void *options);
+
+typedef struct eg_image_normalize_options {
+    int component;
+    double scale;       /* applied first: x * scale (e.g. 1 / 255.); 0 means 1 */
+    int n_values;       /* entries of mean and std: 1 (all channels) or C */
+    const double *mean; /* borrowed */
+    const double *std;  /* borrowed; every entry > 0 */
+} eg_image_normalize_options;
+/* (x * scale - mean[c]) / std[c] as a new f32 image of the same shape. */
+eg_status eg_image_normalize(const eg_element *input, eg_element *output,
+                             const eg_dataset_call_info *info, void *options);
+
+#if !defined(EG_NO_CALLSITE)
+#define eg_dataset_from_tensor_slices(...) EG_CALLSITE_(eg_dataset_from_tensor_slices(__VA_ARGS__))
+#define eg_dataset_range(...) EG_CALLSITE_(eg_dataset_range(__VA_ARGS__))
+#define eg_dataset_from_generator(...) EG_CALLSITE_(eg_dataset_from_generator(__VA_ARGS__))
+#define eg_dataset_from_idx(...) EG_CALLSITE_(eg_dataset_from_idx(__VA_ARGS__))
+#define eg_dataset_from_mnist(...) EG_CALLSITE_(eg_dataset_from_mnist(__VA_ARGS__))
+#define eg_dataset_from_npy(...) EG_CALLSITE_(eg_dataset_from_npy(__VA_ARGS__))
+#define eg_csv_read(...) EG_CALLSITE_(eg_csv_read(__VA_ARGS__))
+#define eg_dataset_from_csv(...) EG_CALLSITE_(eg_dataset_from_csv(__VA_ARGS__))
+#define eg_dataset_map(...) EG_CALLSITE_(eg_dataset_map(__VA_ARGS__))
+#define eg_dataset_filter(...) EG_CALLSITE_(eg_dataset_filter(__VA_ARGS__))
+#define eg_dataset_shuffle(...) EG_CALLSITE_(eg_dataset_shuffle(__VA_ARGS__))
+#define eg_dataset_batch(...) EG_CALLSITE_(eg_dataset_batch(__VA_ARGS__))
+#define eg_dataset_padded_batch(...) EG_CALLSITE_(eg_dataset_padded_batch(__VA_ARGS__))
+#define eg_dataset_unbatch(...) EG_CALLSITE_(eg_dataset_unbatch(__VA_ARGS__))
+#define eg_dataset_repeat(...) EG_CALLSITE_(eg_dataset_repeat(__VA_ARGS__))
+#define eg_dataset_take(...) EG_CALLSITE_(eg_dataset_take(__VA_ARGS__))
+#define eg_dataset_skip(...) EG_CALLSITE_(eg_dataset_skip(__VA_ARGS__))
+#define eg_dataset_cache(...) EG_CALLSITE_(eg_dataset_cache(__VA_ARGS__))
+#define eg_dataset_prefetch(...) EG_CALLSITE_(eg_dataset_prefetch(__VA_ARGS__))
+#define eg_dataset_zip(...) EG_CALLSITE_(eg_dataset_zip(__VA_ARGS__))
+#define eg_dataset_interleave(...) EG_CALLSITE_(eg_dataset_interleave(__VA_ARGS__))
+#define eg_dataset_interleave_datasets(...)                                                        \
+    EG_CALLSITE_(eg_dataset_interleave_datasets(__VA_ARGS__))
+#define eg_dataset_with_options(...) EG_CALLSITE_(eg_dataset_with_options(__VA_ARGS__))
+#define eg_dataset_iterator_new(...) EG_CALLSITE_(eg_dataset_iterator_new(__VA_ARGS__))
+#define eg_dataset_iterator_next(...) EG_CALLSITE_(eg_dataset_iterator_next(__VA_ARGS__))
+#define eg_dataset_stats(...) EG_CALLSITE_(eg_dataset_stats(__VA_ARGS__))
+#define eg_dataset_stats_print(...) EG_CALLSITE_(eg_dataset_stats_print(__VA_ARGS__))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* Eagle — lazy and graph execution of the same op calls.
+ *
+ * Lazy mode: between eg_lazy_begin() and eg_lazy_end() ops return tensors that have a shape, a
+ * dtype and a device but no storage. Shape and dtype errors are still raised at the call, with
+ * its file:line. A value is computed when it is read (eg_tensor_data, eg_item, copy to host,
+ * printing, an eager op using it) or by eg_realize(). Realizing schedules the pending work:
+ * what the requested tensors do not need is never computed, chains of elementwise ops run as one
+ * fused loop, and intermediates nobody else holds get memory only while they are needed.
+ * A tensor whose value was fused away or freed is recomputed if it is read later.
+ *
+ * Graph mode (eg_function): a C function traced once per input signature into a graph whose
+ * inputs are placeholders; planned once (fusion, one arena for every intermediate) and replayed
+ * on later calls without per-op allocation. */
+#ifndef EAGLE_LAZY_H
+#define EAGLE_LAZY_H
+
+#include "eagle/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- lazy mode (per thread; nests) ---- */
+void eg_lazy_begin(void);
+/* Leaves lazy mode; tensors made inside stay lazy until read. EG_ERR_STATE when not in it. */
+eg_status eg_lazy_end(void);
+bool eg_lazy_active(void);
+/* Computes the n tensors together, sharing their common work (realizing them one by one would
+ * recompute what they share). Realized tensors are skipped. */
+eg_status eg_realize(int n, const eg_tensor *const *tensors);
+/* True when t has storage (always in eager mode). */
+bool eg_tensor_is_realized(const eg_tensor *t);
+
+typedef struct eg_lazy_stats {
+    uint64_t n_realizations;  /* eg_realize calls and implicit reads that computed something */
+    uint64_t n_schedule_hits; /* realizations that reused a cached schedule */
+    uint64_t n_nodes;         /* lazy ops computed */
+    uint64_t n_fused_nodes;   /* of which ran inside a fused loop, without a buffer */
+    uint64_t n_kernels;       /* kernel launches (a fused loop counts once) */
+    uint64_t n_temporaries;   /* intermediates given memory only while needed */
+} eg_lazy_stats;
+/* This thread's counters since start. */
+void eg_lazy_stats_get(eg_lazy_stats *out);
+
+/* ---- graph mode ---- */
+typedef struct eg_function eg_function;
+
+/* The traced function: reads n_inputs tensors, writes n_outputs new tensors into outputs.
+ * It may use every op, tapes, variables and optimizers (their updates run at each call, after
+ * the graph, in the order they were traced). It must not read values (eg_item, eg_tensor_data
+ * ...) while traced: return them as outputs instead. */
+typedef eg_status (*eg_traced_fn)(const eg_tensor *const *inputs, eg_tensor **outputs,
+                                  void *user_data);
+
+/* A function object; nothing is traced until the first call. name is copied (for messages).
+ * Free with eg_function_free. */
+eg_function *eg_function_new(const char *name, eg_traced_fn fn, int n_inputs, int n_outputs,
+                             void *user_data);
+void eg_function_free(eg_function *function);
+/* Runs the function: traces it when the inputs' signature (dtypes, shapes, devices) is new, else
+ * replays the graph traced for it. outputs receive new references (scope rules as for ops);
+ * their memory belongs to the function's arena until they are released: keep at most one call's
+ * outputs alive, or copy them (holding them while calling again makes that call allocate a new
+ * arena). */
+eg_status eg_function_call(eg_function *function, const eg_tensor *const *inputs,
+                           eg_tensor **outputs);
+/* More traces than this (default 5) set a retracing warning in the stats. */
+void eg_function_set_retrace_limit(eg_function *function, int limit);
+
+typedef struct eg_function_stats {
+    int n_traces;
+    /* Why the last trace happened: "first call" or e.g. "input 0: shape (32, 784) -> (16, 784)". */
+    char last_trace_reason[160];
+    /* Non-empty once n_traces passes the limit, like TensorFlow's retracing warning. */
+    char retrace_warning[256];
+    int64_t n_nodes;           /* ops in the traced graph */
+    int64_t n_kernels;         /* launches per replay after fusion */
+    int64_t n_fused_nodes;     /* ops run inside fused loops, without a buffer */
+    size_t arena_bytes;        /* the planned arena: every intermediate and output */
+    size_t unplanned_bytes;    /* the same buffers without sharing: their plain sum */
+    size_t eager_bytes;        /* every op result, as eager mode in one scope would hold them */
+    uint64_t n_replays;
+    uint64_t n_arena_allocations; /* arenas allocated (1 in a steady state) */
+} eg_function_stats;
+eg_status eg_function_stats_get(const eg_function *function, eg_function_stats *out);
+
+#if !defined(EG_NO_CALLSITE)
+#define eg_realize(...) EG_CALLSITE_(eg_realize(__VA_ARGS__))
+#define eg_function_call(...) EG_CALLSITE_(eg_function_call(__VA_ARGS__))
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

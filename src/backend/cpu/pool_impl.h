@@ -1,0 +1,113 @@
+/* The pooling loops for one element type, included by pool.c with T (float or double) and
+ * NAME(x) (x##_f32 or x##_f64) defined. Windows hold at least one input element (the op's
+ * inference requires padding < the pool size); padding never wins a max and is not counted in a
+ * mean. */
+
+/* The valid taps of the window at output (oh, ow): [i0, i1) x [j0, j1) in input coordinates. */
+static inline void NAME(window)(const pool_geometry *g, int64_t oh, int64_t ow, int64_t *i0,
+                                int64_t *i1, int64_t *j0, int64_t *j1) {
+    int64_t h0 = oh * g->stride_h - g->pad_t, w0 = ow * g->stride_w - g->pad_l;
+    *i0 = h0 < 0 ? 0 : h0;
+    *i1 = h0 + g->kh < g->x.h ? h0 + g->kh : g->x.h;
+    *j0 = w0 < 0 ? 0 : w0;
+    *j1 = w0 + g->kw < g->x.w ? w0 + g->kw : g->x.w;
+}
+
+/* Row oh of output image b: y = max (first maximum wins ties) or mean of each window; with
+ * index != NULL also the winners' flat indices into x's logical shape (best: C scratch values). */
+static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *index, T *best,
+                           int64_t b, int64_t oh, bool is_max) {
+    const T *xb = x + b * g->x.sn;
+    int64_t C = g->x.c, xsc = g->x.sc, ysc = g->y.sc;
+    for (int64_t ow = 0; ow < g->y.w; ow++) {
+        int64_t i0, i1, j0, j1;
+        NAME(window)(g, oh, ow, &i0, &i1, &j0, &j1);
+        T *acc = index ? best : y + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
+        int64_t step = index ? 1 : ysc;
+        const T *first = xb + i0 * g->x.sh + j0 * g->x.sw;
+        for (int64_t c = 0; c < C; c++) acc[c * step] = first[c * xsc];
+        if (index) {
+            for (int64_t c = 0; c < C; c++) index[c] = i0 * g->x.w + j0;
+        }
+        for (int64_t i = i0; i < i1; i++) {
+            for (int64_t j = i == i0 ? j0 + 1 : j0; j < j1; j++) {
+                const T *xp = xb + i * g->x.sh + j * g->x.sw;
+                if (!is_max) {
+                    for (int64_t c = 0; c < C; c++) acc[c * step] += xp[c * xsc];
+                } else if (!index) {
+                    for (int64_t c = 0; c < C; c++) {
+                        T v = xp[c * xsc];
+                        acc[c * step] = v > acc[c * step] ? v : acc[c * step];
+                    }
+                } else {
+                    for (int64_t c = 0; c < C; c++) {
+                        T v = xp[c * xsc];
+                        if (v > acc[c]) {
+                            acc[c] = v;
+                            index[c] = i * g->x.w + j;
+                        }
+                    }
+                }
+            }
+        }
+        if (!is_max) {
+            T count = (T)((i1 - i0) * (j1 - j0));
+            for (int64_t c = 0; c < C; c++) acc[c * step] /= count;
+        }
+        if (index) { /* the output is i64, in y's (contiguous) layout */
+            int64_t *out_index =
+                (int64_t *)g->out_index + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
+            int64_t hw = g->x.h * g->x.w;
+            for (int64_t c = 0; c < C; c++)
+                out_index[c * ysc] = g->channels_first ? (b * C + c) * hw + index[c]
+                                                       : (b * hw + index[c]) * C + c;
+        }
+    }
+}
+
+/* The gradient of image b: dx (zeroed here, contiguous) gets dy at each window's first maximum
+ * (is_max; index/best: C scratch entries) or dy / count at every element of the window. */
+static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const T *dy, T *dx,
+                                      int64_t *index, T *best, int64_t b, bool is_max) {
+    const eg__image *d = &g->dx;
+    T *dxb = dx + b * d->sn;
+    memset(dxb, 0, sizeof(T) * (size_t)(d->h * d->w * d->c));
+    int64_t C = g->x.c, xsc = g->x.sc;
+    const T *xb = is_max ? x + b * g->x.sn : NULL;
+    for (int64_t oh = 0; oh < g->y.h; oh++) {
+        for (int64_t ow = 0; ow < g->y.w; ow++) {
+            int64_t i0, i1, j0, j1;
+            NAME(window)(g, oh, ow, &i0, &i1, &j0, &j1);
+            const T *grad = dy + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
+            int64_t gsc = g->y.sc;
+            if (!is_max) {
+                T count = (T)((i1 - i0) * (j1 - j0));
+                for (int64_t c = 0; c < C; c++) best[c] = grad[c * gsc] / count;
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++) {
+                        T *dp = dxb + i * d->sh + j * d->sw;
+                        for (int64_t c = 0; c < C; c++) dp[c * d->sc] += best[c];
+                    }
+                continue;
+            }
+            const T *first = xb + i0 * g->x.sh + j0 * g->x.sw;
+            for (int64_t c = 0; c < C; c++) {
+                best[c] = first[c * xsc];
+                index[c] = i0 * d->sh + j0 * d->sw;
+            }
+            for (int64_t i = i0; i < i1; i++) {
+                for (int64_t j = i == i0 ? j0 + 1 : j0; j < j1; j++) {
+                    const T *xp = xb + i * g->x.sh + j * g->x.sw;
+                    for (int64_t c = 0; c < C; c++) {
+                        T v = xp[c * xsc];
+                        if (v > best[c]) {
+                            best[c] = v;
+                            index[c] = i * d->sh + j * d->sw;
+                        }
+                    }
+                }
+            }
+            for (int64_t c = 0; c < C; c++) dxb[index[c] + c * d->sc] += grad[c * gsc];
+        }
+    }
+}

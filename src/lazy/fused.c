@@ -1,0 +1,172 @@
+/* Fused elementwise loops: a group of elementwise ops evaluated block by block, so the values
+ * flowing between them live in small stack-sized buffers instead of full tensors. Each op runs
+ * the same inner loop as in eager mode, on the same values in the same order, so results are
+ * bitwise identical to eager execution. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "lazy/internal.h"
+
+enum { BLOCK = 256 };
+
+typedef enum { LEAF_FLAT, LEAF_SCALAR, LEAF_GATHER } leaf_mode;
+
+typedef struct leaf {
+    const eg_tensor *tensor;
+    leaf_mode mode;
+    char *base;
+    int64_t strides[EG_MAX_DIMS]; /* bytes, aligned with the root's axes (0 when broadcast) */
+} leaf;
+
+typedef struct operand {
+    bool is_member; /* else a leaf */
+    int index;
+} operand;
+
+typedef struct fused_plan {
+    eg_tensor *root;
+    int n_members;
+    eg_tensor *const *members;
+    operand (*operands)[3]; /* per member, per input */
+    leaf *leaves;
+    int n_leaves;
+    size_t member_bytes; /* buffer size per member */
+} fused_plan;
+
+static int find_member(const fused_plan *plan, const eg_tensor *t) {
+    for (int i = 0; i < plan->n_members; i++)
+        if (plan->members[i] == t) return i;
+    return -1;
+}
+
+static int add_leaf(fused_plan *plan, const eg_tensor *t) {
+    for (int i = 0; i < plan->n_leaves; i++)
+        if (plan->leaves[i].tensor == t) return i;
+    leaf *l = &plan->leaves[plan->n_leaves];
+    const eg_tensor *root = plan->root;
+    l->tensor = t;
+    l->base = eg__data(t);
+    size_t size = eg_dtype_size(t->dtype);
+    if (t->n_elems == 1) l->mode = LEAF_SCALAR;
+    else if (t->n_elems == root->n_elems && eg__is_contiguous(t)) l->mode = LEAF_FLAT;
+    else l->mode = LEAF_GATHER;
+    for (int d = 0; d < root->n_dims; d++) {
+        int td = d - (root->n_dims - t->n_dims);
+        l->strides[d] = (td < 0 || t->shape[td] == 1) ? 0 : t->strides[td] * (int64_t)size;
+    }
+    return plan->n_leaves++;
+}
+
+/* Copies elements [begin, begin + n) of the root's row-major order from a broadcast leaf. */
+static void gather_leaf(const fused_plan *plan, const leaf *l, int64_t begin, int64_t n,
+                        char *out) {
+    const eg_tensor *root = plan->root;
+    size_t size = eg_dtype_size(l->tensor->dtype);
+    int64_t index[EG_MAX_DIMS], rest = begin, offset = 0;
+    for (int d = root->n_dims - 1; d >= 0; d--) {
+        index[d] = rest % root->shape[d];
+        rest /= root->shape[d];
+        offset += index[d] * l->strides[d];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(out + (size_t)i * size, l->base + offset, size);
+        for (int d = root->n_dims - 1; d >= 0; d--) {
+            offset += l->strides[d];
+            if (++index[d] < root->shape[d]) break;
+            offset -= l->strides[d] * root->shape[d];
+            index[d] = 0;
+        }
+    }
+}
+
+static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
+    const fused_plan *plan = context;
+    const eg_tensor *root = plan->root;
+    char *buffers = malloc(plan->member_bytes * (size_t)(plan->n_members + plan->n_leaves));
+    if (!buffers) return; /* reported by the caller, which checks the output afterwards */
+    char *leaf_buffers = buffers + plan->member_bytes * (size_t)plan->n_members;
+    char *root_data = eg__data(root);
+    size_t root_size = eg_dtype_size(root->dtype);
+    for (int64_t block = first_block; block < end_block; block++) {
+        int64_t begin = block * BLOCK;
+        int64_t n = root->n_elems - begin < BLOCK ? root->n_elems - begin : BLOCK;
+        char *leaf_pointers[64];
+        int64_t leaf_strides[64];
+        for (int i = 0; i < plan->n_leaves; i++) {
+            const leaf *l = &plan->leaves[i];
+            size_t size = eg_dtype_size(l->tensor->dtype);
+            if (l->mode == LEAF_SCALAR) {
+                leaf_pointers[i] = l->base;
+                leaf_strides[i] = 0;
+            } else if (l->mode == LEAF_FLAT) {
+                leaf_pointers[i] = l->base + (size_t)begin * size;
+                leaf_strides[i] = (int64_t)size;
+            } else {
+                leaf_pointers[i] = leaf_buffers + plan->member_bytes * (size_t)i;
+                gather_leaf(plan, l, begin, n, leaf_pointers[i]);
+                leaf_strides[i] = (int64_t)size;
+            }
+        }
+        for (int m = 0; m < plan->n_members; m++) {
+            const eg_tensor *member = plan->members[m];
+            const eg__lazy_node *node = member->lazy;
+            char *inputs[3];
+            int64_t strides[3];
+            for (int j = 0; j < node->n_inputs; j++) {
+                operand o = plan->operands[m][j];
+                if (o.is_member) {
+                    inputs[j] = buffers + plan->member_bytes * (size_t)o.index;
+                    strides[j] = (int64_t)eg_dtype_size(plan->members[o.index]->dtype);
+                } else {
+                    inputs[j] = leaf_pointers[o.index];
+                    strides[j] = leaf_strides[o.index];
+                }
+            }
+            char *out = m == plan->n_members - 1 ? root_data + (size_t)begin * root_size
+                                                 : buffers + plan->member_bytes * (size_t)m;
+            eg_dtype in_dtype = node->inputs[node->op == EG__OP_WHERE ? 1 : 0]->dtype;
+            eg__cpu_elementwise_flat(node->op, &node->attrs, member->dtype, in_dtype,
+                                     node->n_inputs, n, out, inputs, strides);
+        }
+    }
+    free(buffers);
+}
+
+eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *members) {
+    fused_plan plan = {.root = root, .n_members = n_members, .members = members,
+                       .member_bytes = BLOCK * 8};
+    plan.operands = malloc(sizeof *plan.operands * (size_t)n_members);
+    plan.leaves = malloc(sizeof *plan.leaves * (size_t)(3 * n_members));
+    if (!plan.operands || !plan.leaves) {
+        free(plan.operands);
+        free(plan.leaves);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "fused loop: out of host memory");
+    }
+    eg_status status = EG_OK;
+    for (int m = 0; m < n_members && status == EG_OK; m++) {
+        const eg__lazy_node *node = members[m]->lazy;
+        for (int j = 0; j < node->n_inputs; j++) {
+            int member = find_member(&plan, node->inputs[j]);
+            if (member >= 0 && member < m) {
+                plan.operands[m][j] = (operand){true, member};
+            } else {
+                if (!node->inputs[j]->storage) {
+                    status = eg__error(EG_ERR_INTERNAL, "fused loop: input not computed");
+                    break;
+                }
+                plan.operands[m][j] = (operand){false, add_leaf(&plan, node->inputs[j])};
+            }
+        }
+    }
+    if (status == EG_OK && plan.n_leaves > 64)
+        status = eg__error(EG_ERR_INTERNAL, "fused loop: too many inputs");
+    if (status == EG_OK) {
+        int64_t n_blocks = (root->n_elems + BLOCK - 1) / BLOCK;
+        eg__parallel_for(n_blocks, EG_PARALLEL_GRAIN_ELEMENTWISE / BLOCK, run_blocks, &plan);
+    }
+    free(plan.operands);
+    free(plan.leaves);
+    return status;
+}

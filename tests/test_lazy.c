@@ -1,0 +1,243 @@
+/* Lazy mode: tensors get storage only when read, reading realizes only what is needed,
+ * elementwise chains fuse, intermediates are given memory by liveness, schedules are cached,
+ * errors are still raised at the call, and tapes work. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "eagle.h"
+
+static int setup(void **state) {
+    (void)state;
+    eg_clear_error();
+    return 0;
+}
+
+static eg_tensor *random_tensor(int n_dims, const int64_t *shape, uint64_t seed) {
+    eg_generator *g = eg_generator_new(seed);
+    eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
+    eg_generator_free(g);
+    return t;
+}
+
+static eg_lazy_stats stats_now(void) {
+    eg_lazy_stats s;
+    eg_lazy_stats_get(&s);
+    return s;
+}
+
+static void assert_bitwise_equal(const eg_tensor *a, const eg_tensor *b) {
+    assert_int_equal(eg_tensor_n_elems(a), eg_tensor_n_elems(b));
+    assert_int_equal(eg_tensor_dtype(a), eg_tensor_dtype(b));
+    size_t bytes = (size_t)eg_tensor_n_elems(a) * eg_dtype_size(eg_tensor_dtype(a));
+    const void *x = eg_tensor_data(a), *y = eg_tensor_data(b);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_true(eg_tensor_is_contiguous(a) && eg_tensor_is_contiguous(b));
+    assert_memory_equal(x, y, bytes);
+}
+
+/* The chain the tests share: six elementwise ops (y is read twice). */
+static eg_tensor *chain(const eg_tensor *x, const eg_tensor *bias) {
+    eg_tensor *y = eg_tanh(eg_mul_scalar(eg_add(eg_exp(x), bias), 0.5));
+    return eg_sub(eg_square(y), y);
+}
+
+static void test_no_storage_until_read(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t shape[2] = {3, 4};
+    eg_tensor *x = random_tensor(2, shape, 1);
+    eg_lazy_begin();
+    eg_tensor *y = eg_exp(x);
+    eg_tensor *z = eg_add(y, x);
+    eg_tensor *unused = eg_matmul_ex(x, x, false, true);
+    assert_int_equal(eg_lazy_end(), EG_OK);
+    assert_non_null(z);
+    assert_false(eg_tensor_is_realized(y));
+    assert_false(eg_tensor_is_realized(z));
+    assert_false(eg_tensor_is_realized(unused));
+    /* shape, dtype and device are known without computing anything */
+    assert_int_equal(eg_tensor_n_dims(z), 2);
+    assert_int_equal(eg_tensor_dim(z, 1), 4);
+    eg_lazy_stats before = stats_now();
+    double value = eg_item(eg_sum(z, 0, NULL, false)); /* eager sum of a lazy tensor */
+    eg_lazy_stats after = stats_now();
+    assert_false(isnan(value));
+    assert_true(eg_tensor_is_realized(z));
+    /* only z's recipe ran: exp and add (fused: one kernel) — the matmul nobody read did not */
+    assert_int_equal(after.n_nodes - before.n_nodes, 2);
+    assert_int_equal(after.n_kernels - before.n_kernels, 1);
+    assert_false(eg_tensor_is_realized(unused));
+    assert_false(eg_tensor_is_realized(y)); /* fused away: never had a buffer */
+    /* ... and is recomputed, correctly, when it is read after all */
+    eg_tensor *y_eager = eg_exp(x);
+    assert_bitwise_equal(y, y_eager);
+    eg_scope_end();
+}
+
+static void test_fused_chain_matches_eager_and_saves_memory(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t shape[2] = {256, 1024}, row[1] = {1024};
+    eg_tensor *x = random_tensor(2, shape, 2), *bias = random_tensor(1, row, 3);
+    eg_memory_stats m0, m1, m2;
+    eg_memory_reset_peak(NULL);
+    eg_memory_stats_get(NULL, &m0);
+    eg_tensor *eager = chain(x, bias);
+    eg_memory_stats_get(NULL, &m1);
+    size_t eager_peak = m1.peak_bytes_in_use - m0.bytes_in_use;
+    eg_memory_reset_peak(NULL);
+    eg_memory_stats_get(NULL, &m1);
+    eg_lazy_stats before = stats_now();
+    eg_lazy_begin();
+    eg_tensor *lazy = chain(x, bias);
+    eg_lazy_end();
+    assert_int_equal(eg_realize(1, (const eg_tensor *const *)&lazy), EG_OK);
+    eg_memory_stats_get(NULL, &m2);
+    size_t lazy_peak = m2.peak_bytes_in_use - m1.bytes_in_use;
+    eg_lazy_stats after = stats_now();
+    assert_bitwise_equal(eager, lazy);
+    /* 6 ops in one fused loop: one buffer (the result) instead of six */
+    assert_int_equal(after.n_kernels - before.n_kernels, 1);
+    assert_int_equal(after.n_fused_nodes - before.n_fused_nodes, 5);
+    size_t one = 256 * 1024 * sizeof(float);
+    assert_true(eager_peak >= 6 * one);
+    assert_true(lazy_peak <= one + 4096);
+    eg_scope_end();
+}
+
+static void test_intermediates_share_memory_by_liveness(void **state) {
+    (void)state;
+    /* matmuls cannot fuse: each result is a temporary, freed as soon as the next is computed */
+    eg_scope_begin();
+    int64_t shape[2] = {256, 256};
+    eg_tensor *x = random_tensor(2, shape, 4);
+    eg_memory_stats m0, m1;
+    eg_lazy_begin();
+    eg_tensor *y = x;
+    for (int i = 0; i < 6; i++) y = eg_matmul(y, x);
+    eg_lazy_end();
+    eg_memory_reset_peak(NULL);
+    eg_memory_stats_get(NULL, &m0);
+    eg_lazy_stats before = stats_now();
+    assert_int_equal(eg_realize(1, (const eg_tensor *const *)&y), EG_OK);
+    eg_memory_stats_get(NULL, &m1);
+    eg_lazy_stats after = stats_now();
+    size_t one = 256 * 256 * sizeof(float);
+    assert_int_equal(after.n_temporaries - before.n_temporaries, 5);
+    /* at most two matrices at once (an input and an output) plus the kept result */
+    assert_true(m1.peak_bytes_in_use - m0.bytes_in_use <= 3 * one);
+    /* the value is right: compare with eager */
+    eg_tensor *z = x;
+    for (int i = 0; i < 6; i++) z = eg_matmul(z, x);
+    assert_bitwise_equal(y, z);
+    eg_scope_end();
+}
+
+static void test_schedule_is_cached_by_structure(void **state) {
+    (void)state;
+    int64_t shape[2] = {16, 16}, row[1] = {16};
+    eg_lazy_stats first = {0}, last = {0};
+    for (int step = 0; step < 5; step++) {
+        eg_scope_begin();
+        eg_tensor *x = random_tensor(2, shape, 10 + (uint64_t)step), *b = random_tensor(1, row, 5);
+        eg_lazy_begin();
+        eg_tensor *y = eg_matmul(chain(x, b), x);
+        eg_lazy_end();
+        assert_int_equal(eg_realize(1, (const eg_tensor *const *)&y), EG_OK);
+        if (step == 0) first = stats_now();
+        last = stats_now();
+        eg_scope_end();
+    }
+    /* steps 2..5 reuse step 1's schedule */
+    assert_int_equal(last.n_schedule_hits - first.n_schedule_hits, 4);
+}
+
+static void test_errors_are_raised_at_the_call(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t a[2] = {2, 3}, b[2] = {4, 5};
+    eg_tensor *x = random_tensor(2, a, 6), *y = random_tensor(2, b, 7);
+    eg_lazy_begin();
+    int line = __LINE__ + 1;
+    eg_tensor *bad = eg_matmul(x, y);
+    eg_lazy_end();
+    assert_null(bad);
+    assert_int_equal(eg_last_status(), EG_ERR_SHAPE);
+    char expected[64];
+    snprintf(expected, sizeof expected, "test_lazy.c:%d", line);
+    assert_non_null(strstr(eg_last_error(), expected));
+    assert_non_null(strstr(eg_last_error(), "matmul"));
+    eg_clear_error();
+    assert_int_equal(eg_lazy_end(), EG_ERR_STATE); /* not in lazy mode any more */
+    eg_clear_error();
+    eg_scope_end();
+}
+
+static void test_gradients_in_lazy_mode(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t xs[2] = {8, 5}, ws[2] = {5, 3}, bs[1] = {3};
+    eg_tensor *x = random_tensor(2, xs, 8);
+    eg_tensor *w = eg_variable(random_tensor(2, ws, 9), "w");
+    eg_tensor *bias = eg_variable(random_tensor(1, bs, 10), "b");
+    eg_tensor *grads[2][2];
+    for (int mode = 0; mode < 2; mode++) {
+        if (mode) eg_lazy_begin();
+        eg_tape *tape = eg_tape_begin(false);
+        eg_tensor *h = eg_sigmoid(eg_add(eg_matmul(x, w), bias));
+        eg_tensor *loss = eg_mean(eg_square(h), 0, NULL, false);
+        const eg_tensor *sources[2] = {w, bias};
+        assert_int_equal(eg_tape_gradient(tape, loss, 2, sources, grads[mode], EG_UNCONNECTED_NULL),
+                         EG_OK);
+        eg_tape_free(tape);
+        if (mode) {
+            assert_int_equal(eg_lazy_end(), EG_OK);
+            assert_false(eg_tensor_is_realized(grads[mode][0]));
+            assert_int_equal(eg_realize(2, (const eg_tensor *const *)grads[mode]), EG_OK);
+        }
+    }
+    assert_bitwise_equal(grads[0][0], grads[1][0]);
+    assert_bitwise_equal(grads[0][1], grads[1][1]);
+    eg_release(w);
+    eg_release(bias);
+    eg_scope_end();
+}
+
+static void test_nothing_leaks(void **state) {
+    (void)state;
+    eg_debug_track_tensors(true);
+    size_t before = eg_debug_live_tensors(NULL);
+    eg_scope_begin();
+    int64_t shape[2] = {4, 4};
+    eg_tensor *x = random_tensor(2, shape, 11);
+    eg_lazy_begin();
+    eg_tensor *y = eg_relu(eg_matmul(eg_exp(x), x));
+    eg_tensor *never_read = eg_log(y);
+    eg_lazy_end();
+    assert_non_null(never_read);
+    assert_false(isnan(eg_item(eg_sum(y, 0, NULL, false))));
+    eg_scope_end();
+    assert_int_equal(eg_debug_live_tensors(NULL), before);
+    eg_debug_track_tensors(false);
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_no_storage_until_read, setup),
+        cmocka_unit_test_setup(test_fused_chain_matches_eager_and_saves_memory, setup),
+        cmocka_unit_test_setup(test_intermediates_share_memory_by_liveness, setup),
+        cmocka_unit_test_setup(test_schedule_is_cached_by_structure, setup),
+        cmocka_unit_test_setup(test_errors_are_raised_at_the_call, setup),
+        cmocka_unit_test_setup(test_gradients_in_lazy_mode, setup),
+        cmocka_unit_test_setup(test_nothing_leaks, setup),
+    };
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

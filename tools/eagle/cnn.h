@@ -1,0 +1,33 @@
+/* The convolutional network for `eagle train --model cnn` (and bench/train_cnn): two conv blocks
+ * with batch normalization, max pooling and dropout, then a dense head, on Fashion-MNIST images
+ * fed as NHWC (B, 28, 28, 1) f32 in [0, 1]. The data split type and loading are mlp.h's. */
+#ifndef EAGLE_TOOLS_CNN_H
+#define EAGLE_TOOLS_CNN_H
+
+#include <eagle.h>
+
+#include "mlp.h"
+
+/* Recommended training settings (Adam, Keras' other defaults); with these the model reaches
+ * >= 93.5% test accuracy (bench/train_cnn/README.md has the measured runs). */
+#define CNN_DEFAULT_EPOCHS        12
+#define CNN_DEFAULT_BATCH_SIZE    64
+#define CNN_DEFAULT_LEARNING_RATE 1e-3
+
+/* Conv(32, 3, same)-BN-ReLU-Conv(32, 3)-BN-ReLU-MaxPool(2)-Dropout(0.25),
+ * Conv(64, 3)-BN-ReLU-Conv(64, 3)-BN-ReLU-MaxPool(2)-Dropout(0.25), Flatten,
+ * Dense(256)-BN-ReLU-Dropout(0.5), Dense(10) logits. Convolutions and the hidden dense layer have
+ * no bias (batch normalization's beta takes its place). Built for (B, 28, 28, 1); initialised from
+ * the default generator (eg_manual_seed first for repeatable runs). NULL with the library's error
+ * on failure. */
+eg_model *cnn_build(void);
+
+/* The examples at indices[0..n) as x f32 (n, 28, 28, 1) scaled to [0, 1] and labels u8 (n,);
+ * both owned by the current scope. */
+eg_status cnn_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
+                    eg_tensor **labels);
+
+/* Accuracy and mean loss on the whole split, in batches of 500, inference mode, no tapes. */
+eg_status cnn_evaluate(eg_model *model, const mlp_data *data, double *accuracy, double *loss);
+
+#endif

@@ -1,0 +1,159 @@
+/* Checkpoints of `eagle train` (see train_state.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_state.h"
+
+enum { MAX_VARIABLES = 2 * (MLP_MAX_HIDDEN + 1), MAX_SLOTS = 3, NAME_SIZE = 256 };
+
+static void slot_tensor_name(char *buf, const eg_tensor *variable, const char *slot) {
+    snprintf(buf, NAME_SIZE, "optimizer/%s/%s", eg_variable_name(variable), slot);
+}
+
+eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer *optimizer,
+                           const train_meta *meta) {
+    int n_vars;
+    eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
+    if (!vars) return eg_last_status();
+    if (n_vars > MAX_VARIABLES) {
+        fprintf(stderr, "eagle train: %d variables is more than a checkpoint holds\n", n_vars);
+        return EG_ERR_INVALID_ARGUMENT;
+    }
+    enum { MAX_TENSORS = MAX_VARIABLES * (1 + MAX_SLOTS) };
+    static char slot_names[MAX_TENSORS][NAME_SIZE];
+    const char *names[MAX_TENSORS];
+    const eg_tensor *tensors[MAX_TENSORS];
+    int n = 0;
+    for (int i = 0; i < n_vars; i++) {
+        names[n] = eg_variable_name(vars[i]);
+        tensors[n++] = vars[i];
+    }
+    int n_slots = eg_optimizer_slot_count(optimizer);
+    for (int i = 0; i < n_vars; i++)
+        for (int k = 0; k < n_slots && k < MAX_SLOTS; k++) {
+            const char *slot = eg_optimizer_slot_name(optimizer, k);
+            eg_tensor *value = eg_optimizer_get_slot(optimizer, vars[i], slot);
+            if (!value) continue; /* not updated yet: restored as zeros */
+            slot_tensor_name(slot_names[n], vars[i], slot);
+            names[n] = slot_names[n];
+            tensors[n++] = value;
+        }
+
+    char hidden[128], learning_rate[32], batch_size[32], seed[32], examples[32], epoch[32],
+        iterations[32];
+    mlp_format_hidden(&meta->model, hidden, sizeof hidden);
+    snprintf(learning_rate, sizeof learning_rate, "%.17g", meta->learning_rate);
+    snprintf(batch_size, sizeof batch_size, "%ld", meta->batch_size);
+    snprintf(seed, sizeof seed, "%llu", meta->seed);
+    snprintf(examples, sizeof examples, "%lld", (long long)meta->train_examples);
+    snprintf(epoch, sizeof epoch, "%ld", meta->epoch);
+    snprintf(iterations, sizeof iterations, "%lld", (long long)eg_optimizer_iterations(optimizer));
+    const char *keys[] = {
+        "eagle.model",         "eagle.hidden",     "eagle.optimizer", "eagle.optimizer.iterations",
+        "eagle.learning_rate", "eagle.batch_size", "eagle.seed",      "eagle.train_examples",
+        "eagle.epoch"};
+    const char *values[] = {"mlp",      hidden,        eg_optimizer_name(optimizer),
+                            iterations, learning_rate, batch_size,
+                            seed,       examples,      epoch};
+    return eg_safetensors_save(path, n, names, tensors, (int)(sizeof keys / sizeof keys[0]), keys,
+                               values);
+}
+
+/* The metadata value for key parsed as an integer in [min, max]; false (after printing) when
+ * missing or malformed. */
+static bool read_integer(const eg_safetensors *file, const char *path, const char *key,
+                         long long min, long long max, long long *out) {
+    const char *text = eg_safetensors_metadata(file, key);
+    if (!text) {
+        fprintf(stderr,
+                "eagle train: %s cannot be resumed: it has no %s metadata (was it written by "
+                "'eagle train --save'?)\n",
+                path, key);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    long long value = strtoll(text, &end, 10);
+    if (errno || end == text || *end || value < min || value > max) {
+        fprintf(stderr, "eagle train: %s: metadata %s = '%s' is not an integer in [%lld, %lld]\n",
+                path, key, text, min, max);
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
+bool train_state_read_meta(const eg_safetensors *file, const char *path, train_meta *meta) {
+    memset(meta, 0, sizeof *meta);
+    const char *kind = eg_safetensors_metadata(file, "eagle.model");
+    const char *hidden = eg_safetensors_metadata(file, "eagle.hidden");
+    const char *optimizer = eg_safetensors_metadata(file, "eagle.optimizer");
+    const char *learning_rate = eg_safetensors_metadata(file, "eagle.learning_rate");
+    if (!kind || strcmp(kind, "mlp") || !hidden || !mlp_parse_hidden(hidden, &meta->model) ||
+        !optimizer || !learning_rate) {
+        fprintf(stderr,
+                "eagle train: %s cannot be resumed: no eagle.model / eagle.hidden / "
+                "eagle.optimizer / eagle.learning_rate metadata (was it written by 'eagle train "
+                "--save'?)\n",
+                path);
+        return false;
+    }
+    if (strcmp(optimizer, "adam") && strcmp(optimizer, "adamw") && strcmp(optimizer, "sgd") &&
+        strcmp(optimizer, "rmsprop")) {
+        fprintf(stderr, "eagle train: %s: unknown optimizer '%s'\n", path, optimizer);
+        return false;
+    }
+    snprintf(meta->optimizer, sizeof meta->optimizer, "%s", optimizer);
+    char *end;
+    meta->learning_rate = strtod(learning_rate, &end);
+    if (end == learning_rate || *end || !(meta->learning_rate > 0)) {
+        fprintf(stderr, "eagle train: %s: bad eagle.learning_rate '%s'\n", path, learning_rate);
+        return false;
+    }
+    long long batch_size, seed, examples, epoch, iterations;
+    if (!read_integer(file, path, "eagle.batch_size", 1, 1 << 20, &batch_size) ||
+        !read_integer(file, path, "eagle.seed", 0, 0x7fffffffLL, &seed) ||
+        !read_integer(file, path, "eagle.train_examples", 1, 1LL << 40, &examples) ||
+        !read_integer(file, path, "eagle.epoch", 0, 100000, &epoch) ||
+        !read_integer(file, path, "eagle.optimizer.iterations", 0, 1LL << 62, &iterations))
+        return false;
+    meta->batch_size = (long)batch_size;
+    meta->seed = (unsigned long long)seed;
+    meta->train_examples = examples;
+    meta->epoch = (long)epoch;
+    meta->iterations = iterations;
+    return true;
+}
+
+eg_status train_state_restore(const eg_safetensors *file, eg_model *model, eg_optimizer *optimizer,
+                              const train_meta *meta) {
+    int n_vars;
+    eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
+    if (!vars) return eg_last_status();
+    eg_status status = EG_OK;
+    int n_slots = eg_optimizer_slot_count(optimizer);
+    eg_scope_begin();
+    for (int i = 0; i < n_vars && status == EG_OK; i++) {
+        eg_tensor *value = eg_safetensors_get(file, eg_variable_name(vars[i]));
+        status = value ? eg_assign(vars[i], value) : eg_last_status();
+        for (int k = 0; k < n_slots && status == EG_OK; k++) {
+            const char *slot = eg_optimizer_slot_name(optimizer, k);
+            char name[NAME_SIZE];
+            slot_tensor_name(name, vars[i], slot);
+            if (!eg_safetensors_contains(file, name)) {
+                if (meta->iterations == 0) continue; /* never updated: zeros, as fresh */
+                fprintf(stderr, "eagle train: the checkpoint has no optimizer slot '%s'\n", name);
+                status = EG_ERR_FORMAT;
+                break;
+            }
+            value = eg_safetensors_get(file, name);
+            status =
+                value ? eg_optimizer_set_slot(optimizer, vars[i], slot, value) : eg_last_status();
+        }
+    }
+    eg_scope_end();
+    if (status == EG_OK) status = eg_optimizer_set_iterations(optimizer, meta->iterations);
+    return status;
+}
