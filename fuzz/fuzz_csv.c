@@ -32,10 +32,14 @@ static const eg_dtype dtypes[4] = {EG_DTYPE_F32, EG_DTYPE_F64, EG_DTYPE_I32, EG_
 
 static double value_at(const eg__csv_table *t, int64_t i) {
     switch (t->dtype) {
-    case EG_DTYPE_F32: return ((const float *)t->values)[i];
-    case EG_DTYPE_F64: return ((const double *)t->values)[i];
-    case EG_DTYPE_I32: return ((const int32_t *)t->values)[i];
-    default: return (double)((const int64_t *)t->values)[i];
+    case EG_DTYPE_F32:
+        return ((const float *)t->values)[i];
+    case EG_DTYPE_F64:
+        return ((const double *)t->values)[i];
+    case EG_DTYPE_I32:
+        return ((const int32_t *)t->values)[i];
+    default:
+        return (double)((const int64_t *)t->values)[i];
     }
 }
 
@@ -52,7 +56,8 @@ static void round_trip(const eg__csv_table *t, const eg_csv_options *o) {
                 used += (size_t)snprintf(text + used, capacity - used, "%lld%c",
                                          (long long)((const int64_t *)t->values)[i], sep);
             else
-                used += (size_t)snprintf(text + used, capacity - used, "%.17g%c", value_at(t, i), sep);
+                used +=
+                    (size_t)snprintf(text + used, capacity - used, "%.17g%c", value_at(t, i), sep);
         }
     eg_csv_options plain = *o;
     plain.header = false;

@@ -363,6 +363,13 @@ static int apply_moments(const oc_case *c, const eg_tensor *const *in, eg_tensor
     return eg_moments(in[0], n, n ? axes : NULL, c->p[5] != 0, &out[0], &out[1]) == EG_OK ? 2 : -1;
 }
 
+/* relu_backward is internal: inputs (x, g) */
+static int apply_relu_backward(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    (void)c;
+    static const eg__attrs no_attrs;
+    return one(eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs), out);
+}
+
 static int apply_mul_add(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
     (void)c;
     return one(eg_mul_add(in[0], in[1], in[2]), out);
@@ -377,6 +384,17 @@ static int apply_batch_norm(const oc_case *c, const eg_tensor *const *in, eg_ten
     if (eg_moments(in[0], 3, axes, c->p[1] == EG_DATA_FORMAT_NCHW, &mean, &variance) != EG_OK)
         return -1;
     return one(eg_batch_normalization(in[0], mean, variance, in[1], in[2], c->d[0]), out);
+}
+
+/* batch_norm_training: inputs (x, offset, scale); p as for reductions (axes); outputs y and the
+ * batch mean and variance (keepdims); d[0] = epsilon */
+static int apply_batch_norm_training(const oc_case *c, const eg_tensor *const *in,
+                                     eg_tensor **out) {
+    int axes[4], n = (int)c->p[0];
+    int_axes(c, 1, n, axes);
+    out[0] = eg_batch_norm_training(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0], &out[1],
+                                    &out[2]);
+    return out[0] ? 3 : -1;
 }
 
 static int apply_layer_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
@@ -814,6 +832,11 @@ const oc_case oc_cases[] = {
          P(0, 2, 1, 1, EG_DATA_FORMAT_NCHW)),
 
     /* ---- normalization ---- */
+    CASE(RELU_BACKWARD, "relu_backward", relu_backward, relu_backward, IN("F 3,4 a", "F 3,4 n")),
+    CASE(RELU_BACKWARD, "relu_backward of views, broadcast g", relu_backward, relu_backward,
+         IN("F 4,3:T a", "F 4 n")),
+    CASE(RELU_BACKWARD, "relu_backward with zeros", relu_backward, relu_backward,
+         IN("F 3,3 z", "F 3,3 n"), .flags = OC_FORWARD_ONLY),
     CASE(MUL_ADD, "mul_add (3,4) * (4) + (4)", mul_add, mul_add, IN("F 3,4 n", "F 4 n", "F 4 n")),
     CASE(MUL_ADD, "mul_add same shapes", mul_add, mul_add, IN("F 2,3 n", "F 2,3 n", "F 2,3 n")),
     CASE(MUL_ADD, "mul_add of views with a 0-d scale", mul_add, mul_add,
@@ -832,6 +855,15 @@ const oc_case oc_cases[] = {
          P(1, 0)),
     CASE(MOMENTS, "moments over axis 1 of a broadcast view", moments, moments, IN("F 3,4:B n"),
          P(1, 1)),
+    CASE(BATCH_NORM, "batch_norm_training NHWC over (0,1,2)", batch_norm_training,
+         batch_norm_training, IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(3, 0, 1, 2), D(1e-3)),
+    CASE(BATCH_NORM, "batch_norm_training NCHW over (0,2,3)", batch_norm_training,
+         batch_norm_training, IN("F 3,2,2,3 n", "F 2,1,1 n", "F 2,1,1 n"), P(3, 0, 2, 3),
+         D(1e-3)),
+    CASE(BATCH_NORM, "batch_norm_training (B, D) of a transposed view", batch_norm_training,
+         batch_norm_training, IN("F 5,6:T n", "F 5 n", "F 1,5 n"), P(1, 0), D(1e-2)),
+    CASE(BATCH_NORM, "batch_norm_training over the last axis, broadcast scale", batch_norm_training,
+         batch_norm_training, IN("F 3,5 n", "F 3,1 n", "F - n"), P(1, -1), D(1e-3)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NHWC)", batch_norm, batch_norm,
          IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(1), D(1e-3)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NCHW)", batch_norm, batch_norm,

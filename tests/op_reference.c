@@ -1041,3 +1041,43 @@ int oc_ref_moments(const oc_case *c, const oc_ref *in, oc_ref *out) {
     oc_ref_reduce(&as, in, &out[1]);
     return 2;
 }
+
+/* y = (x - mean) / sqrt(var + eps) * scale + offset with x's own moments over the axes (p as for
+ * reductions), then the moments themselves (keepdims); scale/offset broadcast like numpy. */
+int oc_ref_batch_norm_training(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    oc_case as = *c;
+    as.p[5] = 1; /* keepdims */
+    as.op = EG__OP_MEAN;
+    oc_ref_reduce(&as, in, &out[1]);
+    as.op = EG__OP_VAR;
+    oc_ref_reduce(&as, in, &out[2]);
+    const oc_ref *x = &in[0];
+    oc_ref_init(&out[0], x->dtype, x->n_dims, x->shape);
+    int64_t index[EG_MAX_DIMS];
+    for (int64_t o = 0; o < x->n_elems; o++) {
+        oc_unravel(x->n_dims, x->shape, o, index);
+        double mean = oc_broadcast_get(&out[1], x->n_dims, index);
+        double var = oc_broadcast_get(&out[2], x->n_dims, index);
+        out[0].data[o] = (x->data[o] - mean) / sqrt(var + c->d[0]) *
+                             oc_broadcast_get(&in[2], x->n_dims, index) +
+                         oc_broadcast_get(&in[1], x->n_dims, index);
+    }
+    return 3;
+}
+
+/* g where x > 0, else 0 (broadcasting). */
+int oc_ref_relu_backward(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    (void)c;
+    const oc_ref *ops[2] = {&in[0], &in[1]};
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS], index[EG_MAX_DIMS];
+    oc_broadcast_shape(2, ops, &n_dims, shape);
+    oc_ref_init(out, in[0].dtype, n_dims, shape);
+    for (int64_t o = 0; o < out->n_elems; o++) {
+        oc_unravel(n_dims, shape, o, index);
+        out->data[o] = oc_broadcast_get(&in[0], n_dims, index) > 0
+                           ? oc_broadcast_get(&in[1], n_dims, index)
+                           : 0;
+    }
+    return 1;
+}

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "eagle.h"
 
 void eg__conv_set_algorithm(int algorithm); /* 0 auto, 1 im2col + GEMM, 2 direct */
@@ -39,6 +41,17 @@ static eg_tensor *random_tensor(uint64_t seed, eg_dtype dtype, int n_dims, const
     eg_generator_free(gen);
     assert_non_null(t);
     return t;
+}
+
+static bool same_bytes(const eg_tensor *a, const eg_tensor *b) {
+    size_t size = (size_t)eg_tensor_n_elems(a) * eg_dtype_size(eg_tensor_dtype(a));
+    char *x = malloc(size), *y = malloc(size);
+    bool same = x && y && eg_tensor_n_elems(a) == eg_tensor_n_elems(b) &&
+                eg_tensor_copy_to_host(a, x, size) == EG_OK &&
+                eg_tensor_copy_to_host(b, y, size) == EG_OK && memcmp(x, y, size) == 0;
+    free(x);
+    free(y);
+    return same;
 }
 
 /* ---- the layers ---- */
@@ -100,6 +113,7 @@ static void test_batch_norm_train_and_inference(void **state) {
     eg_batch_norm_options o = eg_batch_norm_options_default();
     o.gamma_initializer = eg_initializer_constant(2.0);
     o.beta_initializer = eg_initializer_constant(0.5);
+    o.dtype = EG_DTYPE_F64;
     assert_int_equal(eg_sequential_add(model, eg_batch_norm_new(&o)), EG_OK);
     eg_scope_begin();
     int64_t xs[4] = {4, 3, 2, 3};
@@ -186,7 +200,9 @@ static void test_batch_norm_train_and_inference(void **state) {
  * gamma = 1, beta = 0 the outputs of each channel sum to zero, so d sum(y) / dx = 0. */
 static void test_batch_norm_gradient_through_statistics(void **state) {
     (void)state;
-    eg_layer *bn = eg_batch_norm_new(NULL);
+    eg_batch_norm_options o = eg_batch_norm_options_default();
+    o.dtype = EG_DTYPE_F64;
+    eg_layer *bn = eg_batch_norm_new(&o);
     eg_scope_begin();
     int64_t xs[2] = {6, 4};
     eg_tensor *x = random_tensor(4, EG_DTYPE_F64, 2, xs);
@@ -207,7 +223,9 @@ static void test_batch_norm_gradient_through_statistics(void **state) {
 
 static void test_layer_norm_and_dropout_layers(void **state) {
     (void)state;
-    eg_layer *ln = eg_layer_norm_new(NULL), *drop = eg_dropout_new(0.5, NULL);
+    eg_layer_norm_options o = eg_layer_norm_options_default();
+    o.dtype = EG_DTYPE_F64;
+    eg_layer *ln = eg_layer_norm_new(&o), *drop = eg_dropout_new(0.5, NULL);
     assert_non_null(ln);
     assert_non_null(drop);
     eg_scope_begin();
@@ -254,11 +272,61 @@ static void test_layer_norm_and_dropout_layers(void **state) {
     eg_layer_free(drop);
 }
 
+/* eg_model_variables holds what a checkpoint needs: with the moving statistics saved and restored
+ * a fresh model gives the same inference outputs; with only the trainable ones it does not. */
+static eg_model *small_bn_model(void) {
+    eg_model *model = eg_sequential_new(NULL);
+    assert_int_equal(eg_sequential_add(model, eg_conv2d_new(4, 3, EG_PADDING_SAME,
+                                                            EG_ACTIVATION_NONE)),
+                     EG_OK);
+    assert_int_equal(eg_sequential_add(model, eg_batch_norm_new(NULL)), EG_OK);
+    assert_int_equal(eg_model_build(model, 4, (int64_t[]){-1, 5, 5, 2}), EG_OK);
+    return model;
+}
+
+static void test_save_and_restore_moving_statistics(void **state) {
+    (void)state;
+    char path[] = "/tmp/eagle_test_cnn_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    eg_manual_seed(1);
+    eg_model *model = small_bn_model();
+    eg_scope_begin();
+    eg_tensor *x = random_tensor(31, EG_DTYPE_F32, 4, (int64_t[]){3, 5, 5, 2});
+    for (int i = 0; i < 3; i++) assert_non_null(eg_model_call(model, x, true));
+    eg_tensor *want = eg_model_call(model, x, false);
+    int n;
+    eg_tensor *const *vars = eg_model_variables(model, &n);
+    assert_int_equal(n, 6); /* kernel, bias, gamma, beta, moving mean, moving variance */
+    const char *names[8];
+    for (int i = 0; i < n; i++) names[i] = eg_variable_name(vars[i]);
+    assert_int_equal(eg_safetensors_save(path, n, names, (const eg_tensor *const *)vars, 0, NULL,
+                                         NULL),
+                     EG_OK);
+    eg_manual_seed(2);
+    eg_model *fresh = small_bn_model();
+    eg_tensor *const *fresh_vars = eg_model_variables(fresh, &n);
+    eg_safetensors *file = eg_safetensors_open(path);
+    assert_non_null(file);
+    for (int i = 0; i < n; i++) {
+        eg_tensor *value = eg_safetensors_get(file, eg_variable_name(fresh_vars[i]));
+        assert_non_null(value);
+        assert_int_equal(eg_assign(fresh_vars[i], value), EG_OK);
+    }
+    eg_safetensors_close(file);
+    assert_true(same_bytes(eg_model_call(fresh, x, false), want));
+    eg_scope_end();
+    eg_model_free(model);
+    eg_model_free(fresh);
+    unlink(path);
+}
+
 /* ---- convolution at larger sizes: a naive loop, both algorithms, thread counts ---- */
 
 static void naive_conv(const double *x, const double *w, double *y, int64_t b, int64_t h,
-                       int64_t wd, int64_t c, int64_t k, int64_t o, int64_t stride, int64_t pad,
-                       int64_t oh, int64_t ow) {
+                       int64_t wd, int64_t c, int64_t k, int64_t o, int64_t stride, int64_t pad_h,
+                       int64_t pad_w, int64_t oh, int64_t ow) {
     for (int64_t n = 0; n < b; n++)
         for (int64_t i = 0; i < oh; i++)
             for (int64_t j = 0; j < ow; j++)
@@ -267,7 +335,7 @@ static void naive_conv(const double *x, const double *w, double *y, int64_t b, i
                     for (int64_t p = 0; p < k; p++)
                         for (int64_t q = 0; q < k; q++)
                             for (int64_t ch = 0; ch < c; ch++) {
-                                int64_t ih = i * stride - pad + p, iw = j * stride - pad + q;
+                                int64_t ih = i * stride - pad_h + p, iw = j * stride - pad_w + q;
                                 if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
                                 s += x[((n * h + ih) * wd + iw) * c + ch] *
                                      w[((p * k + q) * c + ch) * o + f];
@@ -287,12 +355,12 @@ static void check_conv_against_naive(int64_t c, int64_t o, int algorithm) {
     eg_tensor *y = eg_conv2d(x, w, &opt);
     eg__conv_set_algorithm(0);
     assert_non_null(y);
-    int64_t oh = 6, ow = 5; /* ceil(11 / 2), ceil(10 / 2); padding (1, 1) and (0, 1) -> pad 1 */
+    int64_t oh = 6, ow = 5; /* ceil(11 / 2), ceil(10 / 2); SAME pads (1, 1) and (0, 1) */
     assert_int_equal(eg_tensor_dim(y, 1), oh);
     assert_int_equal(eg_tensor_dim(y, 2), ow);
     double *xv = read_all(x), *wv = read_all(w), *yv = read_all(y);
     double *want = malloc(sizeof(double) * (size_t)(b * oh * ow * o));
-    naive_conv(xv, wv, want, b, h, wd, c, k, o, 2, 1, oh, ow);
+    naive_conv(xv, wv, want, b, h, wd, c, k, o, 2, 1, 0, oh, ow);
     for (int64_t i = 0; i < b * oh * ow * o; i++) assert_close(yv[i], want[i], 1e-4);
     free(xv);
     free(wv);
@@ -307,17 +375,6 @@ static void test_conv_against_naive_loops(void **state) {
     check_conv_against_naive(3, 16, 2); /* direct (f32, C_out a multiple of 8) */
     check_conv_against_naive(3, 16, 1);
     check_conv_against_naive(40, 24, 0); /* a large K */
-}
-
-static bool same_bytes(const eg_tensor *a, const eg_tensor *b) {
-    size_t size = (size_t)eg_tensor_n_elems(a) * eg_dtype_size(eg_tensor_dtype(a));
-    char *x = malloc(size), *y = malloc(size);
-    bool same = x && y && eg_tensor_n_elems(a) == eg_tensor_n_elems(b) &&
-                eg_tensor_copy_to_host(a, x, size) == EG_OK &&
-                eg_tensor_copy_to_host(b, y, size) == EG_OK && memcmp(x, y, size) == 0;
-    free(x);
-    free(y);
-    return same;
 }
 
 /* Every output of a conv layer's forward and backward, and of the pools, with 1 and 2 threads. */
@@ -452,6 +509,7 @@ int main(void) {
         cmocka_unit_test(test_batch_norm_train_and_inference),
         cmocka_unit_test(test_batch_norm_gradient_through_statistics),
         cmocka_unit_test(test_layer_norm_and_dropout_layers),
+        cmocka_unit_test(test_save_and_restore_moving_statistics),
         cmocka_unit_test(test_conv_against_naive_loops),
         cmocka_unit_test(test_threads_give_identical_bits),
         cmocka_unit_test(test_small_cnn_learns_fashion_mnist),

@@ -67,7 +67,8 @@ static pass_bytes run_pass(eg_dataset_iterator *it) {
             break;
         }
         for (int i = 0; i < e.n_tensors; i++) {
-            size_t n = (size_t)eg_tensor_n_elems(e.tensors[i]) * eg_dtype_size(eg_tensor_dtype(e.tensors[i]));
+            size_t n = (size_t)eg_tensor_n_elems(e.tensors[i]) *
+                       eg_dtype_size(eg_tensor_dtype(e.tensors[i]));
             uint8_t *buffer = malloc(n + 1);
             assert_int_equal(eg_tensor_copy_to_host(e.tensors[i], buffer, n), EG_OK);
             append(&p, buffer, n);
@@ -133,6 +134,16 @@ static void test_parallel_map_order(void **state) {
         }
         eg_dataset_free(ds);
     }
+    /* Prefetch buffers of every size keep the order too (the ring grows as it fills). */
+    int buffers[] = {1, 5, 100, EG_AUTOTUNE};
+    for (size_t k = 0; k < sizeof buffers / sizeof buffers[0]; k++) {
+        eg_dataset *ds = eg_dataset_prefetch(
+            eg_dataset_map(eg_dataset_range(0, 300, 1), expand, NULL, 0, true), buffers[k]);
+        pass_bytes got = pass_of(ds);
+        assert_same_pass(&expected, &got, "prefetch");
+        free(got.bytes);
+        eg_dataset_free(ds);
+    }
     /* Unordered: the same elements, each once (a call's index still names its input). */
     eg_dataset *ds = eg_dataset_map(eg_dataset_range(0, 300, 1), expand, NULL, 4, false);
     eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
@@ -175,8 +186,8 @@ static void test_determinism(void **state) {
     (void)state;
     eg_generator *g = eg_generator_new(5);
     int64_t shape[3] = {200, 8, 8};
-    eg_tensor *images = eg_cast(eg_mul_scalar(eg_random_uniform(g, EG_DTYPE_F32, 3, shape, 0, 1), 255),
-                                EG_DTYPE_U8);
+    eg_tensor *images = eg_cast(
+        eg_mul_scalar(eg_random_uniform(g, EG_DTYPE_F32, 3, shape, 0, 1), 255), EG_DTYPE_U8);
     eg_tensor *labels = eg_arange(0, 200, 1, EG_DTYPE_I32);
     eg_generator_free(g);
     eg_image_flip_options flip = {.seed = 11, .probability = 0.5};
@@ -310,8 +321,8 @@ static void test_errors_across_threads(void **state) {
     (void)state;
     int parallelism[] = {1, 4, EG_AUTOTUNE};
     for (size_t k = 0; k < 3; k++) {
-        eg_dataset *ds = eg_dataset_map(eg_dataset_range(0, 100, 1), fail_at_13, NULL,
-                                        parallelism[k], true);
+        eg_dataset *ds =
+            eg_dataset_map(eg_dataset_range(0, 100, 1), fail_at_13, NULL, parallelism[k], true);
         expect_failure_after(ds, 13, EG_ERR_SHAPE,
                              "map: element 13: matmul: inner dimensions differ: (2, 3) x (2, 3) "
                              "at test_data_threads.c:");
@@ -325,10 +336,11 @@ static void test_errors_across_threads(void **state) {
     /* In the input of a parallel map and of a prefetch. */
     failing_source source = {.fail_at = 9};
     eg_dataset_generator generator = {.next = failing_next, .context = &source};
-    eg_dataset *ds = eg_dataset_map(eg_dataset_from_generator(&generator), slow_identity, NULL, 3,
-                                    true);
+    eg_dataset *ds =
+        eg_dataset_map(eg_dataset_from_generator(&generator), slow_identity, NULL, 3, true);
     ds = eg_dataset_prefetch(ds, EG_AUTOTUNE);
-    expect_failure_after(ds, 9, EG_ERR_AXIS, "generator: element 9: tensor_dim: axis 3 out of range");
+    expect_failure_after(ds, 9, EG_ERR_AXIS,
+                         "generator: element 9: tensor_dim: axis 3 out of range");
     eg_dataset_free(ds);
     /* Unordered: the failure still comes, and nothing hangs. */
     ds = eg_dataset_map(eg_dataset_range(0, 100, 1), fail_at_13, NULL, 4, false);
@@ -401,9 +413,11 @@ static void test_concurrent_iterators(void **state) {
 static eg_status map_of_pipeline(const eg_element *in, eg_element *out,
                                  const eg_dataset_call_info *info, void *context) {
     (void)info, (void)context;
-    /* A callback that itself runs a (sequential) pipeline. */
+    /* A callback that itself runs a pipeline with a parallel map: its calls need pool threads
+     * while this call holds one. */
     int64_t n = (int64_t)eg_item(in->tensors[0]) % 5 + 1;
-    eg_dataset *inner = eg_dataset_batch(eg_dataset_range(0, n, 1), 8, false);
+    eg_dataset *inner = eg_dataset_range(0, n, 1);
+    inner = eg_dataset_batch(eg_dataset_map(inner, slow_identity, NULL, 2, true), 8, false);
     eg_dataset_iterator *it = eg_dataset_iterator_new(inner);
     eg_element e;
     bool end;
@@ -454,7 +468,8 @@ static eg_status expensive(const eg_element *in, eg_element *out, const eg_datas
 static void test_autotune(void **state) {
     (void)state;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    eg_dataset *ds = eg_dataset_map(eg_dataset_range(0, 3000, 1), expensive, NULL, EG_AUTOTUNE, true);
+    eg_dataset *ds =
+        eg_dataset_map(eg_dataset_range(0, 3000, 1), expensive, NULL, EG_AUTOTUNE, true);
     ds = eg_dataset_prefetch(ds, EG_AUTOTUNE);
     eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
     int changes = 0, last = 0, chosen = 0;

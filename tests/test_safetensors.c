@@ -275,6 +275,8 @@ static void test_valid_variants(void **state) {
     assert_string_equal(eg_safetensors_name(st, 1), "z");
     assert_string_equal(eg_safetensors_name(st, 2), "b");
     assert_int_equal(eg_safetensors_metadata_count(st), 0);
+    assert_null(eg_safetensors_metadata(st, "format")); /* no key, no error */
+    assert_int_equal(eg_last_status(), EG_OK);
     eg_tensor *a = eg_safetensors_get(st, "a");
     assert_non_null(a);
     eg_release(a);

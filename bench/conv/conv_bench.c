@@ -27,9 +27,17 @@ typedef struct layer {
     eg_padding padding;
 } layer;
 
-typedef enum { FORWARD_IM2COL, FORWARD_DIRECT, BACKWARD_INPUT, BACKWARD_FILTER } variant;
+typedef enum {
+    FORWARD_IM2COL,
+    FORWARD_DIRECT,
+    BACKWARD_INPUT,
+    BACKWARD_INPUT_COL2IM,
+    BACKWARD_FILTER,
+    N_VARIANTS
+} variant;
 static const char *const variant_names[] = {"forward im2col+sgemm", "forward direct",
-                                            "backward input", "backward filter"};
+                                            "input grad (auto)", "input grad col2im",
+                                            "filter grad"};
 
 /* Runs one variant `repeats` times (after one warm-up) and prints its rates. */
 static void run(const layer *l, int64_t batch, variant v, int repeats, int threads) {
@@ -46,7 +54,10 @@ static void run(const layer *l, int64_t batch, variant v, int repeats, int threa
     eg__conv2d_attrs(&attrs, &o, xs, ws, "bench");
     attrs.n_dims = 4;
     memcpy(attrs.shape, ws, sizeof ws);
-    eg__conv_set_algorithm(v == FORWARD_IM2COL ? 1 : v == FORWARD_DIRECT ? 2 : 0);
+    eg__conv_set_algorithm(v == FORWARD_IM2COL          ? 1
+                           : v == FORWARD_DIRECT        ? 2
+                           : v == BACKWARD_INPUT_COL2IM ? 3
+                                                        : 0);
     double wall = 0, cpu = 0;
     for (int r = -1; r < repeats; r++) {
         eg_scope_begin();
@@ -54,7 +65,7 @@ static void run(const layer *l, int64_t batch, variant v, int repeats, int threa
         eg_tensor *out = NULL;
         if (v == FORWARD_IM2COL || v == FORWARD_DIRECT) {
             out = eg_conv2d(x, w, &o);
-        } else if (v == BACKWARD_INPUT) {
+        } else if (v == BACKWARD_INPUT || v == BACKWARD_INPUT_COL2IM) {
             out = eg_conv2d_transpose(dy, w, xs, &o);
         } else {
             const eg_tensor *in[2] = {x, dy};
@@ -94,7 +105,7 @@ int main(int argc, char **argv) {
     printf("eagle conv2d, batch %lld, NHWC f32, %d thread(s), %d repeats, %s\n", (long long)batch,
            threads, repeats, eg_blas_info());
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++)
-        for (int v = 0; v < 4; v++) run(&layers[l], batch, (variant)v, repeats, threads);
+        for (int v = 0; v < N_VARIANTS; v++) run(&layers[l], batch, (variant)v, repeats, threads);
     eg_shutdown();
     return 0;
 }

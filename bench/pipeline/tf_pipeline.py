@@ -3,9 +3,9 @@ num_parallel_calls=AUTOTUNE or fixed) -> prefetch(AUTOTUNE), consumed by a loop 
 else. Elements per second, median of ROUNDS passes (configurations interleaved round by round).
 
 The work, two ways:
-  - "tf op": a pure-TF op (a chain of small matmuls) whose size is calibrated at start so that one
-    call takes WORK_US of CPU time when run alone; tf.data runs it with max_intra_op_parallelism 1
-    so that, like Eagle's map calls, each call uses one core.
+  - "tf op": a pure-TF op (a chain of square matmuls) whose length is calibrated at start so that
+    one call takes about WORK_US of CPU time (see calibrate); TensorFlow runs with intra-op
+    parallelism 1 so that, like Eagle's map calls, each call uses one core.
   - "py_function": a Python loop spinning until WORK_US of thread CPU time have passed, through
     tf.py_function (holds the GIL, so parallel calls cannot overlap: tf.data's usual trap).
 One line per configuration: "name elements_per_second".
@@ -68,27 +68,37 @@ def rate(ds):
     return n / (time.perf_counter() - start)
 
 
+def eager_cpu_us(m, calls=300):
+    """Thread CPU time of one eager matmul m @ m (run in this thread: intra-op parallelism is 1),
+    the least of a few tries."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.thread_time()
+        for _ in range(calls):
+            tf.matmul(m, m)
+        best = min(best, (time.thread_time() - start) / calls * 1e6)
+    return best
+
+
 def calibrate():
-    """The matmul chain whose sequential pass costs about WORK_US of CPU per element."""
-    size, repeats = 32, 1
-    for _ in range(12):
-        ds = dataset(make_op(size, repeats), None, 400)
-        rate(ds)  # trace and warm up
-        cpu = time.process_time()
-        r = rate(ds)
-        per_element_cpu = (time.process_time() - cpu) / 400 * 1e6
-        per_element_wall = 1e6 / r
-        if abs(per_element_cpu - WORK_US) < 0.1 * WORK_US:
+    """How many SIZE x SIZE matmuls make WORK_US of CPU work: the CPU time of an eager matmul
+    minus that of a 2x2 one (the eager dispatch, which tf.data's graph does not pay), measured in
+    this thread. The largest size that still takes 3 matmuls or more (fewer ops: less per-op
+    overhead in the graph)."""
+    small = eager_cpu_us(tf.random.stateless_uniform((2, 2), seed=(1, 2)))
+    for size in (128, 96, 64, 32):
+        big = tf.random.stateless_uniform((size, size), seed=(1, 2))
+        per_matmul = max(eager_cpu_us(big) - small, 1.0)
+        repeats = max(1, round(WORK_US / per_matmul))
+        if repeats >= 3:
             break
-        repeats = max(1, round(repeats * WORK_US / per_element_cpu))
-        if repeats > 16:
-            size, repeats = size * 2, max(1, repeats // 8)
-    return size, repeats, per_element_cpu, per_element_wall
+    return size, repeats, repeats * per_matmul
 
 
 def main():
     tf.config.threading.set_inter_op_parallelism_threads(os.cpu_count())
-    size, repeats, cpu_us, wall_us = calibrate()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    size, repeats, work_us = calibrate()
     op = make_op(size, repeats)
     configs = [("tf.data AUTOTUNE (tf op)", op, tf.data.AUTOTUNE)]
     configs += [(f"tf.data fixed {p} (tf op)", op, p) for p in (1, 2, 3, 4)]
@@ -101,8 +111,8 @@ def main():
     for _ in range(ROUNDS):
         for name, ds in datasets:
             rates[name].append(rate(ds))
-    print(f"# tf {tf.__version__}: {size}x{size} matmul x{repeats} = {cpu_us:.0f} us CPU "
-          f"({wall_us:.0f} us wall) per element alone, median of {ROUNDS} rounds")
+    print(f"# tf {tf.__version__}: {size}x{size} matmul x{repeats} = {work_us:.0f} us of CPU work "
+          f"per element, median of {ROUNDS} rounds")
     for name, _ in datasets:
         print(f"{name:<32} {statistics.median(rates[name]):10.0f}")
 

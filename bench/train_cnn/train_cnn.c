@@ -13,10 +13,13 @@
 
 #include "cnn.h"
 
-static double seconds(void) {
+static double clock_seconds(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static double seconds(void) {
+    return clock_seconds(CLOCK_MONOTONIC);
 }
 
 /* Fisher-Yates with splitmix64 (tools/eagle/train.c's): depends only on the seed and epoch. */
@@ -115,7 +118,7 @@ int main(int argc, char **argv) {
     printf("eagle %s: %lld training examples, %d thread(s), cnn, batch %ld\n", eg_version(),
            (long long)train.n, eg_get_num_threads(), batch);
     eg_model_summary(model, stdout);
-    double train_seconds = 0;
+    double train_seconds = 0, cpu_seconds = 0;
     int64_t trained = 0;
     for (int epoch = 1; epoch <= epochs; epoch++) {
         shuffle(order, train.n, seed, epoch);
@@ -123,6 +126,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         if (profile) eg_profiler_start(EG_PROFILE_OPS);
         double loss_sum = 0, hits = 0, start = seconds();
+        double cpu_start = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
         int64_t seen = 0, steps = 0;
         for (int64_t s = 0; s < train.n && (!max_steps || steps < max_steps); s += batch, steps++) {
             int64_t n = train.n - s < batch ? train.n - s : batch;
@@ -134,6 +138,7 @@ int main(int argc, char **argv) {
             seen += n;
         }
         double took = seconds() - start;
+        cpu_seconds += clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu_start;
         if (profile) {
             eg_profiler_stop();
             eg_profiler_report(stdout, 0);
@@ -148,8 +153,10 @@ int main(int argc, char **argv) {
         printf("  test accuracy %.4f  test loss %.4f\n", accuracy, test_loss);
         fflush(stdout);
     }
-    printf("trained %ld epoch(s) in %.2f s: %.0f samples/s\n", epochs, train_seconds,
-           (double)trained / train_seconds);
+    printf("trained %ld epoch(s) in %.2f s: %.0f samples/s; cpu %.2f s: %.0f samples per "
+           "cpu-second\n",
+           epochs, train_seconds, (double)trained / train_seconds, cpu_seconds,
+           (double)trained / cpu_seconds);
     rc = 0;
 done:
     if (rc) fprintf(stderr, "bench_train_cnn: %s\n", eg_last_error());

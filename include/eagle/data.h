@@ -18,7 +18,8 @@
  *             eg_scope_begin();
  *             eg_element batch;
  *             bool end;
- *             if (eg_dataset_iterator_next(it, &batch, &end) != EG_OK || end) { eg_scope_end(); break; }
+ *             if (eg_dataset_iterator_next(it, &batch, &end) != EG_OK || end) { eg_scope_end();
+ * break; }
  *             ... train on batch.tensors[0], batch.tensors[1] ...
  *             eg_scope_end();                   // releases the batch too
  *         }
@@ -57,7 +58,9 @@
  * pool has one thread per core (more when a map asks for more fixed parallel calls) and exists only
  * while some iterator needs it. Prefetch and each parallel map also use one background thread that
  * feeds them. All waiting is on condition variables (no busy-waiting). Freeing an iterator early
- * stops its threads (waiting for calls already running) and releases every buffered element.
+ * stops its threads (waiting for calls already running) and releases every buffered element. A
+ * callback may iterate a dataset of its own; when that one has parallel maps too, the pool grows
+ * for them (up to EG_DATASET_MAX_PARALLELISM threads) rather than let calls wait on each other.
  *
  * DETERMINISM. For a given dataset, the k-th iterator created from it yields the same sequence
  * whatever the parallelism: parallel maps keep input order (unless deterministic is false),
@@ -192,11 +195,11 @@ eg_dataset *eg_dataset_from_npy(int n, const char *const *paths);
  *   "data.csv: line 7, column 2: 2.5 is not an integer (i32)" ("... out of range for i32")
  *   "data.csv: line 7: NUL byte" */
 typedef struct eg_csv_options {
-    char delimiter;      /* ',' when 0; not a quote, line break, space, letter, digit, '.', '+',
-                            '-' (EG_ERR_INVALID_ARGUMENT) */
-    bool header;         /* the first non-empty line names the columns and is skipped */
-    eg_dtype dtype;      /* of the values: F32 (the default, 0), F64, I32 or I64 */
-    int label_column;    /* -1: no label; else this column (from 0) becomes a separate label */
+    char delimiter;       /* ',' when 0; not a quote, line break, space, letter, digit, '.', '+',
+                             '-' (EG_ERR_INVALID_ARGUMENT) */
+    bool header;          /* the first non-empty line names the columns and is skipped */
+    eg_dtype dtype;       /* of the values: F32 (the default, 0), F64, I32 or I64 */
+    int label_column;     /* -1: no label; else this column (from 0) becomes a separate label */
     eg_dtype label_dtype; /* dtype of the label column (F32, F64, I32, I64) */
 } eg_csv_options;
 
@@ -218,8 +221,9 @@ eg_dataset *eg_dataset_from_csv(const char *path, const eg_csv_options *options)
 
 /* fn applied to every element. num_parallel_calls: 0 runs the calls one by one in the thread that
  * pulls from this stage; n >= 1 (at most EG_DATASET_MAX_PARALLELISM) runs up to n calls at once
- * on the pipeline pool, ahead of the consumer (at most 2n results waiting); EG_AUTOTUNE chooses n.
- * deterministic false lets a finished element overtake a slower earlier one. Errors:
+ * on the pipeline pool, ahead of the consumer (results waiting: at least 2n, up to 32 while they
+ * fit in 1/16 of the memory budget); EG_AUTOTUNE chooses n. deterministic false lets a finished
+ * element overtake a slower earlier one. Errors:
  * EG_ERR_NULL_ARGUMENT (fn), EG_ERR_INVALID_ARGUMENT (num_parallel_calls out of range). */
 eg_dataset *eg_dataset_map(eg_dataset *input, eg_dataset_map_fn fn, void *context,
                            int num_parallel_calls, bool deterministic);
@@ -323,17 +327,17 @@ void eg_dataset_iterator_free(eg_dataset_iterator *it);
 /* ---- statistics ---- */
 
 typedef struct eg_dataset_stage_stats {
-    char name[64];              /* "map(parallel=AUTOTUNE)", "prefetch(AUTOTUNE)", "batch(32)" */
-    int depth;                  /* 0: the stage the iterator reads, 1: its input, ... */
-    int64_t elements;           /* produced so far */
-    double throughput;          /* elements per second of wall time since the first next */
-    double seconds_in_next;     /* time its consumer spent in this stage's next, with its inputs */
-    double wait_seconds;        /* of that, time blocked waiting for a background producer */
-    int parallelism;            /* parallel calls now (map with n >= 1 or AUTOTUNE), else 0 */
-    int buffer_size;            /* capacity of its buffer now (prefetch, parallel map), else 0 */
-    double buffer_fill;         /* mean fraction of the buffer that was full when asked, 0..1 */
-    double call_cpu_seconds;    /* map, filter, generator: mean CPU time of one callback call */
-    bool autotuned;             /* parallelism or buffer_size is chosen by AUTOTUNE */
+    char name[64];           /* "map(parallel=AUTOTUNE)", "prefetch(AUTOTUNE)", "batch(32)" */
+    int depth;               /* 0: the stage the iterator reads, 1: its input, ... */
+    int64_t elements;        /* produced so far */
+    double throughput;       /* elements per second of wall time since the first next */
+    double seconds_in_next;  /* time its consumer spent in this stage's next, with its inputs */
+    double wait_seconds;     /* of that, time blocked waiting for a background producer */
+    int parallelism;         /* parallel calls now (map with n >= 1 or AUTOTUNE), else 0 */
+    int buffer_size;         /* capacity of its buffer now (prefetch, parallel map), else 0 */
+    double buffer_fill;      /* mean fraction of the buffer that was full when asked, 0..1 */
+    double call_cpu_seconds; /* map, filter, generator: mean CPU time of one callback call */
+    bool autotuned;          /* parallelism or buffer_size is chosen by AUTOTUNE */
 } eg_dataset_stage_stats;
 
 /* Fills stats[0 .. min(count, capacity)) with the stages of the iterator, from the one it reads
@@ -385,33 +389,33 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
 
 #if !defined(EG_NO_CALLSITE)
 #define eg_dataset_from_tensor_slices(...) EG_CALLSITE_(eg_dataset_from_tensor_slices(__VA_ARGS__))
-#define eg_dataset_range(...) EG_CALLSITE_(eg_dataset_range(__VA_ARGS__))
-#define eg_dataset_from_generator(...) EG_CALLSITE_(eg_dataset_from_generator(__VA_ARGS__))
-#define eg_dataset_from_idx(...) EG_CALLSITE_(eg_dataset_from_idx(__VA_ARGS__))
-#define eg_dataset_from_mnist(...) EG_CALLSITE_(eg_dataset_from_mnist(__VA_ARGS__))
-#define eg_dataset_from_npy(...) EG_CALLSITE_(eg_dataset_from_npy(__VA_ARGS__))
-#define eg_csv_read(...) EG_CALLSITE_(eg_csv_read(__VA_ARGS__))
-#define eg_dataset_from_csv(...) EG_CALLSITE_(eg_dataset_from_csv(__VA_ARGS__))
-#define eg_dataset_map(...) EG_CALLSITE_(eg_dataset_map(__VA_ARGS__))
-#define eg_dataset_filter(...) EG_CALLSITE_(eg_dataset_filter(__VA_ARGS__))
-#define eg_dataset_shuffle(...) EG_CALLSITE_(eg_dataset_shuffle(__VA_ARGS__))
-#define eg_dataset_batch(...) EG_CALLSITE_(eg_dataset_batch(__VA_ARGS__))
-#define eg_dataset_padded_batch(...) EG_CALLSITE_(eg_dataset_padded_batch(__VA_ARGS__))
-#define eg_dataset_unbatch(...) EG_CALLSITE_(eg_dataset_unbatch(__VA_ARGS__))
-#define eg_dataset_repeat(...) EG_CALLSITE_(eg_dataset_repeat(__VA_ARGS__))
-#define eg_dataset_take(...) EG_CALLSITE_(eg_dataset_take(__VA_ARGS__))
-#define eg_dataset_skip(...) EG_CALLSITE_(eg_dataset_skip(__VA_ARGS__))
-#define eg_dataset_cache(...) EG_CALLSITE_(eg_dataset_cache(__VA_ARGS__))
-#define eg_dataset_prefetch(...) EG_CALLSITE_(eg_dataset_prefetch(__VA_ARGS__))
-#define eg_dataset_zip(...) EG_CALLSITE_(eg_dataset_zip(__VA_ARGS__))
-#define eg_dataset_interleave(...) EG_CALLSITE_(eg_dataset_interleave(__VA_ARGS__))
+#define eg_dataset_range(...)              EG_CALLSITE_(eg_dataset_range(__VA_ARGS__))
+#define eg_dataset_from_generator(...)     EG_CALLSITE_(eg_dataset_from_generator(__VA_ARGS__))
+#define eg_dataset_from_idx(...)           EG_CALLSITE_(eg_dataset_from_idx(__VA_ARGS__))
+#define eg_dataset_from_mnist(...)         EG_CALLSITE_(eg_dataset_from_mnist(__VA_ARGS__))
+#define eg_dataset_from_npy(...)           EG_CALLSITE_(eg_dataset_from_npy(__VA_ARGS__))
+#define eg_csv_read(...)                   EG_CALLSITE_(eg_csv_read(__VA_ARGS__))
+#define eg_dataset_from_csv(...)           EG_CALLSITE_(eg_dataset_from_csv(__VA_ARGS__))
+#define eg_dataset_map(...)                EG_CALLSITE_(eg_dataset_map(__VA_ARGS__))
+#define eg_dataset_filter(...)             EG_CALLSITE_(eg_dataset_filter(__VA_ARGS__))
+#define eg_dataset_shuffle(...)            EG_CALLSITE_(eg_dataset_shuffle(__VA_ARGS__))
+#define eg_dataset_batch(...)              EG_CALLSITE_(eg_dataset_batch(__VA_ARGS__))
+#define eg_dataset_padded_batch(...)       EG_CALLSITE_(eg_dataset_padded_batch(__VA_ARGS__))
+#define eg_dataset_unbatch(...)            EG_CALLSITE_(eg_dataset_unbatch(__VA_ARGS__))
+#define eg_dataset_repeat(...)             EG_CALLSITE_(eg_dataset_repeat(__VA_ARGS__))
+#define eg_dataset_take(...)               EG_CALLSITE_(eg_dataset_take(__VA_ARGS__))
+#define eg_dataset_skip(...)               EG_CALLSITE_(eg_dataset_skip(__VA_ARGS__))
+#define eg_dataset_cache(...)              EG_CALLSITE_(eg_dataset_cache(__VA_ARGS__))
+#define eg_dataset_prefetch(...)           EG_CALLSITE_(eg_dataset_prefetch(__VA_ARGS__))
+#define eg_dataset_zip(...)                EG_CALLSITE_(eg_dataset_zip(__VA_ARGS__))
+#define eg_dataset_interleave(...)         EG_CALLSITE_(eg_dataset_interleave(__VA_ARGS__))
 #define eg_dataset_interleave_datasets(...)                                                        \
     EG_CALLSITE_(eg_dataset_interleave_datasets(__VA_ARGS__))
-#define eg_dataset_with_options(...) EG_CALLSITE_(eg_dataset_with_options(__VA_ARGS__))
-#define eg_dataset_iterator_new(...) EG_CALLSITE_(eg_dataset_iterator_new(__VA_ARGS__))
+#define eg_dataset_with_options(...)  EG_CALLSITE_(eg_dataset_with_options(__VA_ARGS__))
+#define eg_dataset_iterator_new(...)  EG_CALLSITE_(eg_dataset_iterator_new(__VA_ARGS__))
 #define eg_dataset_iterator_next(...) EG_CALLSITE_(eg_dataset_iterator_next(__VA_ARGS__))
-#define eg_dataset_stats(...) EG_CALLSITE_(eg_dataset_stats(__VA_ARGS__))
-#define eg_dataset_stats_print(...) EG_CALLSITE_(eg_dataset_stats_print(__VA_ARGS__))
+#define eg_dataset_stats(...)         EG_CALLSITE_(eg_dataset_stats(__VA_ARGS__))
+#define eg_dataset_stats_print(...)   EG_CALLSITE_(eg_dataset_stats_print(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

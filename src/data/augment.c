@@ -69,8 +69,8 @@ eg_status eg_image_random_flip(const eg_element *input, eg_element *output,
                                const eg_dataset_call_info *info, void *options) {
     const char *what = "image_random_flip";
     const eg_image_flip_options *o = options;
-    if (!o || !output) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s is NULL", what,
-                                        !o ? "options" : "output");
+    if (!o || !output)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s is NULL", what, !o ? "options" : "output");
     if (!(o->probability >= 0 && o->probability <= 1))
         return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: probability %g is not in [0, 1]", what,
                          o->probability);
@@ -106,8 +106,8 @@ eg_status eg_image_random_crop(const eg_element *input, eg_element *output,
                                const eg_dataset_call_info *info, void *options) {
     const char *what = "image_random_crop";
     const eg_image_crop_options *o = options;
-    if (!o || !output) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s is NULL", what,
-                                        !o ? "options" : "output");
+    if (!o || !output)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s is NULL", what, !o ? "options" : "output");
     if (o->padding < 0 || o->padding > (int64_t)1 << 20)
         return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: padding %lld is not in [0, 2^20]", what,
                          (long long)o->padding);
@@ -139,8 +139,8 @@ eg_status eg_image_random_crop(const eg_element *input, eg_element *output,
         memcpy(fill, &v, sizeof v);
     }
     /* out[y][x] = in[y + dy][x + dx] where inside the image, else fill. */
-    int64_t x_begin = dx < 0 ? -dx : 0;                           /* first x with a source */
-    int64_t x_end = im.width - (dx > 0 ? dx : 0);                 /* one past the last */
+    int64_t x_begin = dx < 0 ? -dx : 0;           /* first x with a source */
+    int64_t x_end = im.width - (dx > 0 ? dx : 0); /* one past the last */
     if (x_end < x_begin) x_end = x_begin;
     if (x_begin > im.width) x_begin = x_end = im.width;
     for (int64_t y = 0; y < im.height; y++) {
@@ -175,7 +175,10 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
     const eg_image_normalize_options *o = options;
     if (!o || !output || (o && (!o->mean || !o->std)))
         return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s is NULL", what,
-                         !o ? "options" : !output ? "output" : !o->mean ? "mean" : "std");
+                         !o         ? "options"
+                         : !output  ? "output"
+                         : !o->mean ? "mean"
+                                    : "std");
     image im;
     eg_status status = image_get(input, o->component, what, &im);
     if (status != EG_OK) return status;
@@ -186,8 +189,12 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
                          o->n_values, (long long)im.channels);
     }
     float scale[EG_DATASET_MAX_PARALLELISM], shift[EG_DATASET_MAX_PARALLELISM];
-    float *scales = im.channels <= EG_DATASET_MAX_PARALLELISM ? scale : malloc((size_t)im.channels * sizeof *scales);
-    float *shifts = im.channels <= EG_DATASET_MAX_PARALLELISM ? shift : malloc((size_t)im.channels * sizeof *shifts);
+    float *scales = im.channels <= EG_DATASET_MAX_PARALLELISM
+                        ? scale
+                        : malloc((size_t)im.channels * sizeof *scales);
+    float *shifts = im.channels <= EG_DATASET_MAX_PARALLELISM
+                        ? shift
+                        : malloc((size_t)im.channels * sizeof *shifts);
     if (!scales || !shifts) {
         if (scales != scale) free(scales);
         if (shifts != shift) free(shifts);
@@ -199,7 +206,8 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
     for (int64_t c = 0; c < im.channels; c++) {
         int k = o->n_values == 1 ? 0 : (int)c;
         if (!(o->std[k] > 0) || !isfinite(o->std[k]) || !isfinite(o->mean[k])) {
-            status = eg__error(EG_ERR_INVALID_ARGUMENT, "%s: mean %g and std %g of value %d: std "
+            status = eg__error(EG_ERR_INVALID_ARGUMENT,
+                               "%s: mean %g and std %g of value %d: std "
                                "must be positive and both finite",
                                what, o->mean[k], o->std[k], k);
             break;

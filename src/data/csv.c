@@ -43,8 +43,9 @@ eg_status eg__csv_check_options(const eg_csv_options *o, const char *name) {
                          "or a line break)",
                          name, d);
     if (!csv_dtype_ok(o->dtype))
-        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: dtype %s is not supported (f32, f64, i32, i64)",
-                         name, eg_dtype_name(o->dtype));
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "%s: dtype %s is not supported (f32, f64, i32, i64)", name,
+                         eg_dtype_name(o->dtype));
     if (o->label_column >= 0 && !csv_dtype_ok(o->label_dtype))
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "%s: label_dtype %s is not supported (f32, f64, i32, i64)", name,
@@ -224,7 +225,9 @@ eg_status eg__csv_parse(const char *text, size_t n, const eg_csv_options *option
     if (status != EG_OK) return status;
     if (!text && n > 0) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: text is NULL", name);
 
-    parser p = {.name = name, .delimiter = o.delimiter, .dtype = o.dtype,
+    parser p = {.name = name,
+                .delimiter = o.delimiter,
+                .dtype = o.dtype,
                 .elem_size = eg_dtype_size(o.dtype)};
     size_t pos = 0;
     if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) pos = 3;
@@ -250,9 +253,9 @@ eg_status eg__csv_parse(const char *text, size_t n, const eg_csv_options *option
             columns = (long long)p.n_fields;
             columns_line = p.line;
         } else if ((long long)p.n_fields != columns) {
-            status = eg__error(EG_ERR_FORMAT, "%s: line %lld: %zu field%s, expected %lld (as on line %lld)",
-                               name, p.line, p.n_fields, p.n_fields == 1 ? "" : "s", columns,
-                               columns_line);
+            status = eg__error(
+                EG_ERR_FORMAT, "%s: line %lld: %zu field%s, expected %lld (as on line %lld)", name,
+                p.line, p.n_fields, p.n_fields == 1 ? "" : "s", columns, columns_line);
             break;
         }
         if (header_pending) {
@@ -304,8 +307,9 @@ static eg_status read_file(const char *path, char **bytes, size_t *n) {
         if (capacity >= EG__CSV_MAX_BYTES) {
             free(buffer);
             fclose(f);
-            return eg__error(EG_ERR_FORMAT, "%s: larger than %zu bytes, the most a CSV file may hold",
-                             path, (size_t)EG__CSV_MAX_BYTES);
+            return eg__error(EG_ERR_FORMAT,
+                             "%s: larger than %zu bytes, the most a CSV file may hold", path,
+                             (size_t)EG__CSV_MAX_BYTES);
         }
         capacity *= 2;
         char *bigger = realloc(buffer, capacity);

@@ -64,7 +64,9 @@ eg_dataset *eg_dataset_retain(eg_dataset *ds) {
     return ds;
 }
 
-void eg_dataset_free(eg_dataset *ds) { eg__dataset_unref(ds); }
+void eg_dataset_free(eg_dataset *ds) {
+    eg__dataset_unref(ds);
+}
 
 /* ---- stages ---- */
 
@@ -162,7 +164,8 @@ eg__saved_error *eg__error_take(eg_status status) {
             snprintf(saved->message, sizeof saved->message, "%s", eg_last_error());
         } else {
             saved->status = status;
-            snprintf(saved->message, sizeof saved->message, "dataset: %s", eg_status_string(status));
+            snprintf(saved->message, sizeof saved->message, "dataset: %s",
+                     eg_status_string(status));
         }
     }
     eg_clear_error();
@@ -273,8 +276,7 @@ eg_status eg__thread_start(pthread_t *thread, void *(*main)(void *), void *arg, 
     int rc = pthread_create(thread, NULL, thread_trampoline, start);
     if (rc != 0) {
         free(start);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: cannot start a thread: %s", what,
-                         strerror(rc));
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: cannot start a thread: %s", what, strerror(rc));
     }
     return EG_OK;
 }
@@ -285,7 +287,7 @@ struct eg_dataset_iterator {
     eg__context context;
     eg__iter *root;
     bool ended;
-    eg_status failed;          /* EG_OK until the pass fails */
+    eg_status failed;         /* EG_OK until the pass fails */
     eg__saved_error *failure; /* its error, raised again by later calls */
 };
 
@@ -340,7 +342,9 @@ eg_status eg_dataset_iterator_next(eg_dataset_iterator *it, eg_element *element,
     if (end) *end = false;
     if (!it || !element || !end)
         return eg__error(EG_ERR_NULL_ARGUMENT, "dataset_iterator_next: %s is NULL",
-                         !it ? "iterator" : !element ? "element" : "end");
+                         !it        ? "iterator"
+                         : !element ? "element"
+                                    : "end");
     if (it->failed != EG_OK) return eg__error_raise_saved(it->failure, it->failed);
     if (it->ended) {
         *end = true;
@@ -415,11 +419,11 @@ int eg_dataset_stats(const eg_dataset_iterator *it, eg_dataset_stage_stats *stat
         s->parallelism = atomic_load(&stage->parallelism);
         s->buffer_size = atomic_load(&stage->buffer_size);
         long long samples = atomic_load(&stage->fill_samples);
-        s->buffer_fill = samples ? (double)atomic_load(&stage->fill_sum_ppm) * 1e-6 / (double)samples
-                                 : 0.0;
+        s->buffer_fill =
+            samples ? (double)atomic_load(&stage->fill_sum_ppm) * 1e-6 / (double)samples : 0.0;
         long long calls = atomic_load(&stage->calls);
-        s->call_cpu_seconds = calls ? (double)atomic_load(&stage->cpu_ns) * 1e-9 / (double)calls
-                                    : 0.0;
+        s->call_cpu_seconds =
+            calls ? (double)atomic_load(&stage->cpu_ns) * 1e-9 / (double)calls : 0.0;
         s->autotuned = stage->autotuned;
     }
     pthread_mutex_unlock(&context->mutex);
@@ -436,9 +440,10 @@ eg_status eg_dataset_stats_print(const eg_dataset_iterator *it, FILE *out) {
     for (int i = 0; i < n && i < 64; i++) {
         const eg_dataset_stage_stats *s = &stats[i];
         char name[128], calls[16] = "", buffer[32] = "", cpu[16] = "";
-        snprintf(name, sizeof name, "%*s%.100s", 2 * s->depth > 24 ? 24 : 2 * s->depth, "", s->name);
-        if (s->parallelism) snprintf(calls, sizeof calls, "%d%s", s->parallelism,
-                                     s->autotuned ? "*" : "");
+        snprintf(name, sizeof name, "%*s%.100s", 2 * s->depth > 24 ? 24 : 2 * s->depth, "",
+                 s->name);
+        if (s->parallelism)
+            snprintf(calls, sizeof calls, "%d%s", s->parallelism, s->autotuned ? "*" : "");
         if (s->buffer_size)
             snprintf(buffer, sizeof buffer, "%d@%.0f%%", s->buffer_size, 100 * s->buffer_fill);
         if (s->call_cpu_seconds > 0)

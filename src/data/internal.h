@@ -174,12 +174,43 @@ void eg__pool_release(void);
 void eg__pool_submit(eg__task *task);
 int eg__cpu_cores(void);
 
+/* ---- stages over one input (transform.c) ---- */
+
+/* Every transformation over one input starts with this node layout... */
+typedef struct eg__unary_dataset {
+    eg_dataset base;
+    eg_dataset *input;
+} eg__unary_dataset;
+
+/* ...and its iterator with this one. */
+typedef struct eg__unary_iter {
+    eg__iter base;
+    eg__iter *input;
+    uint64_t epoch;
+} eg__unary_iter;
+
+/* A node of `size` bytes over input (taken over); NULL when input is NULL (no new error) or out
+ * of memory (input released). */
+void *eg__unary_new(eg_dataset *input, size_t size, const eg__dataset_ops *ops, const char *name);
+/* Drops the node's input (its ops->destroy, or called by one). */
+void eg__unary_destroy(eg_dataset *ds);
+/* calloc's an iterator of `size` bytes for pass `epoch` and creates the input's iterator. */
+eg_status eg__unary_iter_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
+                             size_t size, const eg__iter_ops *ops, eg__iter **out);
+/* Frees the input's iterator and the iterator. */
+void eg__unary_iter_free(eg__iter *it);
+/* Raises EG_ERR_INVALID_ARGUMENT for a transformation's argument, releases its input, returns
+ * NULL. */
+eg_dataset *eg__invalid_argument(eg_dataset *input, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* ---- stages defined in other files ---- */
 
 /* A from_tensor_slices node over n tensors whose references it takes over (also on failure). */
 eg_dataset *eg__dataset_slices_take(int n, eg_tensor **tensors, const char *name);
 
-/* Releases the caller's references to n datasets (for failures of functions that take them over). */
+/* Releases the caller's references to n datasets (for failures of functions that take them over).
+ */
 void eg__dataset_unref_all(int n, eg_dataset *const *datasets);
 
 #endif

@@ -3,10 +3,13 @@
  * buffer) — and AUTOTUNE, which sizes both from what it measures while they run.
  *
  * Parallel map. A feeder thread pulls input elements one by one (so a slow or blocking input never
- * occupies a pool thread) and hands each to the pool as a task, in input order, keeping at most
- * `parallelism` calls running and 2 * parallelism results outstanding. Results wait in a list in
- * input order; the consumer takes the oldest (or, when not deterministic, any finished one). A
- * failed call's error travels with its result, so elements before it are still delivered first.
+ * occupies a pool thread) into a list of slots in input order, at most `capacity` outstanding (see
+ * map_capacity). Up to `parallelism` runner tasks on the pool take pending slots in order and run
+ * the calls, each runner going on to the next pending slot until none is left, so that a busy map
+ * costs no thread hand-over per element. The consumer takes the oldest result (or, when not
+ * deterministic, any finished one). A failed call's error travels with its result, so elements
+ * before it are still delivered first. Threads that wait for room (the feeder, a prefetch's
+ * producer) are woken when half the buffer is free, not for every element taken.
  *
  * Prefetch. A producer thread fills a ring of `capacity` elements; the consumer takes from it.
  *
@@ -34,8 +37,8 @@
 #include "data/internal.h"
 
 #define PREFETCH_AUTOTUNE_MAX 64
-#define WINDOW_MIN_NS 20000000LL
-#define WINDOW_MAX_NS 200000000LL
+#define WINDOW_MIN_NS         20000000LL
+#define WINDOW_MAX_NS         200000000LL
 
 /* ---- CPU budget of the autotuned maps of one iterator ---- */
 
@@ -97,17 +100,24 @@ static void sequential_map_free(eg__iter *base) {
 
 static const eg__iter_ops sequential_map_ops = {sequential_map_next, sequential_map_free};
 
-/* Parallel: one result per input element, in input order. */
+/* Parallel: one slot per input element, in input order. */
+enum { SLOT_PENDING, SLOT_RUNNING, SLOT_DONE };
+
 typedef struct map_slot {
-    eg__task task; /* first: the pool hands back this pointer */
-    struct parallel_map_iter *owner;
     struct map_slot *next;
     int64_t index;
     eg_element input, output;
     eg_status status;
     eg__saved_error *error;
-    bool done;
+    int state;
 } map_slot;
+
+/* A pool task that runs pending calls of one map, in input order, until none is left. */
+typedef struct map_runner {
+    eg__task task; /* first: the pool hands back this pointer */
+    struct parallel_map_iter *owner;
+    bool active;
+} map_runner;
 
 typedef struct autotune_window {
     int64_t start_ns;
@@ -123,13 +133,17 @@ typedef struct parallel_map_iter {
     uint64_t epoch;
     const map_dataset *ds; /* set at the first next */
 
-    pthread_mutex_t mutex; /* guards everything below */
-    pthread_cond_t results; /* a call finished, or the feeder ended: the consumer may go on */
-    pthread_cond_t room;    /* room for another call: the feeder may go on */
+    pthread_mutex_t mutex;  /* guards everything below */
+    pthread_cond_t results; /* a call finished, a runner left, or the feeder ended */
+    pthread_cond_t room;    /* the feeder may pull another input element */
     map_slot *head, *tail;  /* outstanding, in input order */
-    int outstanding, in_flight, ready;
-    int parallelism;
-    bool started, feeder_running, pool_acquired, cancelled, input_done;
+    map_slot *next_pending; /* the first slot no runner has taken */
+    int outstanding, pending, running, ready;
+    int parallelism, capacity;
+    int runners; /* runner tasks submitted and not yet finished */
+    map_runner runner_tasks[EG_DATASET_MAX_PARALLELISM];
+    int64_t largest_output; /* bytes of the largest result so far */
+    bool started, feeder_running, feeder_waiting, pool_acquired, cancelled, input_done;
     eg_status input_status;
     eg__saved_error *input_error;
     int64_t next_index;
@@ -144,29 +158,101 @@ typedef struct parallel_map_iter {
     bool settled;
 } parallel_map_iter;
 
-static void map_task_run(eg__task *task) {
-    map_slot *slot = (map_slot *)task;
-    parallel_map_iter *m = slot->owner;
-    const map_dataset *ds = m->ds;
-    eg_dataset_call_info info = {m->epoch, slot->index};
-    int64_t cpu_start = eg__thread_cpu_ns();
-    eg__user_frame frame;
-    eg__user_begin(&frame);
-    eg_status status = ds->fn(&slot->input, &slot->output, &info, ds->context);
-    status = eg__user_end(&frame, status, &slot->output, m->base.stage, "map", slot->index);
-    int64_t cpu = eg__thread_cpu_ns() - cpu_start;
-    eg__element_clear(&slot->input);
-    eg__saved_error *error = status != EG_OK ? eg__error_take(status) : NULL;
-    pthread_mutex_lock(&m->mutex);
-    slot->status = status;
-    slot->error = error;
-    slot->done = true;
-    m->in_flight--;
-    m->ready++;
-    m->window.calls++;
-    m->window.cpu_ns += cpu;
-    pthread_cond_broadcast(&m->results);
+/* Results a map may hold: at least 2 per parallel call (so calls keep running while the consumer
+ * is busy), and up to MAP_BUFFER_MAX while they take at most 1/16 of the memory budget (so that
+ * cheap calls run in bursts instead of threads handing over every single element). */
+#define MAP_BUFFER_MAX 32
+static int map_capacity(const parallel_map_iter *m) {
+    int capacity = MAP_BUFFER_MAX;
+    if (m->largest_output > 0 && m->context) {
+        int64_t fits = m->context->ram_budget / 16 / m->largest_output;
+        if (fits < capacity) capacity = (int)fits;
+    }
+    return capacity > 2 * m->parallelism ? capacity : 2 * m->parallelism;
+}
+
+/* Mutex held for all of these. */
+static void publish_settings(parallel_map_iter *m) {
+    if (!m->base.stage) return;
+    atomic_store(&m->base.stage->parallelism, m->parallelism);
+    atomic_store(&m->base.stage->buffer_size, m->capacity);
+}
+
+static void update_capacity(parallel_map_iter *m) {
+    int capacity = map_capacity(m);
+    if (capacity == m->capacity) return;
+    m->capacity = capacity;
+    publish_settings(m);
     pthread_cond_signal(&m->room);
+}
+
+static void map_runner_run(eg__task *task);
+
+/* Starts runners while pending calls outnumber the runners not busy with a call. */
+static void start_runners(parallel_map_iter *m) {
+    while (m->runners < m->parallelism && m->pending > m->runners - m->running) {
+        map_runner *r = NULL;
+        for (int i = 0; i < EG_DATASET_MAX_PARALLELISM && !r; i++)
+            if (!m->runner_tasks[i].active) r = &m->runner_tasks[i];
+        if (!r) return;
+        r->active = true;
+        r->owner = m;
+        r->task.run = map_runner_run;
+        m->runners++;
+        eg__pool_submit(&r->task);
+    }
+}
+
+static void set_parallelism(parallel_map_iter *m, int parallelism) {
+    m->parallelism = parallelism;
+    m->capacity = map_capacity(m);
+    publish_settings(m);
+    start_runners(m);
+    pthread_cond_signal(&m->room);
+}
+
+static void map_runner_run(eg__task *task) {
+    map_runner *r = (map_runner *)task;
+    parallel_map_iter *m = r->owner;
+    const map_dataset *ds = m->ds;
+    pthread_mutex_lock(&m->mutex);
+    for (;;) {
+        map_slot *slot = m->next_pending;
+        if (!slot || m->cancelled || m->runners > m->parallelism) break;
+        m->next_pending = slot->next;
+        slot->state = SLOT_RUNNING;
+        m->pending--;
+        m->running++;
+        pthread_mutex_unlock(&m->mutex);
+
+        eg_dataset_call_info info = {m->epoch, slot->index};
+        int64_t cpu_start = eg__thread_cpu_ns();
+        eg__user_frame frame;
+        eg__user_begin(&frame);
+        eg_status status = ds->fn(&slot->input, &slot->output, &info, ds->context);
+        status = eg__user_end(&frame, status, &slot->output, m->base.stage, "map", slot->index);
+        int64_t cpu = eg__thread_cpu_ns() - cpu_start;
+        eg__element_clear(&slot->input);
+        eg__saved_error *error = status != EG_OK ? eg__error_take(status) : NULL;
+        int64_t bytes = status == EG_OK ? eg__element_bytes(&slot->output) : 0;
+
+        pthread_mutex_lock(&m->mutex);
+        slot->status = status;
+        slot->error = error;
+        slot->state = SLOT_DONE;
+        m->running--;
+        m->ready++;
+        m->window.calls++;
+        m->window.cpu_ns += cpu;
+        if (bytes > m->largest_output) {
+            m->largest_output = bytes;
+            update_capacity(m);
+        }
+        pthread_cond_broadcast(&m->results);
+    }
+    r->active = false;
+    m->runners--;
+    pthread_cond_broadcast(&m->results);
     pthread_mutex_unlock(&m->mutex); /* m may be freed from here on */
 }
 
@@ -174,9 +260,11 @@ static void *map_feeder(void *arg) {
     parallel_map_iter *m = arg;
     pthread_mutex_lock(&m->mutex);
     for (;;) {
-        while (!m->cancelled &&
-               (m->in_flight >= m->parallelism || m->outstanding >= 2 * m->parallelism))
+        while (!m->cancelled && m->outstanding >= m->capacity) {
+            m->feeder_waiting = true;
             pthread_cond_wait(&m->room, &m->mutex);
+        }
+        m->feeder_waiting = false;
         if (m->cancelled) break;
         pthread_mutex_unlock(&m->mutex);
         eg_element e = {0};
@@ -204,46 +292,36 @@ static void *map_feeder(void *arg) {
             free(slot);
             break;
         }
-        slot->task.run = map_task_run;
-        slot->owner = m;
         slot->index = m->next_index++;
         slot->input = e;
+        slot->state = SLOT_PENDING;
         if (m->tail)
             m->tail->next = slot;
         else
             m->head = slot;
         m->tail = slot;
+        if (!m->next_pending) m->next_pending = slot;
         m->outstanding++;
-        m->in_flight++;
-        eg__pool_submit(&slot->task);
+        m->pending++;
+        start_runners(m);
     }
     pthread_mutex_unlock(&m->mutex);
     return NULL;
-}
-
-static void set_parallelism(parallel_map_iter *m, int parallelism) {
-    m->parallelism = parallelism;
-    if (m->base.stage) {
-        atomic_store(&m->base.stage->parallelism, parallelism);
-        atomic_store(&m->base.stage->buffer_size, 2 * parallelism);
-    }
-    pthread_cond_signal(&m->room);
 }
 
 /* Called by the consumer with the mutex held, after taking a result. */
 static void map_autotune(parallel_map_iter *m, int64_t now) {
     autotune_window *w = &m->window;
     int64_t elapsed = now - w->start_ns;
-    if (!(elapsed >= WINDOW_MIN_NS && w->consumed >= 4) && !(elapsed >= WINDOW_MAX_NS))
-        return;
+    if (!(elapsed >= WINDOW_MIN_NS && w->consumed >= 4) && !(elapsed >= WINDOW_MAX_NS)) return;
     if (w->calls > 0 && w->consumed > 0 && !m->settled) {
         double f = (double)w->cpu_ns / (double)w->calls;
         double d = (double)w->outside_ns / (double)w->consumed;
         double i = w->inputs ? (double)w->input_ns / (double)w->inputs : 0.0;
         double demand = fmax(fmax(d, i), 1000.0);
         double ratio = 1.15 * f / demand;
-        int target = ratio >= EG_DATASET_MAX_PARALLELISM ? EG_DATASET_MAX_PARALLELISM
-                                                         : (int)ceil(ratio);
+        int target =
+            ratio >= EG_DATASET_MAX_PARALLELISM ? EG_DATASET_MAX_PARALLELISM : (int)ceil(ratio);
         if (target < 1) target = 1;
         double waited = (double)w->wait_ns / (double)elapsed;
         int direction = 0;
@@ -290,7 +368,7 @@ static eg_status map_start(parallel_map_iter *m) {
     if (status != EG_OK) return status;
     m->pool_acquired = true;
     m->window.start_ns = eg__now_ns();
-    set_parallelism(m, m->parallelism);
+    publish_settings(m);
     status = eg__thread_start(&m->feeder, map_feeder, m, "map");
     if (status == EG_OK) m->feeder_running = true;
     return status;
@@ -309,18 +387,17 @@ static eg_status parallel_map_next(eg__iter *base, eg_element *out) {
     }
     if (m->last_return_ns) m->window.outside_ns += now - m->last_return_ns;
     if (base->stage) {
-        atomic_fetch_add(&base->stage->fill_sum_ppm,
-                         (long long)m->ready * 1000000 / (2 * m->parallelism));
+        atomic_fetch_add(&base->stage->fill_sum_ppm, (long long)m->ready * 1000000 / m->capacity);
         atomic_fetch_add(&base->stage->fill_samples, 1);
     }
     map_slot *slot = NULL, *previous = NULL;
     int64_t waited = 0;
     for (;;) {
         if (m->ds->deterministic) {
-            if (m->head && m->head->done) slot = m->head;
+            if (m->head && m->head->state == SLOT_DONE) slot = m->head;
         } else {
             for (map_slot *before = NULL, *s = m->head; s; before = s, s = s->next)
-                if (s->done) {
+                if (s->state == SLOT_DONE) {
                     slot = s;
                     previous = before;
                     break;
@@ -339,7 +416,9 @@ static eg_status parallel_map_next(eg__iter *base, eg_element *out) {
         if (slot == m->tail) m->tail = previous;
         m->outstanding--;
         m->ready--;
-        pthread_cond_signal(&m->room);
+        /* Wake a feeder waiting for room only once half the results are gone: it then refills in
+         * a burst instead of waking for every element. */
+        if (m->feeder_waiting && m->outstanding <= m->capacity / 2) pthread_cond_signal(&m->room);
     }
     m->window.consumed++;
     m->window.wait_ns += waited;
@@ -373,7 +452,7 @@ static void parallel_map_free(eg__iter *base) {
     pthread_mutex_unlock(&m->mutex);
     if (m->feeder_running) pthread_join(m->feeder, NULL);
     pthread_mutex_lock(&m->mutex);
-    while (m->in_flight > 0) pthread_cond_wait(&m->results, &m->mutex);
+    while (m->runners > 0) pthread_cond_wait(&m->results, &m->mutex);
     pthread_mutex_unlock(&m->mutex);
     for (map_slot *slot = m->head, *next; slot; slot = next) {
         next = slot->next;
@@ -432,11 +511,14 @@ static eg_status map_iterator_new(eg_dataset *base, const eg__iter_params *param
     } else {
         m->parallelism = ds->parallelism == EG_AUTOTUNE ? 1 : ds->parallelism;
     }
+    m->capacity = map_capacity(m);
     *out = &m->base;
     return EG_OK;
 }
 
-static void map_destroy(eg_dataset *base) { eg__dataset_unref(((map_dataset *)base)->input); }
+static void map_destroy(eg_dataset *base) {
+    eg__dataset_unref(((map_dataset *)base)->input);
+}
 
 static const eg__dataset_ops map_ops = {map_iterator_new, map_destroy, false};
 
@@ -495,8 +577,9 @@ typedef struct prefetch_iter {
     pthread_mutex_t mutex; /* guards everything below */
     pthread_cond_t items, space;
     eg_element *ring;
-    int ring_size; /* allocated */
-    int capacity;  /* in use (<= ring_size) */
+    int ring_size; /* allocated: grows up to limit as the buffer fills */
+    int limit;     /* buffer_size, or the AUTOTUNE maximum */
+    int capacity;  /* in use (<= limit) */
     int head, count;
     bool started, thread_running, cancelled, done;
     eg_status end_status;
@@ -511,6 +594,19 @@ static void set_capacity(prefetch_iter *p, int capacity) {
     p->capacity = capacity;
     if (p->base.stage) atomic_store(&p->base.stage->buffer_size, capacity);
     pthread_cond_signal(&p->space);
+}
+
+/* Doubles the ring (up to limit), keeping the order. Mutex held. */
+static eg_status ring_grow(prefetch_iter *p) {
+    int size = 2 * p->ring_size < p->limit ? 2 * p->ring_size : p->limit;
+    eg_element *ring = malloc((size_t)size * sizeof *ring);
+    if (!ring) return eg__error(EG_ERR_OUT_OF_MEMORY, "prefetch: out of host memory");
+    for (int i = 0; i < p->count; i++) ring[i] = p->ring[(p->head + i) % p->ring_size];
+    free(p->ring);
+    p->ring = ring;
+    p->ring_size = size;
+    p->head = 0;
+    return EG_OK;
 }
 
 static void *prefetch_producer(void *arg) {
@@ -540,6 +636,14 @@ static void *prefetch_producer(void *arg) {
             break;
         }
         if (bytes > p->largest_element) p->largest_element = bytes;
+        if (p->count == p->ring_size && ring_grow(p) != EG_OK) {
+            eg__element_clear(&e);
+            p->done = true;
+            p->end_status = EG_ERR_OUT_OF_MEMORY;
+            p->error = eg__error_take(EG_ERR_OUT_OF_MEMORY);
+            pthread_cond_broadcast(&p->items);
+            break;
+        }
         p->ring[(p->head + p->count) % p->ring_size] = e;
         p->count++;
         pthread_cond_signal(&p->items);
@@ -550,9 +654,9 @@ static void *prefetch_producer(void *arg) {
 
 /* The consumer found the buffer empty: grow it if the producer had filled it (see the top). */
 static void prefetch_autotune(prefetch_iter *p) {
-    if (!p->was_full || p->capacity >= p->ring_size) return;
+    if (!p->was_full || p->capacity >= p->limit) return;
     p->was_full = false;
-    int capacity = 2 * p->capacity > p->ring_size ? p->ring_size : 2 * p->capacity;
+    int capacity = 2 * p->capacity > p->limit ? p->limit : 2 * p->capacity;
     int64_t more = p->largest_element * (capacity - p->capacity);
     int64_t claimed = atomic_fetch_add(&p->context->ram_claimed, more);
     if (claimed + more > p->context->ram_budget) {
@@ -591,7 +695,7 @@ static eg_status prefetch_next(eg__iter *base, eg_element *out) {
         *out = p->ring[p->head];
         p->head = (p->head + 1) % p->ring_size;
         p->count--;
-        pthread_cond_signal(&p->space);
+        if (p->count <= p->capacity / 2) pthread_cond_signal(&p->space);
         status = EG_OK;
     } else {
         status = p->end_status;
@@ -627,7 +731,8 @@ static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *
     const prefetch_dataset *ds = (const prefetch_dataset *)base;
     prefetch_iter *p = calloc(1, sizeof *p);
     bool autotune = ds->buffer_size == EG_AUTOTUNE && params->context;
-    int ring_size = ds->buffer_size == EG_AUTOTUNE ? PREFETCH_AUTOTUNE_MAX : ds->buffer_size;
+    int limit = ds->buffer_size == EG_AUTOTUNE ? PREFETCH_AUTOTUNE_MAX : ds->buffer_size;
+    int ring_size = limit < 4 ? limit : 4;
     eg_element *ring = p ? calloc((size_t)ring_size, sizeof *ring) : NULL;
     if (!ring) {
         free(p);
@@ -647,6 +752,7 @@ static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *
     p->context = params->context;
     p->ring = ring;
     p->ring_size = ring_size;
+    p->limit = limit;
     p->autotune = autotune;
     p->capacity = autotune || ds->buffer_size == EG_AUTOTUNE ? 1 : ds->buffer_size;
     *out = &p->base;

@@ -7,7 +7,9 @@
  * map's own thread, not here), so a small pool cannot deadlock however stages are nested.
  *
  * The pool exists only while some iterator uses it: the first eg__pool_acquire starts the threads
- * and the last eg__pool_release joins them, so nothing is left running at exit. */
+ * and the last eg__pool_release joins them, so nothing is left running at exit. A callback that
+ * runs a parallel map of its own (a pipeline inside a pipeline) would make a task wait for tasks:
+ * the pool then grows by that map's threads, up to EG_DATASET_MAX_PARALLELISM threads in all. */
 
 #ifndef EG_NO_CALLSITE
 #define EG_NO_CALLSITE
@@ -38,8 +40,13 @@ int eg__cpu_cores(void) {
     return cores < EG_DATASET_MAX_PARALLELISM ? (int)cores : EG_DATASET_MAX_PARALLELISM;
 }
 
+/* Set on the pool's threads: a callback that itself runs a parallel map (a nested pipeline) makes
+ * its tasks wait for other tasks, so the pool grows for it instead of waiting on itself. */
+static _Thread_local bool on_pool_thread;
+
 static void *pool_main(void *arg) {
     pool *p = arg;
+    on_pool_thread = true;
     pthread_mutex_lock(&p->mutex);
     for (;;) {
         while (!p->head && !p->stopping) pthread_cond_wait(&p->work, &p->mutex);
@@ -71,8 +78,9 @@ eg_status eg__pool_acquire(int threads) {
     pool *p = &the_pool;
     int wanted = eg__cpu_cores();
     if (threads > wanted) wanted = threads;
-    if (wanted > EG_DATASET_MAX_PARALLELISM) wanted = EG_DATASET_MAX_PARALLELISM;
     pthread_mutex_lock(&lifecycle);
+    if (on_pool_thread) wanted = p->n_threads + (threads > 0 ? threads : 1);
+    if (wanted > EG_DATASET_MAX_PARALLELISM) wanted = EG_DATASET_MAX_PARALLELISM;
     eg_status status = EG_OK;
     while (p->n_threads < wanted) {
         status = eg__thread_start(&p->threads[p->n_threads], pool_main, p, "dataset thread pool");

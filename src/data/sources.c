@@ -50,7 +50,9 @@ static eg_status slices_next(eg__iter *base, eg_element *out) {
     return EG_OK;
 }
 
-static void plain_iter_free(eg__iter *it) { free(it); }
+static void plain_iter_free(eg__iter *it) {
+    free(it);
+}
 
 static const eg__iter_ops slices_iter_ops = {slices_next, plain_iter_free};
 
@@ -127,8 +129,9 @@ eg_dataset *eg_dataset_from_tensor_slices(int n, const eg_tensor *const *tensors
     }
     for (int i = 0; i < n; i++) eg__ref(held[i]);
     eg_dataset *ds = slices_new(n, held, name, "tensor");
-    if (ds) snprintf(ds->name, sizeof ds->name, "from_tensor_slices(%lld)",
-                     (long long)((slices_dataset *)ds)->rows);
+    if (ds)
+        snprintf(ds->name, sizeof ds->name, "from_tensor_slices(%lld)",
+                 (long long)((slices_dataset *)ds)->rows);
     return ds;
 }
 
@@ -160,13 +163,18 @@ static eg_dataset *files_dataset(int n, const char *const *paths, const char *na
         return NULL;
     }
     eg_dataset *ds = slices_new(n, tensors, name, "file");
-    if (ds) snprintf(ds->name, sizeof ds->name, "%s(%lld)", name + strlen("dataset_from_"),
-                     (long long)((slices_dataset *)ds)->rows);
+    if (ds)
+        snprintf(ds->name, sizeof ds->name, "%s(%lld)", name + strlen("dataset_from_"),
+                 (long long)((slices_dataset *)ds)->rows);
     return ds;
 }
 
-static eg_tensor *read_idx(const char *path) { return eg_idx_read(path); }
-static eg_tensor *read_npy(const char *path) { return eg_npy_read(path); }
+static eg_tensor *read_idx(const char *path) {
+    return eg_idx_read(path);
+}
+static eg_tensor *read_npy(const char *path) {
+    return eg_npy_read(path);
+}
 
 eg_dataset *eg_dataset_from_idx(int n, const char *const *paths) {
     return files_dataset(n, paths, "dataset_from_idx", read_idx);
@@ -183,8 +191,9 @@ eg_dataset *eg_dataset_from_mnist(const char *directory, bool train) {
     eg__scope_resume();
     if (status != EG_OK) return NULL;
     eg_dataset *ds = slices_new(2, tensors, "dataset_from_mnist", "tensor");
-    if (ds) snprintf(ds->name, sizeof ds->name, "mnist(%s, %lld)", train ? "train" : "test",
-                     (long long)((slices_dataset *)ds)->rows);
+    if (ds)
+        snprintf(ds->name, sizeof ds->name, "mnist(%s, %lld)", train ? "train" : "test",
+                 (long long)((slices_dataset *)ds)->rows);
     return ds;
 }
 
@@ -280,7 +289,9 @@ static eg_status range_iterator_new(eg_dataset *ds, const eg__iter_params *param
     return EG_OK;
 }
 
-static void nothing_to_destroy(eg_dataset *ds) { (void)ds; }
+static void nothing_to_destroy(eg_dataset *ds) {
+    (void)ds;
+}
 
 static const eg__dataset_ops range_ops = {range_iterator_new, nothing_to_destroy, false};
 

@@ -1,6 +1,7 @@
-/* Pipeline transformations that run in the consumer's thread: filter, shuffle, batch,
- * padded_batch, unbatch, repeat, take, skip, cache, zip, interleave, and the options stage.
- * (map and prefetch, which may run threads, are in parallel.c.) */
+/* Pipeline transformations of one input that run in the consumer's thread: filter, shuffle,
+ * batch, padded_batch, unbatch, repeat, take, skip, with the helpers all one-input stages share.
+ * (cache, zip, interleave and options are in compose.c; map and prefetch, which may run threads,
+ * in parallel.c.) */
 
 #ifndef EG_NO_CALLSITE
 #define EG_NO_CALLSITE
@@ -13,18 +14,11 @@
 
 #include "data/internal.h"
 
-/* Every transformation over one input starts with this node layout. */
-typedef struct unary_dataset {
-    eg_dataset base;
-    eg_dataset *input;
-} unary_dataset;
-
 /* A node of `size` bytes over input (taken over); NULL when input is NULL (no new error) or out
  * of memory (input released). */
-static void *unary_new(eg_dataset *input, size_t size, const eg__dataset_ops *ops,
-                       const char *name) {
+void *eg__unary_new(eg_dataset *input, size_t size, const eg__dataset_ops *ops, const char *name) {
     if (!input) return NULL;
-    unary_dataset *ds = eg__dataset_alloc(size, ops, name);
+    eg__unary_dataset *ds = eg__dataset_alloc(size, ops, name);
     if (!ds) {
         eg__dataset_unref(input);
         return NULL;
@@ -33,11 +27,12 @@ static void *unary_new(eg_dataset *input, size_t size, const eg__dataset_ops *op
     return ds;
 }
 
-static void unary_destroy(eg_dataset *ds) { eg__dataset_unref(((unary_dataset *)ds)->input); }
+void eg__unary_destroy(eg_dataset *ds) {
+    eg__dataset_unref(((eg__unary_dataset *)ds)->input);
+}
 
 /* Raises an argument error for a transformation, releases its input and returns NULL. */
-__attribute__((format(printf, 2, 3))) static eg_dataset *
-invalid(eg_dataset *input, const char *fmt, ...) {
+eg_dataset *eg__invalid_argument(eg_dataset *input, const char *fmt, ...) {
     char message[512];
     va_list args;
     va_start(args, fmt);
@@ -48,22 +43,15 @@ invalid(eg_dataset *input, const char *fmt, ...) {
     return NULL;
 }
 
-/* The iterator layout of a stage over one input. */
-typedef struct unary_iter {
-    eg__iter base;
-    eg__iter *input;
-    uint64_t epoch;
-} unary_iter;
-
 /* calloc's an iterator of `size` bytes and creates the input's iterator. */
-static eg_status unary_iter_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
-                                size_t size, const eg__iter_ops *ops, eg__iter **out) {
-    unary_iter *it = calloc(1, size);
+eg_status eg__unary_iter_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
+                             size_t size, const eg__iter_ops *ops, eg__iter **out) {
+    eg__unary_iter *it = calloc(1, size);
     if (!it) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", ds->name);
     it->base.ops = ops;
     it->epoch = epoch;
     eg__iter_params child = eg__iter_params_child(params);
-    eg_status status = eg__iter_create(((unary_dataset *)ds)->input, &child, &it->input);
+    eg_status status = eg__iter_create(((eg__unary_dataset *)ds)->input, &child, &it->input);
     if (status != EG_OK) {
         free(it);
         return status;
@@ -72,21 +60,21 @@ static eg_status unary_iter_new(eg_dataset *ds, const eg__iter_params *params, u
     return EG_OK;
 }
 
-static void unary_iter_free(eg__iter *it) {
-    eg__iter_free(((unary_iter *)it)->input);
+void eg__unary_iter_free(eg__iter *it) {
+    eg__iter_free(((eg__unary_iter *)it)->input);
     free(it);
 }
 
 /* ---- filter ---- */
 
 typedef struct filter_dataset {
-    unary_dataset base;
+    eg__unary_dataset base;
     eg_dataset_predicate_fn fn;
     void *context;
 } filter_dataset;
 
 typedef struct filter_iter {
-    unary_iter base;
+    eg__unary_iter base;
     int64_t index;
 } filter_iter;
 
@@ -113,14 +101,14 @@ static eg_status filter_next(eg__iter *base, eg_element *out) {
     }
 }
 
-static const eg__iter_ops filter_iter_ops = {filter_next, unary_iter_free};
+static const eg__iter_ops filter_iter_ops = {filter_next, eg__unary_iter_free};
 
 static eg_status filter_iterator_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
                                      eg__iter **out) {
-    return unary_iter_new(ds, params, epoch, sizeof(filter_iter), &filter_iter_ops, out);
+    return eg__unary_iter_new(ds, params, epoch, sizeof(filter_iter), &filter_iter_ops, out);
 }
 
-static const eg__dataset_ops filter_ops = {filter_iterator_new, unary_destroy, false};
+static const eg__dataset_ops filter_ops = {filter_iterator_new, eg__unary_destroy, false};
 
 eg_dataset *eg_dataset_filter(eg_dataset *input, eg_dataset_predicate_fn fn, void *context) {
     if (input && !fn) {
@@ -128,7 +116,7 @@ eg_dataset *eg_dataset_filter(eg_dataset *input, eg_dataset_predicate_fn fn, voi
         eg__dataset_unref(input);
         return NULL;
     }
-    filter_dataset *ds = unary_new(input, sizeof *ds, &filter_ops, "filter");
+    filter_dataset *ds = eg__unary_new(input, sizeof *ds, &filter_ops, "filter");
     if (!ds) return NULL;
     ds->fn = fn;
     ds->context = context;
@@ -138,14 +126,14 @@ eg_dataset *eg_dataset_filter(eg_dataset *input, eg_dataset_predicate_fn fn, voi
 /* ---- shuffle ---- */
 
 typedef struct shuffle_dataset {
-    unary_dataset base;
+    eg__unary_dataset base;
     int64_t buffer_size;
     uint64_t seed;
     bool reshuffle;
 } shuffle_dataset;
 
 typedef struct shuffle_iter {
-    unary_iter base;
+    eg__unary_iter base;
     eg_element *buffer;
     int64_t count, capacity;
     bool input_done;
@@ -193,7 +181,7 @@ static void shuffle_iter_free(eg__iter *base) {
     shuffle_iter *it = (shuffle_iter *)base;
     for (int64_t i = 0; i < it->count; i++) eg__element_clear(&it->buffer[i]);
     free(it->buffer);
-    unary_iter_free(base);
+    eg__unary_iter_free(base);
 }
 
 static const eg__iter_ops shuffle_iter_ops = {shuffle_next, shuffle_iter_free};
@@ -201,7 +189,7 @@ static const eg__iter_ops shuffle_iter_ops = {shuffle_next, shuffle_iter_free};
 static eg_status shuffle_iterator_new(eg_dataset *base, const eg__iter_params *params,
                                       uint64_t epoch, eg__iter **out) {
     eg_status status =
-        unary_iter_new(base, params, epoch, sizeof(shuffle_iter), &shuffle_iter_ops, out);
+        eg__unary_iter_new(base, params, epoch, sizeof(shuffle_iter), &shuffle_iter_ops, out);
     if (status != EG_OK) return status;
     const shuffle_dataset *ds = (const shuffle_dataset *)base;
     shuffle_iter *it = (shuffle_iter *)*out;
@@ -211,16 +199,17 @@ static eg_status shuffle_iterator_new(eg_dataset *base, const eg__iter_params *p
     return EG_OK;
 }
 
-static const eg__dataset_ops shuffle_ops = {shuffle_iterator_new, unary_destroy, false};
+static const eg__dataset_ops shuffle_ops = {shuffle_iterator_new, eg__unary_destroy, false};
 
 eg_dataset *eg_dataset_shuffle(eg_dataset *input, int64_t buffer_size, uint64_t seed,
                                bool reshuffle_each_iteration) {
     if (input && buffer_size < 1)
-        return invalid(input, "dataset_shuffle: buffer_size is %lld; it must be at least 1",
-                       (long long)buffer_size);
+        return eg__invalid_argument(input,
+                                    "dataset_shuffle: buffer_size is %lld; it must be at least 1",
+                                    (long long)buffer_size);
     char name[64];
     snprintf(name, sizeof name, "shuffle(%lld)", (long long)buffer_size);
-    shuffle_dataset *ds = unary_new(input, sizeof *ds, &shuffle_ops, name);
+    shuffle_dataset *ds = eg__unary_new(input, sizeof *ds, &shuffle_ops, name);
     if (!ds) return NULL;
     ds->buffer_size = buffer_size;
     ds->seed = seed;
@@ -231,14 +220,14 @@ eg_dataset *eg_dataset_shuffle(eg_dataset *input, int64_t buffer_size, uint64_t 
 /* ---- batch and padded_batch ---- */
 
 typedef struct batch_dataset {
-    unary_dataset base;
+    eg__unary_dataset base;
     int64_t batch_size;
     bool drop_remainder, padded;
     double padding_value;
 } batch_dataset;
 
 typedef struct batch_iter {
-    unary_iter base;
+    eg__unary_iter base;
     eg_element *items;
     int64_t consumed; /* input elements taken so far (for messages) */
     bool done;
@@ -337,13 +326,15 @@ static eg_status stack(const batch_dataset *ds, eg_element *items, int64_t n, in
             }
         }
         if (first->n_dims + 1 > EG_MAX_DIMS)
-            return eg__error(EG_ERR_SHAPE, "%s: component %d has %d dimensions; batching adds one "
+            return eg__error(EG_ERR_SHAPE,
+                             "%s: component %d has %d dimensions; batching adds one "
                              "and at most %d are allowed",
                              what, c, first->n_dims, EG_MAX_DIMS);
         int64_t shape[EG_MAX_DIMS];
         shape[0] = n;
         memcpy(shape + 1, box, (size_t)first->n_dims * sizeof *box);
-        eg_tensor *batch = eg__tensor_alloc(first->dtype, first->n_dims + 1, shape, eg_device_cpu());
+        eg_tensor *batch =
+            eg__tensor_alloc(first->dtype, first->n_dims + 1, shape, eg_device_cpu());
         if (!batch) {
             eg__element_clear(out);
             return eg_last_status();
@@ -356,8 +347,9 @@ static eg_status stack(const batch_dataset *ds, eg_element *items, int64_t n, in
         for (int64_t i = 0; i < n; i++) {
             const eg_tensor *t = items[i].tensors[c];
             char *slot = dst + (size_t)(i * box_elems) * size;
-            eg_status status = ds->padded ? copy_padded(t, slot, box)
-                                          : eg_tensor_copy_to_host(t, slot, (size_t)box_elems * size);
+            eg_status status = ds->padded
+                                   ? copy_padded(t, slot, box)
+                                   : eg_tensor_copy_to_host(t, slot, (size_t)box_elems * size);
             if (status != EG_OK) {
                 eg__element_clear(out);
                 return status;
@@ -389,17 +381,18 @@ static eg_status batch_next(eg__iter *base, eg_element *out) {
 
 static void batch_iter_free(eg__iter *base) {
     free(((batch_iter *)base)->items);
-    unary_iter_free(base);
+    eg__unary_iter_free(base);
 }
 
 static const eg__iter_ops batch_iter_ops = {batch_next, batch_iter_free};
 
-static eg_status batch_iterator_new(eg_dataset *base, const eg__iter_params *params,
-                                    uint64_t epoch, eg__iter **out) {
+static eg_status batch_iterator_new(eg_dataset *base, const eg__iter_params *params, uint64_t epoch,
+                                    eg__iter **out) {
     const batch_dataset *ds = (const batch_dataset *)base;
     eg_element *items = calloc((size_t)ds->batch_size, sizeof *items);
     if (!items) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", base->name);
-    eg_status status = unary_iter_new(base, params, epoch, sizeof(batch_iter), &batch_iter_ops, out);
+    eg_status status =
+        eg__unary_iter_new(base, params, epoch, sizeof(batch_iter), &batch_iter_ops, out);
     if (status != EG_OK) {
         free(items);
         return status;
@@ -408,18 +401,18 @@ static eg_status batch_iterator_new(eg_dataset *base, const eg__iter_params *par
     return EG_OK;
 }
 
-static const eg__dataset_ops batch_ops = {batch_iterator_new, unary_destroy, false};
+static const eg__dataset_ops batch_ops = {batch_iterator_new, eg__unary_destroy, false};
 
 static eg_dataset *batch_new(eg_dataset *input, int64_t batch_size, bool drop_remainder,
                              bool padded, double padding_value) {
     const char *what = padded ? "dataset_padded_batch" : "dataset_batch";
     if (input && (batch_size < 1 || batch_size > (int64_t)1 << 30))
-        return invalid(input, "%s: batch_size is %lld; it must be 1 to 2^30", what,
-                       (long long)batch_size);
+        return eg__invalid_argument(input, "%s: batch_size is %lld; it must be 1 to 2^30", what,
+                                    (long long)batch_size);
     char name[64];
     snprintf(name, sizeof name, "%s(%lld%s)", padded ? "padded_batch" : "batch",
              (long long)batch_size, drop_remainder ? ", drop_remainder" : "");
-    batch_dataset *ds = unary_new(input, sizeof *ds, &batch_ops, name);
+    batch_dataset *ds = eg__unary_new(input, sizeof *ds, &batch_ops, name);
     if (!ds) return NULL;
     ds->batch_size = batch_size;
     ds->drop_remainder = drop_remainder;
@@ -440,7 +433,7 @@ eg_dataset *eg_dataset_padded_batch(eg_dataset *input, int64_t batch_size, bool 
 /* ---- unbatch ---- */
 
 typedef struct unbatch_iter {
-    unary_iter base;
+    eg__unary_iter base;
     eg_element current;
     int64_t rows, row, index;
 } unbatch_iter;
@@ -485,27 +478,27 @@ static eg_status unbatch_next(eg__iter *base, eg_element *out) {
 
 static void unbatch_iter_free(eg__iter *base) {
     eg__element_clear(&((unbatch_iter *)base)->current);
-    unary_iter_free(base);
+    eg__unary_iter_free(base);
 }
 
 static const eg__iter_ops unbatch_iter_ops = {unbatch_next, unbatch_iter_free};
 
-static eg_status unbatch_iterator_new(eg_dataset *ds, const eg__iter_params *params,
-                                      uint64_t epoch, eg__iter **out) {
-    return unary_iter_new(ds, params, epoch, sizeof(unbatch_iter), &unbatch_iter_ops, out);
+static eg_status unbatch_iterator_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
+                                      eg__iter **out) {
+    return eg__unary_iter_new(ds, params, epoch, sizeof(unbatch_iter), &unbatch_iter_ops, out);
 }
 
-static const eg__dataset_ops unbatch_ops = {unbatch_iterator_new, unary_destroy, false};
+static const eg__dataset_ops unbatch_ops = {unbatch_iterator_new, eg__unary_destroy, false};
 
 eg_dataset *eg_dataset_unbatch(eg_dataset *input) {
-    unary_dataset *ds = unary_new(input, sizeof *ds, &unbatch_ops, "unbatch");
+    eg__unary_dataset *ds = eg__unary_new(input, sizeof *ds, &unbatch_ops, "unbatch");
     return ds ? &ds->base : NULL;
 }
 
 /* ---- repeat, take, skip ---- */
 
 typedef struct count_dataset {
-    unary_dataset base;
+    eg__unary_dataset base;
     int64_t count;
 } count_dataset;
 
@@ -565,19 +558,19 @@ static eg_status repeat_iterator_new(eg_dataset *base, const eg__iter_params *pa
     return EG_OK;
 }
 
-static const eg__dataset_ops repeat_ops = {repeat_iterator_new, unary_destroy, false};
+static const eg__dataset_ops repeat_ops = {repeat_iterator_new, eg__unary_destroy, false};
 
 static eg_dataset *count_new(eg_dataset *input, int64_t count, const eg__dataset_ops *ops,
                              const char *what) {
     if (input && count < -1)
-        return invalid(input, "dataset_%s: count is %lld; it must be -1 or more", what,
-                       (long long)count);
+        return eg__invalid_argument(input, "dataset_%s: count is %lld; it must be -1 or more", what,
+                                    (long long)count);
     char name[64];
     if (count < 0)
         snprintf(name, sizeof name, "%s(%s)", what, strcmp(what, "repeat") ? "all" : "forever");
     else
         snprintf(name, sizeof name, "%s(%lld)", what, (long long)count);
-    count_dataset *ds = unary_new(input, sizeof *ds, ops, name);
+    count_dataset *ds = eg__unary_new(input, sizeof *ds, ops, name);
     if (!ds) return NULL;
     ds->count = count;
     return &ds->base.base;
@@ -588,7 +581,7 @@ eg_dataset *eg_dataset_repeat(eg_dataset *input, int64_t count) {
 }
 
 typedef struct take_iter {
-    unary_iter base;
+    eg__unary_iter base;
     int64_t seen;
 } take_iter;
 
@@ -601,14 +594,14 @@ static eg_status take_next(eg__iter *base, eg_element *out) {
     return status;
 }
 
-static const eg__iter_ops take_iter_ops = {take_next, unary_iter_free};
+static const eg__iter_ops take_iter_ops = {take_next, eg__unary_iter_free};
 
 static eg_status take_iterator_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
                                    eg__iter **out) {
-    return unary_iter_new(ds, params, epoch, sizeof(take_iter), &take_iter_ops, out);
+    return eg__unary_iter_new(ds, params, epoch, sizeof(take_iter), &take_iter_ops, out);
 }
 
-static const eg__dataset_ops take_ops = {take_iterator_new, unary_destroy, false};
+static const eg__dataset_ops take_ops = {take_iterator_new, eg__unary_destroy, false};
 
 eg_dataset *eg_dataset_take(eg_dataset *input, int64_t count) {
     return count_new(input, count, &take_ops, "take");
@@ -626,455 +619,15 @@ static eg_status skip_next(eg__iter *base, eg_element *out) {
     return eg__iter_next(it->base.input, out);
 }
 
-static const eg__iter_ops skip_iter_ops = {skip_next, unary_iter_free};
+static const eg__iter_ops skip_iter_ops = {skip_next, eg__unary_iter_free};
 
 static eg_status skip_iterator_new(eg_dataset *ds, const eg__iter_params *params, uint64_t epoch,
                                    eg__iter **out) {
-    return unary_iter_new(ds, params, epoch, sizeof(take_iter), &skip_iter_ops, out);
+    return eg__unary_iter_new(ds, params, epoch, sizeof(take_iter), &skip_iter_ops, out);
 }
 
-static const eg__dataset_ops skip_ops = {skip_iterator_new, unary_destroy, false};
+static const eg__dataset_ops skip_ops = {skip_iterator_new, eg__unary_destroy, false};
 
 eg_dataset *eg_dataset_skip(eg_dataset *input, int64_t count) {
     return count_new(input, count, &skip_ops, "skip");
-}
-
-/* ---- cache ---- */
-
-typedef struct cache_dataset {
-    unary_dataset base;
-    pthread_mutex_t mutex; /* guards complete, items, n_items */
-    bool complete;
-    eg_element *items;
-    int64_t n_items;
-} cache_dataset;
-
-typedef struct cache_iter {
-    eg__iter base;
-    eg__iter *input; /* NULL when replaying */
-    eg_element *items;
-    int64_t n_items, capacity, position;
-} cache_iter;
-
-static void element_copy_ref(const eg_element *from, eg_element *to) {
-    *to = *from;
-    for (int i = 0; i < to->n_tensors; i++) eg__ref(to->tensors[i]);
-}
-
-static eg_status cache_next(eg__iter *base, eg_element *out) {
-    cache_iter *it = (cache_iter *)base;
-    cache_dataset *ds = (cache_dataset *)base->dataset;
-    if (!it->input) {
-        if (it->position >= ds->n_items) return EG__END;
-        element_copy_ref(&ds->items[it->position++], out);
-        return EG_OK;
-    }
-    eg_status status = eg__iter_next(it->input, out);
-    if (status == EG_OK) {
-        if (it->n_items == it->capacity) {
-            int64_t capacity = it->capacity ? 2 * it->capacity : 256;
-            eg_element *items = realloc(it->items, (size_t)capacity * sizeof *items);
-            if (!items) {
-                eg__element_clear(out);
-                return eg__error(EG_ERR_OUT_OF_MEMORY, "cache: out of host memory");
-            }
-            it->items = items;
-            it->capacity = capacity;
-        }
-        element_copy_ref(out, &it->items[it->n_items++]);
-    } else if (status == EG__END) {
-        pthread_mutex_lock(&ds->mutex);
-        if (!ds->complete) {
-            ds->complete = true;
-            ds->items = it->items;
-            ds->n_items = it->n_items;
-            it->items = NULL;
-            it->n_items = 0;
-        }
-        pthread_mutex_unlock(&ds->mutex);
-    }
-    return status;
-}
-
-static void cache_iter_free(eg__iter *base) {
-    cache_iter *it = (cache_iter *)base;
-    for (int64_t i = 0; i < it->n_items; i++) eg__element_clear(&it->items[i]);
-    free(it->items);
-    eg__iter_free(it->input);
-    free(it);
-}
-
-static const eg__iter_ops cache_iter_ops = {cache_next, cache_iter_free};
-
-static eg_status cache_iterator_new(eg_dataset *base, const eg__iter_params *params,
-                                    uint64_t epoch, eg__iter **out) {
-    (void)epoch;
-    cache_dataset *ds = (cache_dataset *)base;
-    cache_iter *it = calloc(1, sizeof *it);
-    if (!it) return eg__error(EG_ERR_OUT_OF_MEMORY, "cache: out of host memory");
-    it->base.ops = &cache_iter_ops;
-    pthread_mutex_lock(&ds->mutex);
-    bool replay = ds->complete;
-    pthread_mutex_unlock(&ds->mutex);
-    if (!replay) {
-        eg__iter_params child = eg__iter_params_child(params);
-        eg_status status = eg__iter_create(ds->base.input, &child, &it->input);
-        if (status != EG_OK) {
-            free(it);
-            return status;
-        }
-    }
-    *out = &it->base;
-    return EG_OK;
-}
-
-static void cache_destroy(eg_dataset *base) {
-    cache_dataset *ds = (cache_dataset *)base;
-    for (int64_t i = 0; i < ds->n_items; i++) eg__element_clear(&ds->items[i]);
-    free(ds->items);
-    pthread_mutex_destroy(&ds->mutex);
-    unary_destroy(base);
-}
-
-static const eg__dataset_ops cache_ops = {cache_iterator_new, cache_destroy, false};
-
-eg_dataset *eg_dataset_cache(eg_dataset *input) {
-    cache_dataset *ds = unary_new(input, sizeof *ds, &cache_ops, "cache");
-    if (!ds) return NULL;
-    pthread_mutex_init(&ds->mutex, NULL);
-    return &ds->base.base;
-}
-
-/* ---- zip ---- */
-
-typedef struct zip_dataset {
-    eg_dataset base;
-    int n;
-    eg_dataset **inputs;
-} zip_dataset;
-
-typedef struct zip_iter {
-    eg__iter base;
-    int n;
-    eg__iter **inputs;
-} zip_iter;
-
-static eg_status zip_next(eg__iter *base, eg_element *out) {
-    zip_iter *it = (zip_iter *)base;
-    for (int i = 0; i < it->n; i++) {
-        eg_element e = {0};
-        eg_status status = eg__iter_next(it->inputs[i], &e);
-        if (status == EG_OK && out->n_tensors + e.n_tensors > EG_ELEMENT_MAX_TENSORS) {
-            status = eg__error(EG_ERR_INVALID_ARGUMENT,
-                               "zip: the inputs' elements have more than %d tensors in all",
-                               EG_ELEMENT_MAX_TENSORS);
-            eg__element_clear(&e);
-        }
-        if (status != EG_OK) {
-            eg__element_clear(out);
-            return status;
-        }
-        memcpy(out->tensors + out->n_tensors, e.tensors, (size_t)e.n_tensors * sizeof *e.tensors);
-        out->n_tensors += e.n_tensors;
-    }
-    return EG_OK;
-}
-
-static void zip_iter_free(eg__iter *base) {
-    zip_iter *it = (zip_iter *)base;
-    for (int i = 0; i < it->n; i++) eg__iter_free(it->inputs[i]);
-    free(it->inputs);
-    free(it);
-}
-
-static const eg__iter_ops zip_iter_ops = {zip_next, zip_iter_free};
-
-static eg_status zip_iterator_new(eg_dataset *base, const eg__iter_params *params, uint64_t epoch,
-                                  eg__iter **out) {
-    (void)epoch;
-    const zip_dataset *ds = (const zip_dataset *)base;
-    zip_iter *it = calloc(1, sizeof *it);
-    eg__iter **inputs = calloc((size_t)ds->n, sizeof *inputs);
-    if (!it || !inputs) {
-        free(it);
-        free(inputs);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "zip: out of host memory");
-    }
-    it->base.ops = &zip_iter_ops;
-    it->inputs = inputs;
-    eg__iter_params child = eg__iter_params_child(params);
-    for (; it->n < ds->n; it->n++) {
-        eg_status status = eg__iter_create(ds->inputs[it->n], &child, &it->inputs[it->n]);
-        if (status != EG_OK) {
-            zip_iter_free(&it->base);
-            return status;
-        }
-    }
-    *out = &it->base;
-    return EG_OK;
-}
-
-static void zip_destroy(eg_dataset *base) {
-    zip_dataset *ds = (zip_dataset *)base;
-    eg__dataset_unref_all(ds->n, ds->inputs);
-    free(ds->inputs);
-}
-
-static const eg__dataset_ops zip_ops = {zip_iterator_new, zip_destroy, false};
-
-/* Checks an array of datasets taken over by `what`; releases them all on failure. */
-static bool check_inputs(int n, eg_dataset *const *inputs, const char *what) {
-    if (n < 1 || n > 1024 || !inputs) {
-        if (n < 1 || n > 1024)
-            eg__error(EG_ERR_INVALID_ARGUMENT, "%s: n is %d; 1 to 1024 datasets allowed", what, n);
-        else
-            eg__error(EG_ERR_NULL_ARGUMENT, "%s: inputs is NULL", what);
-        if (inputs && n > 0 && n <= 1024) eg__dataset_unref_all(n, inputs);
-        return false;
-    }
-    for (int i = 0; i < n; i++)
-        if (!inputs[i]) {
-            if (!eg__error_pending())
-                eg__error(EG_ERR_NULL_ARGUMENT, "%s: input %d is NULL", what, i);
-            eg__dataset_unref_all(n, inputs);
-            return false;
-        }
-    return true;
-}
-
-eg_dataset *eg_dataset_zip(int n, eg_dataset *const *inputs) {
-    if (!check_inputs(n, inputs, "dataset_zip")) return NULL;
-    char name[64];
-    snprintf(name, sizeof name, "zip(%d)", n);
-    zip_dataset *ds = eg__dataset_alloc(sizeof *ds, &zip_ops, name);
-    eg_dataset **held = ds ? malloc((size_t)n * sizeof *held) : NULL;
-    if (!held) {
-        if (ds) eg__error(EG_ERR_OUT_OF_MEMORY, "dataset_zip: out of host memory");
-        free(ds);
-        eg__dataset_unref_all(n, inputs);
-        return NULL;
-    }
-    memcpy(held, inputs, (size_t)n * sizeof *held);
-    ds->n = n;
-    ds->inputs = held;
-    return &ds->base;
-}
-
-/* ---- interleave ---- */
-
-typedef struct interleave_dataset {
-    unary_dataset base;
-    eg_dataset_interleave_fn fn;
-    void *context;
-    int cycle_length, block_length;
-    int n_owned; /* interleave_datasets: the sources, indexed by the range input */
-    eg_dataset **owned;
-} interleave_dataset;
-
-typedef struct interleave_iter {
-    unary_iter base;
-    eg__iter_params params; /* for the datasets fn makes: no statistics */
-    eg__iter **cycle;
-    int current, in_block;
-    bool input_done;
-    int64_t index;
-} interleave_iter;
-
-/* Opens the dataset of the next input element in the current slot (or notes the input's end). */
-static eg_status interleave_open(interleave_iter *it, const interleave_dataset *ds) {
-    eg_element e = {0};
-    eg_status status = eg__iter_next(it->base.input, &e);
-    if (status == EG__END) {
-        it->input_done = true;
-        return EG_OK;
-    }
-    if (status != EG_OK) return status;
-    eg_dataset_call_info info = {it->base.epoch, it->index};
-    eg__user_frame frame;
-    eg__user_begin(&frame);
-    eg_dataset *made = ds->fn(&e, &info, ds->context);
-    status = eg__user_end(&frame, made ? EG_OK : EG_ERR_INVALID_ARGUMENT, NULL,
-                          it->base.base.stage, "interleave", it->index);
-    it->index++;
-    eg__element_clear(&e);
-    if (status != EG_OK) {
-        eg__dataset_unref(made);
-        return status;
-    }
-    status = eg__iter_create(made, &it->params, &it->cycle[it->current]);
-    eg__dataset_unref(made);
-    it->in_block = 0;
-    return status;
-}
-
-static eg_status interleave_next(eg__iter *base, eg_element *out) {
-    interleave_iter *it = (interleave_iter *)base;
-    const interleave_dataset *ds = (const interleave_dataset *)base->dataset;
-    for (;;) {
-        if (!it->cycle[it->current] && !it->input_done) {
-            eg_status status = interleave_open(it, ds);
-            if (status != EG_OK) return status;
-        }
-        eg__iter *source = it->cycle[it->current];
-        if (!source) {
-            bool any = false;
-            for (int i = 0; i < ds->cycle_length; i++) any = any || it->cycle[i];
-            if (!any) return EG__END; /* the input is done too */
-            it->current = (it->current + 1) % ds->cycle_length;
-            it->in_block = 0;
-            continue;
-        }
-        eg_status status = eg__iter_next(source, out);
-        if (status == EG_OK) {
-            if (++it->in_block >= ds->block_length) {
-                it->current = (it->current + 1) % ds->cycle_length;
-                it->in_block = 0;
-            }
-            return EG_OK;
-        }
-        if (status != EG__END) return status;
-        eg__iter_free(source); /* replaced by the next input element's dataset */
-        it->cycle[it->current] = NULL;
-        it->in_block = 0;
-    }
-}
-
-static void interleave_iter_free(eg__iter *base) {
-    interleave_iter *it = (interleave_iter *)base;
-    const interleave_dataset *ds = (const interleave_dataset *)base->dataset;
-    if (it->cycle)
-        for (int i = 0; i < ds->cycle_length; i++) eg__iter_free(it->cycle[i]);
-    free(it->cycle);
-    unary_iter_free(base);
-}
-
-static const eg__iter_ops interleave_iter_ops = {interleave_next, interleave_iter_free};
-
-static eg_status interleave_iterator_new(eg_dataset *base, const eg__iter_params *params,
-                                         uint64_t epoch, eg__iter **out) {
-    const interleave_dataset *ds = (const interleave_dataset *)base;
-    eg__iter **cycle = calloc((size_t)ds->cycle_length, sizeof *cycle);
-    if (!cycle) return eg__error(EG_ERR_OUT_OF_MEMORY, "interleave: out of host memory");
-    eg_status status =
-        unary_iter_new(base, params, epoch, sizeof(interleave_iter), &interleave_iter_ops, out);
-    if (status != EG_OK) {
-        free(cycle);
-        return status;
-    }
-    interleave_iter *it = (interleave_iter *)*out;
-    it->cycle = cycle;
-    it->params = eg__iter_params_child(params);
-    it->params.stats = false;
-    return EG_OK;
-}
-
-static void interleave_destroy(eg_dataset *base) {
-    interleave_dataset *ds = (interleave_dataset *)base;
-    eg__dataset_unref_all(ds->n_owned, ds->owned);
-    free(ds->owned);
-    unary_destroy(base);
-}
-
-static const eg__dataset_ops interleave_ops = {interleave_iterator_new, interleave_destroy, false};
-
-eg_dataset *eg_dataset_interleave(eg_dataset *input, eg_dataset_interleave_fn fn, void *context,
-                                  int cycle_length, int block_length) {
-    if (input && !fn) {
-        eg__error(EG_ERR_NULL_ARGUMENT, "dataset_interleave: fn is NULL");
-        eg__dataset_unref(input);
-        return NULL;
-    }
-    if (input && (cycle_length < 1 || cycle_length > 4096 || block_length < 1))
-        return invalid(input,
-                       "dataset_interleave: cycle_length %d and block_length %d; cycle_length must "
-                       "be 1 to 4096 and block_length at least 1",
-                       cycle_length, block_length);
-    char name[64];
-    snprintf(name, sizeof name, "interleave(%d, %d)", cycle_length, block_length);
-    interleave_dataset *ds = unary_new(input, sizeof *ds, &interleave_ops, name);
-    if (!ds) return NULL;
-    ds->fn = fn;
-    ds->context = context;
-    ds->cycle_length = cycle_length;
-    ds->block_length = block_length;
-    return &ds->base.base;
-}
-
-/* interleave_datasets' fn: the source whose number the range input gives. */
-static eg_dataset *pick_source(const eg_element *element, const eg_dataset_call_info *info,
-                               void *context) {
-    (void)info;
-    interleave_dataset *ds = context;
-    int64_t i = *(const int64_t *)eg__data(element->tensors[0]);
-    return eg_dataset_retain(ds->owned[i]);
-}
-
-eg_dataset *eg_dataset_interleave_datasets(int n, eg_dataset *const *inputs, int block_length) {
-    if (!check_inputs(n, inputs, "dataset_interleave_datasets")) return NULL;
-    if (block_length < 1) {
-        eg__error(EG_ERR_INVALID_ARGUMENT,
-                  "dataset_interleave_datasets: block_length is %d; it must be at least 1",
-                  block_length);
-        eg__dataset_unref_all(n, inputs);
-        return NULL;
-    }
-    eg_dataset **owned = malloc((size_t)n * sizeof *owned);
-    if (!owned) {
-        eg__error(EG_ERR_OUT_OF_MEMORY, "dataset_interleave_datasets: out of host memory");
-        eg__dataset_unref_all(n, inputs);
-        return NULL;
-    }
-    memcpy(owned, inputs, (size_t)n * sizeof *owned);
-    eg_dataset *range = eg_dataset_range(0, n, 1);
-    eg_dataset *ds = range ? eg_dataset_interleave(range, pick_source, NULL, n, block_length) : NULL;
-    if (!ds) {
-        eg__dataset_unref_all(n, owned);
-        free(owned);
-        return NULL;
-    }
-    interleave_dataset *node = (interleave_dataset *)ds;
-    node->context = node;
-    node->owned = owned;
-    node->n_owned = n;
-    snprintf(ds->name, sizeof ds->name, "interleave_datasets(%d, %d)", n, block_length);
-    return ds;
-}
-
-/* ---- options ---- */
-
-typedef struct options_dataset {
-    unary_dataset base;
-    eg_dataset_options options;
-} options_dataset;
-
-static eg_status options_iterator_new(eg_dataset *base, const eg__iter_params *params,
-                                      uint64_t epoch, eg__iter **out) {
-    (void)epoch;
-    const options_dataset *ds = (const options_dataset *)base;
-    if (params->context) {
-        if (ds->options.cpu_budget > 0) params->context->cpu_budget = ds->options.cpu_budget;
-        if (ds->options.ram_budget > 0) params->context->ram_budget = ds->options.ram_budget;
-    }
-    return eg__iter_create(ds->base.input, params, out);
-}
-
-static const eg__dataset_ops options_ops = {options_iterator_new, unary_destroy, true};
-
-eg_dataset *eg_dataset_with_options(eg_dataset *input, const eg_dataset_options *options) {
-    if (input && !options) {
-        eg__error(EG_ERR_NULL_ARGUMENT, "dataset_with_options: options is NULL");
-        eg__dataset_unref(input);
-        return NULL;
-    }
-    if (input && (options->cpu_budget < 0 || options->cpu_budget > EG_DATASET_MAX_PARALLELISM ||
-                  options->ram_budget < 0))
-        return invalid(input,
-                       "dataset_with_options: cpu_budget %d (0 to %d) or ram_budget %lld "
-                       "(>= 0) out of range",
-                       options->cpu_budget, EG_DATASET_MAX_PARALLELISM,
-                       (long long)options->ram_budget);
-    options_dataset *ds = unary_new(input, sizeof *ds, &options_ops, "options");
-    if (!ds) return NULL;
-    ds->options = *options;
-    return &ds->base.base;
 }

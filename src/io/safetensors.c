@@ -689,8 +689,9 @@ const char *eg_safetensors_metadata(const eg_safetensors *st, const char *key) {
         eg__error(EG_ERR_NULL_ARGUMENT, "safetensors_metadata: key is NULL");
         return NULL;
     }
-    char **found =
-        bsearch(&key, st->metadata_keys, st->n_metadata, sizeof(char *), compare_strings);
+    char **found = st->n_metadata ? bsearch(&key, st->metadata_keys, st->n_metadata, sizeof(char *),
+                                            compare_strings)
+                                  : NULL; /* no "__metadata__": metadata_keys is NULL */
     return found ? st->metadata_values[found - st->metadata_keys] : NULL;
 }
 

@@ -476,23 +476,28 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
         axes[n_axes++] = axis;
     }
     bool batch_stats = !batch || (training && layer->trainable);
-    if (batch_stats) {
-        if (eg_moments(x, n_axes, axes, true, &mean, &variance) == EG_OK) {
-            eg__temp(&temps, mean);
-            eg__temp(&temps, variance);
+    eg_tensor *y = NULL;
+    if (batch && batch_stats) { /* the fused training op, then the moving statistics */
+        y = eg_batch_norm_training(x, n_axes, axes, beta, gamma, o->epsilon, &mean, &variance);
+        eg__temp(&temps, mean);
+        eg__temp(&temps, variance);
+        if (y && (update_moving(layer->variables[v], mean, o->momentum) != EG_OK ||
+                  update_moving(layer->variables[v + 1], variance, o->momentum) != EG_OK)) {
+            eg_release(y);
+            y = NULL;
         }
     } else {
-        mean = along_axis(&temps, layer->variables[v], n_dims, axis);
-        variance = along_axis(&temps, layer->variables[v + 1], n_dims, axis);
-    }
-    eg_tensor *y = mean && variance
-                       ? eg_batch_normalization(x, mean, variance, beta, gamma, o->epsilon)
-                       : NULL;
-    if (y && batch && batch_stats &&
-        (update_moving(layer->variables[v], mean, o->momentum) != EG_OK ||
-         update_moving(layer->variables[v + 1], variance, o->momentum) != EG_OK)) {
-        eg_release(y);
-        y = NULL;
+        if (batch_stats) { /* layer normalization: each example's own statistics */
+            if (eg_moments(x, n_axes, axes, true, &mean, &variance) == EG_OK) {
+                eg__temp(&temps, mean);
+                eg__temp(&temps, variance);
+            }
+        } else {
+            mean = along_axis(&temps, layer->variables[v], n_dims, axis);
+            variance = along_axis(&temps, layer->variables[v + 1], n_dims, axis);
+        }
+        if (mean && variance)
+            y = eg_batch_normalization(x, mean, variance, beta, gamma, o->epsilon);
     }
     eg__temps_release(&temps);
     return y;

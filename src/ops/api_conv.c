@@ -334,6 +334,45 @@ eg_tensor *eg_batch_normalization(const eg_tensor *x, const eg_tensor *mean,
     return y;
 }
 
+eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axes,
+                                  const eg_tensor *offset, const eg_tensor *scale, double epsilon,
+                                  eg_tensor **batch_mean, eg_tensor **batch_variance) {
+    if (batch_mean) *batch_mean = NULL;
+    if (batch_variance) *batch_variance = NULL;
+    if (!eg__check_arg(x, "batch_norm_training", 0)) return NULL;
+    eg_tensor *mean, *variance;
+    if (eg_moments(x, n_axes, axes, true, &mean, &variance) != EG_OK) return NULL;
+    /* eg_moments has checked the axes */
+    eg__attrs attrs = {.scalars = {epsilon}, .training = true};
+    bool chosen[EG_MAX_DIMS] = {0};
+    for (int i = 0; i < n_axes; i++) {
+        int a = axes[i];
+        eg__normalize_axis(&a, x->n_dims);
+        chosen[a] = true;
+    }
+    for (int d = 0; d < x->n_dims; d++)
+        if (chosen[d] || n_axes == 0) attrs.axes[attrs.n_axes++] = d;
+    /* scale and offset broadcast to the statistics' (keepdims) shape; missing ones are 1 and 0 */
+    eg_tensor *items[4] = {0};
+    eg_tensor *g = scale ? eg_broadcast_to(scale, mean->n_dims, mean->shape)
+                         : eg_full_like(mean, 1.0);
+    eg_tensor *o = offset ? eg_broadcast_to(offset, mean->n_dims, mean->shape)
+                          : eg_full_like(mean, 0.0);
+    items[0] = g;
+    items[1] = o;
+    eg_tensor *y = NULL;
+    if (g && o) {
+        const eg_tensor *in[5] = {x, mean, variance, g, o};
+        y = eg__execute(EG__OP_BATCH_NORM, 5, in, &attrs);
+    }
+    for (int i = 0; i < 2; i++) eg_release(items[i]);
+    if (y && batch_mean) *batch_mean = mean;
+    else eg_release(mean);
+    if (y && batch_variance) *batch_variance = variance;
+    else eg_release(variance);
+    return y;
+}
+
 eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axes,
                                   const eg_tensor *scale, const eg_tensor *offset,
                                   double epsilon) {

@@ -123,9 +123,18 @@ eg_status eg__backward_sigmoid(const eg__backward_call *call) {
 }
 
 eg_status eg__backward_relu(const eg__backward_call *call) {
+    const eg_tensor *in[2] = {IN(0), GRAD};
+    static const eg__attrs no_attrs;
+    SET_GRAD(0, eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs));
+    return eg_last_status();
+}
+
+/* g masked by x > 0: linear in g (the same mask again), piecewise constant in x (nothing). */
+eg_status eg__backward_relu_backward(const eg__backward_call *call) {
     temps t = {0};
-    eg_tensor *zero = scalar_like(&t, IN(0), 0.0);
-    SET_GRAD(0, eg_where(tmp(&t, eg_greater(IN(0), zero)), GRAD, zero));
+    const eg_tensor *in[2] = {IN(0), GRAD};
+    static const eg__attrs no_attrs;
+    SET_GRAD(1, reduce_like(tmp(&t, eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs)), IN(1)));
     return finish(&t);
 }
 
@@ -476,6 +485,36 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
     eg_tensor *shift = tmp(&t, eg_sub(tmp(&t, eg_mul_scalar(g_mean, 1.0 / n)),
                                       tmp(&t, eg_mul(mean, scale))));
     SET_GRAD(0, eg_mul_add(x, scale, shift));
+    return finish(&t);
+}
+
+/* y = (x - m) r g + o with r = rsqrt(v + eps) and m, v x's batch moments over N elements:
+ *   d offset = sum(G), d scale = r (sum(G x) - m sum(G)),
+ *   dx = k (G - sum(G) / N - xhat d_scale / N) with k = g r, xhat = (x - m) r
+ *      = G k + x c1 + c0,  c1 = -k r d_scale / N,  c0 = -k (sum(G) - m r d_scale) / N,
+ * i.e. two mul_adds; mean and variance get nothing (their dependence on x is already in dx).
+ * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact. */
+eg_status eg__backward_batch_norm(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
+    double n = reduced_count(call->attrs, x);
+    eg_tensor *r = tmp(&t, eg_rsqrt(tmp(&t, eg_add_scalar(v, call->attrs->scalars[0]))));
+    eg_tensor *sum_g = tmp(&t, reduce_like(GRAD, m));
+    eg_tensor *sum_gx = tmp(&t, reduce_like(tmp(&t, eg_mul(GRAD, x)), m));
+    eg_tensor *d_scale = tmp(&t, eg_mul(r, tmp(&t, eg_sub(sum_gx, tmp(&t, eg_mul(m, sum_g))))));
+    SET_GRAD(4, reduce_like(sum_g, IN(4)));
+    if (NEEDS(3)) {
+        eg__ref(d_scale);
+        call->grad_inputs[3] = d_scale;
+    }
+    if (NEEDS(0)) {
+        eg_tensor *k = tmp(&t, eg_mul(g, r));
+        eg_tensor *k_n = tmp(&t, eg_mul_scalar(k, -1.0 / n));
+        eg_tensor *c1 = tmp(&t, eg_mul(k_n, tmp(&t, eg_mul(r, d_scale))));
+        eg_tensor *c0 = tmp(&t, eg_mul(k_n, tmp(&t, eg_sub(sum_g, tmp(&t, eg_mul(tmp(&t, eg_mul(m, r)),
+                                                                                d_scale))))));
+        SET_GRAD(0, eg_mul_add(GRAD, k, tmp(&t, eg_mul_add(x, c1, c0))));
+    }
     return finish(&t);
 }
 

@@ -517,6 +517,32 @@ eg_status eg__infer_moments(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
+/* (x, mean, variance, scale, offset) -> like x; the four shaped like x reduced over attrs->axes
+ * with keepdims. */
+eg_status eg__infer_batch_norm(eg__op op, int n_in, const eg_tensor *const *in,
+                               const eg__attrs *attrs, eg__meta *meta) {
+    if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[0], 0) != EG_OK ||
+        check_axes(op, in[0], attrs) != EG_OK)
+        return eg_last_status();
+    eg__attrs keep = *attrs;
+    keep.keepdims = true;
+    eg__meta kept;
+    reduced_shape(in[0], &keep, &kept);
+    for (int i = 1; i < 5; i++) {
+        if (in[i]->n_dims != kept.n_dims ||
+            memcmp(in[i]->shape, kept.shape, sizeof(int64_t) * (size_t)kept.n_dims) != 0) {
+            char a[SHAPE_TEXT], b[SHAPE_TEXT];
+            return eg__op_error(op, EG_ERR_SHAPE, "input %d has shape %s, expected %s", i,
+                                shape_text(in[i], a),
+                                eg__shape_format(kept.n_dims, kept.shape, b, SHAPE_TEXT));
+        }
+    }
+    if (!(attrs->scalars[0] >= 0))
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "epsilon must be >= 0");
+    same_as(meta, in[0]);
+    return EG_OK;
+}
+
 /* ---- 2-d windows: convolution and pooling ---- */
 
 /* Batch, height, width and channels of a 4-d image shape in the window's layout. */

@@ -27,6 +27,8 @@ check "unknown flag -> 2 with usage hint" \
 check "bad number -> 2" bash -c 'out=$("$0" train --epochs zero 2>&1); [ $? -eq 2 ] && grep -q -- "--epochs" <<<"$out"' "$eagle"
 check "bad hidden list -> 2" expect_exit 2 "$eagle" train --hidden 64,,3
 check "bad optimizer -> 2" expect_exit 2 "$eagle" train --optimizer lbfgs
+check "bad mode -> 2" expect_exit 2 "$eagle" train --mode turbo
+check "bench without a name -> 2" expect_exit 2 "$eagle" bench
 check "eval without file -> 2" expect_exit 2 "$eagle" eval
 check "info extra arg -> 2" expect_exit 2 "$eagle" info extra
 for command in train eval info; do
@@ -58,6 +60,12 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     second_numbers=$(numbers_of "$second")
     same_log() { [ "$(wc -l <<<"$first_numbers")" -ge 4 ] && [ "$first_numbers" = "$second_numbers" ]; }
     check "same seed, 1 vs 2 threads: identical training log" same_log
+    # Eager, lazy and graph mode compute the same bits: identical logs.
+    mode_numbers() { numbers_of "$("$eagle" train --limit 3000 --epochs 1 --seed 5 --mode "$1" 2>&1)"; }
+    eager_numbers=$(mode_numbers eager)
+    same_as_eager() { local other; other=$(mode_numbers "$1"); [ "$(wc -l <<<"$eager_numbers")" -ge 4 ] && [ "$other" = "$eager_numbers" ]; }
+    check "--mode lazy gives eager's training log" same_as_eager lazy
+    check "--mode graph gives eager's training log" same_as_eager graph
     check "eval of the saved weights reproduces the test accuracy" \
         bash -c 'out=$("$0" eval "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/w1.safetensors" "$accuracy"
 

@@ -26,8 +26,8 @@ static eg_status step_fn(const eg_tensor *const *in, eg_tensor **out, void *user
     eg_tensor *logits = eg_model_call(s->model, in[0], true);
     eg_tensor *loss =
         eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
-    eg_status status = eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads,
-                                        EG_UNCONNECTED_ZERO);
+    eg_status status =
+        eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n, grads, vars);
     out[0] = eg_scope_keep(loss);
@@ -49,8 +49,8 @@ typedef struct mode_result {
     double final_loss;
 } mode_result;
 
-static bool run_mode(mode m, const mlp_config *config, const mlp_data *train,
-                     const mlp_data *test, int64_t batch, int64_t steps, mode_result *r) {
+static bool run_mode(mode m, const mlp_config *config, const mlp_data *train, const mlp_data *test,
+                     int64_t batch, int64_t steps, mode_result *r) {
     eg_manual_seed(42);
     step_state s = {mlp_build(config), eg_adam_new(NULL)};
     eg_function *f = m == MODE_GRAPH ? eg_function_new("train_step", step_fn, 2, 1, &s) : NULL;
@@ -85,7 +85,8 @@ static bool run_mode(mode m, const mlp_config *config, const mlp_data *train,
         if (step >= 2) {
             calls += after.n_allocs - before.n_allocs;
             size_t step_peak = after.peak_bytes_in_use - before.bytes_in_use;
-            if (m == MODE_GRAPH) { /* the graph's activations live in its arena, held across calls */
+            if (m ==
+                MODE_GRAPH) { /* the graph's activations live in its arena, held across calls */
                 eg_function_stats fs;
                 eg_function_stats_get(f, &fs);
                 step_peak += fs.arena_bytes;
@@ -162,13 +163,18 @@ int cli_bench(int argc, char **argv) {
         case STEPS:
             if (!cli_parse_int("bench", "--steps", optarg, 3, 1000000, &steps)) return CLI_USAGE;
             break;
-        case DATA: data_dir = optarg; break;
+        case DATA:
+            data_dir = optarg;
+            break;
         case THREADS:
             if (!cli_parse_int("bench", "--threads", optarg, 1, 256, &threads)) return CLI_USAGE;
             break;
         case 'h':
-        case HELP: print_help(); return CLI_OK;
-        default: return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+        case HELP:
+            print_help();
+            return CLI_OK;
+        default:
+            return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
@@ -183,8 +189,8 @@ int cli_bench(int argc, char **argv) {
     mlp_format_hidden(&config, hidden, sizeof hidden);
     printf("eagle bench modes: MLP 784-%s-10, batch %ld, %ld steps, %d thread(s)\n"
            "(step peak: the most memory a steady-state step uses above what it started with;\n"
-           " for graph mode plus its arena, which holds its intermediates between calls)\n", hidden, batch,
-           steps, eg_get_num_threads());
+           " for graph mode plus its arena, which holds its intermediates between calls)\n",
+           hidden, batch, steps, eg_get_num_threads());
     printf("%-6s %12s %16s %16s %16s %10s %12s\n", "mode", "step (us)", "step peak (KiB)",
            "reserved (KiB)", "alloc calls/step", "test acc", "last loss");
     mode_result results[N_MODES] = {0};

@@ -79,17 +79,19 @@ static void source_finish(void *context, void *state) {
     free(state);
 }
 
-static void source_destroy(void *context) { free(context); }
+static void source_destroy(void *context) {
+    free(context);
+}
 
 /* (indices) -> (x, y): exactly mlp_batch. */
-static eg_status make_batch(const eg_element *in, eg_element *out,
-                            const eg_dataset_call_info *info, void *context) {
+static eg_status make_batch(const eg_element *in, eg_element *out, const eg_dataset_call_info *info,
+                            void *context) {
     (void)info;
     const pipeline_source *s = context;
     const eg_tensor *indices = in->tensors[0];
     out->n_tensors = 2;
-    return mlp_batch(s->train, eg_tensor_data(indices), eg_tensor_dim(indices, 0),
-                     &out->tensors[0], &out->tensors[1]);
+    return mlp_batch(s->train, eg_tensor_data(indices), eg_tensor_dim(indices, 0), &out->tensors[0],
+                     &out->tensors[1]);
 }
 
 /* (images u8 (B, 28, 28), labels) -> (x f32 (B, 784) / 255, labels), with mlp_batch's ops. */

@@ -20,8 +20,11 @@ typedef struct train_options {
     mlp_config model;
     long epochs, batch_size, threads, limit;
     unsigned long long seed;
-    double learning_rate; /* < 0: the optimizer's Keras default */
-    unsigned given;       /* GIVEN_* bits */
+    double learning_rate;     /* < 0: the optimizer's Keras default */
+    unsigned given;           /* GIVEN_* bits */
+    const char *mode;         /* eager, lazy or graph */
+    const char *logdir;       /* TensorBoard event files, or NULL */
+    const char *profile_path; /* Chrome trace, or NULL */
 } train_options;
 
 static void print_help(void) {
@@ -48,6 +51,10 @@ static void print_help(void) {
            "                       --epochs in all; model, optimizer, learning rate, batch size\n"
            "                       and seed come from FILE (flags given must agree). The losses\n"
            "                       are exactly those of the uninterrupted run\n"
+           "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
+           "                       lazily (fused, memory on demand) or traced once and replayed\n"
+           "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
+           "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
            "  --help               this text\n");
 }
 
@@ -65,6 +72,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
         SAVE,
         SAVE_EVERY_EPOCH,
         RESUME,
+        MODE,
+        LOGDIR,
+        PROFILE,
         HELP
     };
     static const struct option options[] = {
@@ -80,6 +90,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"save", required_argument, NULL, SAVE},
         {"save-every-epoch", no_argument, NULL, SAVE_EVERY_EPOCH},
         {"resume", required_argument, NULL, RESUME},
+        {"mode", required_argument, NULL, MODE},
+        {"logdir", required_argument, NULL, LOGDIR},
+        {"profile", required_argument, NULL, PROFILE},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
@@ -87,7 +100,8 @@ static int parse_options(int argc, char **argv, train_options *o) {
                          .epochs = 5,
                          .batch_size = 32,
                          .seed = 42,
-                         .learning_rate = -1};
+                         .learning_rate = -1,
+                         .mode = "eager"};
     optind = 1;
     opterr = 0;
     int option;
@@ -96,6 +110,18 @@ static int parse_options(int argc, char **argv, train_options *o) {
         switch (option) {
         case DATA:
             o->data_dir = optarg;
+            break;
+        case MODE:
+            if (strcmp(optarg, "eager") && strcmp(optarg, "lazy") && strcmp(optarg, "graph"))
+                return cli_usage_error("train", "--mode expects eager, lazy or graph, got '%s'",
+                                       optarg);
+            o->mode = optarg;
+            break;
+        case LOGDIR:
+            o->logdir = optarg;
+            break;
+        case PROFILE:
+            o->profile_path = optarg;
             break;
         case HIDDEN:
             if (!mlp_parse_hidden(optarg, &o->model))
@@ -200,31 +226,92 @@ static void shuffle(int64_t *order, int64_t n, unsigned long long seed, int epoc
 }
 
 /* One step: forward, loss, tape gradient, optimizer update. Returns the batch loss and hits. */
-static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_data *data,
-                            const int64_t *indices, int64_t n, double *loss_out, double *hits_out) {
+typedef struct step_state {
+    eg_model *model;
+    eg_optimizer *optimizer;
+} step_state;
+
+/* One step on x (B, 784) and labels (B,): forward, loss, tape gradient, optimizer update.
+ * Outputs the mean loss and the number of correct predictions. The same function runs in every
+ * mode: called directly (eager), between eg_lazy_begin/end (lazy), or traced (graph). */
+static eg_status step_core(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    step_state *s = user;
+    int n_vars;
+    eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n_vars);
+    eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
+    eg_profiler_range_push("forward");
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tensor *logits = eg_model_call(s->model, in[0], true);
+    eg_tensor *loss =
+        eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
+    eg_profiler_range_pop();
+    eg_profiler_range_push("backward");
+    eg_status status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
+                                        EG_UNCONNECTED_ZERO);
+    eg_tape_free(tape);
+    eg_profiler_range_pop();
+    eg_profiler_range_push("optimizer");
+    if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n_vars, grads, vars);
+    eg_profiler_range_pop();
+    out[0] = loss;
+    out[1] = eg_sum(eg_metric_sparse_categorical_accuracy(in[1], logits), 0, NULL, false);
+    return status == EG_OK ? eg_last_status() : status;
+}
+
+typedef struct stepper {
+    const char *mode;
+    step_state state;
+    eg_function *graph; /* graph mode */
+} stepper;
+
+static eg_status train_step(stepper *st, const mlp_data *data, const int64_t *indices, int64_t n,
+                            double *loss_out, double *hits_out) {
+    eg_profiler_range_push("step");
     eg_scope_begin();
-    eg_tensor *x, *y;
+    eg_tensor *x, *y, *out[2] = {NULL, NULL};
+    eg_profiler_range_push("data");
     eg_status status = mlp_batch(data, indices, n, &x, &y);
+    eg_profiler_range_pop();
+    const eg_tensor *in[2] = {x, y};
     if (status == EG_OK) {
-        int n_vars;
-        eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
-        eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
-        eg_tape *tape = eg_tape_begin(false);
-        eg_tensor *logits = eg_model_call(model, x, true);
-        eg_tensor *loss =
-            eg_loss_sparse_categorical_crossentropy(y, logits, true, EG_REDUCTION_MEAN);
-        status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
-                                  EG_UNCONNECTED_ZERO);
-        eg_tape_free(tape);
-        if (status == EG_OK) status = eg_optimizer_apply_gradients(optimizer, n_vars, grads, vars);
-        eg_metric_mean hits = {0};
-        if (status == EG_OK)
-            status = eg_metric_mean_update(&hits, eg_metric_sparse_categorical_accuracy(y, logits));
-        *loss_out = eg_item(loss);
-        *hits_out = hits.total;
+        if (!strcmp(st->mode, "graph")) {
+            status = eg_function_call(st->graph, in, out);
+        } else if (!strcmp(st->mode, "lazy")) {
+            eg_lazy_begin();
+            status = step_core(in, out, &st->state);
+            eg_lazy_end();
+        } else {
+            status = step_core(in, out, &st->state);
+        }
+    }
+    if (status == EG_OK) {
+        *loss_out = eg_item(out[0]);
+        *hits_out = eg_item(out[1]);
     }
     eg_scope_end();
+    eg_profiler_range_pop();
     return status == EG_OK ? eg_last_status() : status;
+}
+
+/* TensorBoard: per-epoch scalars and weight histograms. */
+static eg_status log_epoch(eg_summary_writer *w, eg_model *model, int epoch, double train_loss,
+                           double train_accuracy, double test_accuracy, double test_loss,
+                           double samples_per_second) {
+    eg_memory_stats memory;
+    eg_memory_stats_get(NULL, &memory);
+    eg_status status = EG_OK;
+    const char *tags[6] = {"epoch/train_loss",         "epoch/train_accuracy",
+                           "epoch/test_accuracy",      "epoch/test_loss",
+                           "epoch/samples_per_second", "epoch/memory_in_use_bytes"};
+    double values[6] = {train_loss, train_accuracy,     test_accuracy,
+                        test_loss,  samples_per_second, (double)memory.bytes_in_use};
+    for (int i = 0; i < 6 && status == EG_OK; i++)
+        status = eg_summary_scalar(w, tags[i], epoch, values[i]);
+    int n_vars;
+    eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
+    for (int i = 0; i < n_vars && status == EG_OK; i++)
+        status = eg_summary_histogram(w, eg_variable_name(vars[i]), epoch, vars[i]);
+    return status == EG_OK ? eg_summary_flush(w) : status;
 }
 
 static eg_status save_checkpoint(eg_model *model, const eg_optimizer *optimizer,
@@ -289,6 +376,8 @@ int cli_train(int argc, char **argv) {
     eg_manual_seed(o.seed);
 
     mlp_data train = {0}, test = {0};
+    stepper st = {0};
+    eg_summary_writer *summary = NULL;
     eg_model *model = NULL;
     eg_optimizer *optimizer = NULL;
     int64_t *order = NULL;
@@ -307,14 +396,19 @@ int cli_train(int argc, char **argv) {
     optimizer = model ? make_optimizer(&o) : NULL;
     order = malloc((size_t)train.n * sizeof *order);
     if (!model || !optimizer || !order) goto done;
+    st = (stepper){o.mode, {model, optimizer}, NULL};
+    if (!strcmp(o.mode, "graph") &&
+        !(st.graph = eg_function_new("train_step", step_core, 2, 2, &st.state)))
+        goto done;
+    if (o.logdir && !(summary = eg_summary_writer_new(o.logdir))) goto done;
     if (resume) {
         if (train_state_restore(resume, model, optimizer, &resumed) != EG_OK) goto done;
         eg_safetensors_close(resume);
         resume = NULL;
     }
-    printf("eagle %s: %lld training / %lld test examples, %d thread(s), optimizer %s\n",
+    printf("eagle %s: %lld training / %lld test examples, %d thread(s), optimizer %s, %s mode\n",
            eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(),
-           eg_optimizer_name(optimizer));
+           eg_optimizer_name(optimizer), o.mode);
     if (o.resume_path)
         printf("resumed from %s after epoch %ld (%lld steps)\n", o.resume_path, resumed.epoch,
                (long long)resumed.iterations);
@@ -323,6 +417,7 @@ int cli_train(int argc, char **argv) {
     int64_t steps = (train.n + o.batch_size - 1) / o.batch_size;
     double train_seconds = 0;
     long epochs_done = o.resume_path ? resumed.epoch : 0, epochs_run = 0;
+    if (o.profile_path && eg_profiler_start(EG_PROFILE_OPS | EG_PROFILE_TRACE) != EG_OK) goto done;
     for (int epoch = (int)epochs_done + 1; epoch <= o.epochs; epoch++) {
         shuffle(order, train.n, o.seed, epoch);
         cli_progress progress;
@@ -335,19 +430,25 @@ int cli_train(int argc, char **argv) {
             int64_t start = step * o.batch_size;
             int64_t n = train.n - start < o.batch_size ? train.n - start : o.batch_size;
             double loss, batch_hits;
-            if (train_step(model, optimizer, &train, order + start, n, &loss, &batch_hits) != EG_OK)
-                goto done;
+            if (train_step(&st, &train, order + start, n, &loss, &batch_hits) != EG_OK) goto done;
             eg_metric_mean_add(&loss_mean, loss, (double)n);
             hits += batch_hits;
             seen += n;
             cli_progress_update(&progress, step + 1, seen, eg_metric_mean_result(&loss_mean),
                                 hits / (double)seen);
         }
-        train_seconds += cli_seconds() - epoch_start;
+        double epoch_seconds = cli_seconds() - epoch_start;
+        train_seconds += epoch_seconds;
         cli_progress_end(&progress, seen, eg_metric_mean_result(&loss_mean), hits / (double)seen);
         double test_accuracy, test_loss;
+        if (o.profile_path) eg_profiler_pause();
         if (mlp_evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
+        if (o.profile_path) eg_profiler_resume();
         printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
+        if (summary && log_epoch(summary, model, epoch, eg_metric_mean_result(&loss_mean),
+                                 hits / (double)seen, test_accuracy, test_loss,
+                                 epoch_seconds > 0 ? (double)seen / epoch_seconds : 0) != EG_OK)
+            goto done;
         epochs_done = epoch;
         epochs_run++;
         if (o.save_every_epoch) {
@@ -362,10 +463,27 @@ int cli_train(int argc, char **argv) {
         if (save_checkpoint(model, optimizer, &o, train.n, epochs_done) != EG_OK) goto done;
         printf("saved checkpoint to %s\n", o.save_path);
     }
+    if (o.profile_path) {
+        eg_profiler_stop();
+        if (eg_profiler_report(stdout, 0) != EG_OK ||
+            eg_profiler_write_trace(o.profile_path) != EG_OK)
+            goto done;
+        printf("wrote profile trace %s\n", o.profile_path);
+    }
+    if (st.graph) {
+        eg_function_stats fs;
+        eg_function_stats_get(st.graph, &fs);
+        printf("graph: %d trace(s), %lld ops in %lld kernels, arena %.1f KiB%s%s\n", fs.n_traces,
+               (long long)fs.n_nodes, (long long)fs.n_kernels, (double)fs.arena_bytes / 1024.0,
+               fs.retrace_warning[0] ? "\nwarning: " : "", fs.retrace_warning);
+    }
     char report[1024];
     if (eg_memory_format_stats(NULL, report, sizeof report) == EG_OK) printf("%s\n", report);
     rc = CLI_OK;
 done:
+    if (eg_profiler_flags()) eg_profiler_stop();
+    eg_function_free(st.graph);
+    eg_summary_writer_free(summary);
     if (rc != CLI_OK && eg_last_status() != EG_OK)
         fprintf(stderr, "eagle train: %s\n", eg_last_error());
     eg_safetensors_close(resume);

@@ -27,21 +27,28 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 
-/* Output pixels per im2col tile: the column matrix of a tile (TILE_PIXELS x K) stays within a
- * core's L2 for K up to ~1000 (f32). */
-#define TILE_PIXELS 256
+/* Rows (output pixels, counted across the images of the batch) per im2col tile: enough that the
+ * column matrix (rows x K) fills COL_BUDGET elements (it then stays within a core's L2) but at
+ * least MIN_TILE_ROWS, so that every GEMM has a useful size; fixed by the shapes alone. */
+#define COL_BUDGET    65536
+#define MIN_TILE_ROWS 64
+#define MAX_TILE_ROWS 4096
 /* The filter gradient sums over images in this many fixed chunks at most (parallel work). */
 #define FILTER_CHUNKS 16
 /* The direct kernel handles K = KH*KW*C_in/groups up to this (bench/conv: it beats im2col+GEMM
  * for the 3x3x1 first layer, loses from 3x3x32 on). */
 #define DIRECT_MAX_K 32
+/* Stride-1 input gradients run as a flipped-filter convolution from this many input channels
+ * per group (below, the col2im path's wider GEMM wins). */
+#define FLIPPED_MIN_CHANNELS 8
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_thread(void) {
     openblas_set_num_threads(1);
 }
 
-/* 0: choose by shape; 1: always im2col + GEMM; 2: direct where it applies. For bench/conv. */
+/* 0: choose by shape; 1: always im2col + GEMM; 2: direct where it applies; 3: the input gradient
+ * by col2im even at stride 1. For bench/conv and the tests. */
 static int forced_algorithm;
 void eg__conv_set_algorithm(int algorithm);
 void eg__conv_set_algorithm(int algorithm) {
@@ -96,15 +103,21 @@ static void gemm(eg_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t
                     beta, c, (int)ldc);
 }
 
-/* The column matrix of output pixels p0 .. p0+rows of image b, group grp: row r holds, for every
- * filter tap (i, j) and channel c of the group, x at that tap (0 in the padding). */
-static void im2col(const conv_geometry *g, const char *x, int64_t b, int64_t grp, int64_t p0,
-                   int64_t rows, char *col) {
+static int64_t tile_rows(const conv_geometry *g) {
+    int64_t rows = COL_BUDGET / (g->k > 0 ? g->k : 1);
+    return rows < MIN_TILE_ROWS ? MIN_TILE_ROWS : rows > MAX_TILE_ROWS ? MAX_TILE_ROWS : rows;
+}
+
+/* The column matrix of output rows q0 .. q0+rows (q = image * P + pixel, possibly spanning
+ * images), group grp: row r holds, for every filter tap (i, j) and channel c of the group, x at
+ * that tap (0 in the padding). */
+static void im2col(const conv_geometry *g, const char *x, int64_t grp, int64_t q0, int64_t rows,
+                   char *col) {
     size_t es = g->esize, cg_bytes = (size_t)g->cg * es;
-    const char *xb = x + (size_t)(b * g->x.sn + grp * g->cg * g->x.sc) * es;
     char *dst = col;
     for (int64_t r = 0; r < rows; r++) {
-        int64_t p = p0 + r, oh = p / g->y.w, ow = p % g->y.w;
+        int64_t q = q0 + r, b = q / g->p, p = q % g->p, oh = p / g->y.w, ow = p % g->y.w;
+        const char *xb = x + (size_t)(b * g->x.sn + grp * g->cg * g->x.sc) * es;
         for (int64_t i = 0; i < g->kh; i++) {
             int64_t ih = oh * g->stride_h - g->pad_t + i * g->dil_h;
             if (ih < 0 || ih >= g->x.h) {
@@ -133,14 +146,14 @@ static void im2col(const conv_geometry *g, const char *x, int64_t b, int64_t grp
     }
 }
 
-/* The adjoint of im2col: adds the column matrix's rows into dx (image b, group grp). */
+/* The adjoint of im2col: adds the column matrix of rows q0 .. q0+rows into dx (group grp). */
 #define COL2IM(T, suffix)                                                                          \
-    static void col2im_##suffix(const conv_geometry *g, T *dx, int64_t b, int64_t grp, int64_t p0, \
+    static void col2im_##suffix(const conv_geometry *g, T *dx, int64_t grp, int64_t q0,           \
                                 int64_t rows, const T *col) {                                      \
-        T *xb = dx + b * g->x.sn + grp * g->cg * g->x.sc;                                          \
         int64_t sc = g->x.sc;                                                                      \
         for (int64_t r = 0; r < rows; r++) {                                                       \
-            int64_t p = p0 + r, oh = p / g->y.w, ow = p % g->y.w;                                  \
+            int64_t q = q0 + r, b = q / g->p, p = q % g->p, oh = p / g->y.w, ow = p % g->y.w;      \
+            T *xb = dx + b * g->x.sn + grp * g->cg * sc;                                           \
             const T *src = col + r * g->k;                                                         \
             for (int64_t i = 0; i < g->kh; i++) {                                                  \
                 int64_t ih = oh * g->stride_h - g->pad_t + i * g->dil_h;                           \
@@ -162,12 +175,12 @@ COL2IM(float, f32)
 COL2IM(double, f64)
 #undef COL2IM
 
-static void col2im(const conv_geometry *g, void *dx, int64_t b, int64_t grp, int64_t p0,
-                   int64_t rows, const void *col) {
+static void col2im(const conv_geometry *g, void *dx, int64_t grp, int64_t q0, int64_t rows,
+                   const void *col) {
     if (g->dtype == EG_DTYPE_F32)
-        col2im_f32(g, dx, b, grp, p0, rows, col);
+        col2im_f32(g, dx, grp, q0, rows, col);
     else
-        col2im_f64(g, dx, b, grp, p0, rows, col);
+        col2im_f64(g, dx, grp, q0, rows, col);
 }
 
 /* ---- the direct kernel (f32, NHWC output, AVX2 + FMA) ---- */
@@ -208,13 +221,13 @@ direct_pixel(const conv_geometry *g, const float *xb, const float *w, float *out
 
 #define DIRECT_ROWS(NV)                                                                            \
     __attribute__((target("avx2,fma"))) static void direct_rows_##NV(                              \
-        const conv_geometry *g, const float *x, const float *w, float *y, int64_t b, int64_t p0,   \
+        const conv_geometry *g, const float *x, const float *w, float *y, int64_t q0,              \
         int64_t rows) {                                                                            \
-        for (int64_t r = 0; r < rows; r++) {                                                       \
-            int64_t p = p0 + r, oh = p / g->y.w, ow = p % g->y.w;                                  \
+        for (int64_t q = q0; q < q0 + rows; q++) {                                                 \
+            int64_t b = q / g->p, p = q % g->p, oh = p / g->y.w, ow = p % g->y.w;                  \
             for (int64_t grp = 0; grp < g->groups; grp++)                                          \
                 direct_pixel(g, x + b * g->x.sn + grp * g->cg * g->x.sc, w + grp * g->og,          \
-                             y + (b * g->p + p) * g->out_c + grp * g->og, oh, ow, NV);             \
+                             y + q * g->out_c + grp * g->og, oh, ow, NV);                          \
         }                                                                                          \
     }
 DIRECT_ROWS(1)
@@ -238,6 +251,33 @@ static bool conv_use_direct(const conv_geometry *g) {
 #endif
 }
 
+/* ---- tiles ---- */
+
+/* The tiles of rows [q_begin, q_end) of the flattened (image, pixel) range: `rows` per tile, not
+ * crossing an image boundary when per_image (NCHW layouts keep one image's pixels together). */
+typedef struct tiling {
+    int64_t rows, p;
+    bool per_image;
+} tiling;
+
+static int64_t tile_length(const tiling *t, int64_t q, int64_t q_end) {
+    int64_t n = q_end - q < t->rows ? q_end - q : t->rows;
+    if (t->per_image && t->p - q % t->p < n) n = t->p - q % t->p;
+    return n;
+}
+
+/* Number of tiles of [0, batch * P), and the first row of tile `index`. */
+static int64_t tile_count(const tiling *t, int64_t batch) {
+    if (!t->per_image) return (batch * t->p + t->rows - 1) / t->rows;
+    return batch * ((t->p + t->rows - 1) / t->rows);
+}
+
+static int64_t tile_start(const tiling *t, int64_t index) {
+    if (!t->per_image) return index * t->rows;
+    int64_t per = (t->p + t->rows - 1) / t->rows;
+    return index / per * t->p + index % per * t->rows;
+}
+
 /* ---- forward ---- */
 
 typedef struct conv_job {
@@ -245,7 +285,7 @@ typedef struct conv_job {
     const char *x, *w;
     char *y;
     const char *dy;
-    int64_t tiles; /* per image */
+    tiling tiles;
     int64_t chunk_images, n_chunks;
     char *partials;
     bool direct;
@@ -256,47 +296,51 @@ static void *scratch(size_t bytes) {
     return aligned_alloc(64, (bytes + 63) / 64 * 64);
 }
 
-/* Tasks: (image, pixel tile). */
+static char *col_scratch(conv_job *j) {
+    char *col = scratch((size_t)(j->tiles.rows * j->g->k) * j->g->esize);
+    if (!col) atomic_store(&j->failed, true);
+    return col;
+}
+
+/* Tasks: tiles of output rows. */
 static void conv_forward_tasks(void *context, int64_t begin, int64_t end) {
-    const conv_job *j = context;
+    conv_job *j = context;
     const conv_geometry *g = j->g;
     size_t es = g->esize;
-    char *col = j->direct ? NULL : scratch((size_t)(TILE_PIXELS * g->k) * es);
-    if (!j->direct && !col) {
-        atomic_store(&((conv_job *)context)->failed, true);
-        return;
-    }
+    char *col = j->direct ? NULL : col_scratch(j);
+    if (!j->direct && !col) return;
     for (int64_t task = begin; task < end; task++) {
-        int64_t b = task / j->tiles, p0 = task % j->tiles * TILE_PIXELS;
-        int64_t rows = g->p - p0 < TILE_PIXELS ? g->p - p0 : TILE_PIXELS;
+        int64_t q0 = tile_start(&j->tiles, task);
+        int64_t rows = tile_length(&j->tiles, q0, g->x.n * g->p);
 #ifdef EG_CONV_X86
         if (j->direct) {
             const float *x = (const float *)j->x, *w = (const float *)j->w;
             float *y = (float *)j->y;
             switch (g->og / 8) {
             case 1:
-                direct_rows_1(g, x, w, y, b, p0, rows);
+                direct_rows_1(g, x, w, y, q0, rows);
                 break;
             case 2:
-                direct_rows_2(g, x, w, y, b, p0, rows);
+                direct_rows_2(g, x, w, y, q0, rows);
                 break;
             case 4:
-                direct_rows_4(g, x, w, y, b, p0, rows);
+                direct_rows_4(g, x, w, y, q0, rows);
                 break;
             default:
-                direct_rows_8(g, x, w, y, b, p0, rows);
+                direct_rows_8(g, x, w, y, q0, rows);
                 break;
             }
             continue;
         }
 #endif
+        int64_t b = q0 / g->p, p0 = q0 % g->p;
         for (int64_t grp = 0; grp < g->groups; grp++) {
-            im2col(g, j->x, b, grp, p0, rows, col);
+            im2col(g, j->x, grp, q0, rows, col);
             const char *wg = j->w + (size_t)(grp * g->og) * es;
-            if (!g->first) /* y (b, p, o) */
+            if (!g->first) /* y (q, o): rows of the flattened batch */
                 gemm(g->dtype, false, false, rows, g->og, g->k, col, g->k, wg, g->out_c, 0.0,
-                     j->y + (size_t)((b * g->p + p0) * g->out_c + grp * g->og) * es, g->out_c);
-            else /* y (b, o, p): (og x rows) = W_g^T col^T */
+                     j->y + (size_t)(q0 * g->out_c + grp * g->og) * es, g->out_c);
+            else /* y (b, o, p): (og x rows) = W_g^T col^T, within image b */
                 gemm(g->dtype, true, true, g->og, rows, g->k, wg, g->out_c, col, g->k, 0.0,
                      j->y + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p);
         }
@@ -308,58 +352,103 @@ static eg_status out_of_memory(const char *what) {
     return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
 }
 
+/* y = conv(x, w) for the geometry (y contiguous in its layout, w contiguous HWIO). */
+static eg_status run_forward(const conv_geometry *g, const char *x, const char *w, char *y,
+                             const char *what) {
+    if (g->k == 0) {
+        memset(y, 0, (size_t)(g->y.n * g->p * g->out_c) * g->esize);
+        return EG_OK;
+    }
+    conv_job job = {.g = g, .x = x, .w = w, .y = y};
+    job.direct = conv_use_direct(g);
+    job.tiles = (tiling){tile_rows(g), g->p, g->first};
+    atomic_init(&job.failed, false);
+    eg__parallel_for(tile_count(&job.tiles, g->x.n), 1, conv_forward_tasks, &job);
+    return atomic_load(&job.failed) ? out_of_memory(what) : EG_OK;
+}
+
 /* x: (B, H, W, C) / (B, C, H, W), w: (KH, KW, C/groups, O) -> y: (B, OH, OW, O) / (B, O, OH, OW) */
 eg_status eg__cpu_conv2d(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d(const eg__kernel_call *call) {
     pthread_once(&blas_once, blas_single_thread);
-    const eg_tensor *x = call->inputs[0];
-    eg_tensor *y = call->output;
     eg_tensor *w = eg__contiguous_temp(call->inputs[1]);
     if (!w) return eg_last_status();
-    conv_geometry g = geometry(x, y, w->shape, call->attrs);
-    if (g.k == 0) {
-        memset(eg__data(y), 0, (size_t)y->n_elems * g.esize);
-        eg__unref(w);
-        return EG_OK;
-    }
-    conv_job job = {.g = &g, .x = eg__data(x), .w = eg__data(w), .y = eg__data(y)};
-    job.direct = conv_use_direct(&g);
-    job.tiles = (g.p + TILE_PIXELS - 1) / TILE_PIXELS;
-    atomic_init(&job.failed, false);
-    eg__parallel_for(g.x.n * job.tiles, 1, conv_forward_tasks, &job);
+    conv_geometry g = geometry(call->inputs[0], call->output, w->shape, call->attrs);
+    eg_status status =
+        run_forward(&g, eg__data(call->inputs[0]), eg__data(w), eg__data(call->output), "conv2d");
     eg__unref(w);
-    return atomic_load(&job.failed) ? out_of_memory("conv2d") : EG_OK;
+    return status;
 }
 
 /* ---- gradient with respect to the input ---- */
 
+/* With stride 1 the input gradient is itself a convolution: dx[h] = sum_i dy[h + pad - i * d]
+ * w[i] = sum_i' dy[h - (span - pad) + i' * d] w[k - 1 - i'], i.e. dy convolved with the filter
+ * flipped in space and with its input and output channels swapped (per group), padded by
+ * span - pad (possibly negative: im2col reads zeros outside dy either way). That runs as the
+ * forward does (no scatter, a larger GEMM inner dimension) and is every stride-1 layer's path. */
+static bool flipped_geometry(const conv_geometry *g, conv_geometry *f) {
+    /* With few input channels per group the flipped GEMM would be too narrow (N = cg); when the
+     * input is much larger than the output (valid padding on small images) the flipped form
+     * multiplies many padding zeros (bench/conv: col2im wins from ~25% more). */
+    if (g->stride_h != 1 || g->stride_w != 1 || g->cg < FLIPPED_MIN_CHANNELS ||
+        g->x.h * g->x.w * 4 > g->p * 5 || forced_algorithm == 3)
+        return false;
+    *f = *g;
+    f->x = g->y; /* reads dy */
+    f->y = g->x; /* writes dx */
+    f->cg = g->og;
+    f->og = g->cg;
+    f->out_c = g->cg * g->groups;
+    f->k = g->kh * g->kw * f->cg;
+    f->p = g->x.h * g->x.w;
+    f->pad_t = g->dil_h * (g->kh - 1) - g->pad_t;
+    f->pad_l = g->dil_w * (g->kw - 1) - g->pad_l;
+    return true;
+}
+
+/* w (KH, KW, cg, O) -> (KH, KW, og, C): flipped in space, channels swapped within each group. */
+static void flip_filter(const conv_geometry *g, const char *w, char *out) {
+    size_t es = g->esize;
+    int64_t c_total = g->cg * g->groups;
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t j = 0; j < g->kw; j++) {
+            const char *src = w + (size_t)(((g->kh - 1 - i) * g->kw + (g->kw - 1 - j)) * g->cg *
+                                           g->out_c) * es;
+            char *dst = out + (size_t)((i * g->kw + j) * g->og * c_total) * es;
+            for (int64_t grp = 0; grp < g->groups; grp++)
+                for (int64_t o = 0; o < g->og; o++)
+                    for (int64_t c = 0; c < g->cg; c++)
+                        memcpy(dst + (size_t)(o * c_total + grp * g->cg + c) * es,
+                               src + (size_t)(c * g->out_c + grp * g->og + o) * es, es);
+        }
+}
+
 /* Tasks: images (every tile of an image adds into the same dx rows, in a fixed order). */
 static void conv_input_tasks(void *context, int64_t begin, int64_t end) {
-    const conv_job *j = context;
+    conv_job *j = context;
     const conv_geometry *g = j->g;
     size_t es = g->esize;
-    char *col = scratch((size_t)(TILE_PIXELS * g->k) * es);
-    if (!col) {
-        atomic_store(&((conv_job *)context)->failed, true);
-        return;
-    }
+    char *col = col_scratch(j);
+    if (!col) return;
     for (int64_t b = begin; b < end; b++) {
         /* dx is contiguous in its layout: image b is one block */
         memset(j->y + (size_t)(b * g->x.sn) * es, 0, (size_t)(g->x.h * g->x.w * g->x.c) * es);
-        for (int64_t p0 = 0; p0 < g->p; p0 += TILE_PIXELS) {
-            int64_t rows = g->p - p0 < TILE_PIXELS ? g->p - p0 : TILE_PIXELS;
+        for (int64_t q0 = b * g->p; q0 < (b + 1) * g->p;) {
+            int64_t rows = tile_length(&j->tiles, q0, (b + 1) * g->p), p0 = q0 % g->p;
             for (int64_t grp = 0; grp < g->groups; grp++) {
                 const char *wg = j->w + (size_t)(grp * g->og) * es;
                 if (!g->first) /* dcol (rows x k) = dy (rows x og) W_g^T */
                     gemm(g->dtype, false, true, rows, g->k, g->og,
-                         j->dy + (size_t)((b * g->p + p0) * g->out_c + grp * g->og) * es,
-                         g->out_c, wg, g->out_c, 0.0, col, g->k);
+                         j->dy + (size_t)(q0 * g->out_c + grp * g->og) * es, g->out_c, wg,
+                         g->out_c, 0.0, col, g->k);
                 else
                     gemm(g->dtype, true, true, rows, g->k, g->og,
                          j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p,
                          wg, g->out_c, 0.0, col, g->k);
-                col2im(g, j->y, b, grp, p0, rows, col);
+                col2im(g, j->y, grp, q0, rows, col);
             }
+            q0 += rows;
         }
     }
     free(col);
@@ -376,12 +465,22 @@ eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
         eg__unref(dy);
         return eg_last_status();
     }
-    conv_geometry g = geometry(dx, dy, w->shape, call->attrs);
+    conv_geometry g = geometry(dx, dy, w->shape, call->attrs), f;
     eg_status status = EG_OK;
     if (g.k == 0 || g.p == 0 || g.out_c == 0) {
         memset(eg__data(dx), 0, (size_t)dx->n_elems * g.esize);
+    } else if (flipped_geometry(&g, &f)) {
+        char *flipped = scratch((size_t)w->n_elems * g.esize);
+        if (!flipped) {
+            status = out_of_memory("conv2d_backward_input");
+        } else {
+            flip_filter(&g, eg__data(w), flipped);
+            status = run_forward(&f, eg__data(dy), flipped, eg__data(dx), "conv2d_backward_input");
+            free(flipped);
+        }
     } else {
         conv_job job = {.g = &g, .w = eg__data(w), .y = eg__data(dx), .dy = eg__data(dy)};
+        job.tiles = (tiling){tile_rows(&g), g.p, true};
         atomic_init(&job.failed, false);
         eg__parallel_for(g.x.n, 1, conv_input_tasks, &job);
         if (atomic_load(&job.failed)) status = out_of_memory("conv2d_backward_input");
@@ -395,35 +494,32 @@ eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
 
 /* Tasks: chunks of images, each summing into its own partial (k x out_c) gradient. */
 static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
-    const conv_job *j = context;
+    conv_job *j = context;
     const conv_geometry *g = j->g;
     size_t es = g->esize, partial_elems = (size_t)(g->k * g->out_c);
-    char *col = scratch((size_t)(TILE_PIXELS * g->k) * es);
-    if (!col) {
-        atomic_store(&((conv_job *)context)->failed, true);
-        return;
-    }
+    char *col = col_scratch(j);
+    if (!col) return;
     for (int64_t chunk = begin; chunk < end; chunk++) {
         char *partial = j->partials + (size_t)chunk * partial_elems * es;
         memset(partial, 0, partial_elems * es);
         int64_t b_end = (chunk + 1) * j->chunk_images;
         if (b_end > g->x.n) b_end = g->x.n;
-        for (int64_t b = chunk * j->chunk_images; b < b_end; b++) {
-            for (int64_t p0 = 0; p0 < g->p; p0 += TILE_PIXELS) {
-                int64_t rows = g->p - p0 < TILE_PIXELS ? g->p - p0 : TILE_PIXELS;
-                for (int64_t grp = 0; grp < g->groups; grp++) {
-                    im2col(g, j->x, b, grp, p0, rows, col);
-                    char *pg = partial + (size_t)(grp * g->og) * es;
-                    if (!g->first) /* (k x og) += col^T dy */
-                        gemm(g->dtype, true, false, g->k, g->og, rows, col, g->k,
-                             j->dy + (size_t)((b * g->p + p0) * g->out_c + grp * g->og) * es,
-                             g->out_c, 1.0, pg, g->out_c);
-                    else
-                        gemm(g->dtype, true, true, g->k, g->og, rows, col, g->k,
-                             j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es,
-                             g->p, 1.0, pg, g->out_c);
-                }
+        for (int64_t q0 = chunk * j->chunk_images * g->p; q0 < b_end * g->p;) {
+            int64_t rows = tile_length(&j->tiles, q0, b_end * g->p);
+            int64_t b = q0 / g->p, p0 = q0 % g->p;
+            for (int64_t grp = 0; grp < g->groups; grp++) {
+                im2col(g, j->x, grp, q0, rows, col);
+                char *pg = partial + (size_t)(grp * g->og) * es;
+                if (!g->first) /* (k x og) += col^T dy */
+                    gemm(g->dtype, true, false, g->k, g->og, rows, col, g->k,
+                         j->dy + (size_t)(q0 * g->out_c + grp * g->og) * es, g->out_c, 1.0, pg,
+                         g->out_c);
+                else
+                    gemm(g->dtype, true, true, g->k, g->og, rows, col, g->k,
+                         j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p,
+                         1.0, pg, g->out_c);
             }
+            q0 += rows;
         }
     }
     free(col);
@@ -468,6 +564,7 @@ eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
     if (!dy) return eg_last_status();
     conv_geometry g = geometry(x, dy, dw->shape, call->attrs);
     conv_job job = {.g = &g, .x = eg__data(x), .dy = eg__data(dy)};
+    job.tiles = (tiling){tile_rows(&g), g.p, g.first};
     atomic_init(&job.failed, false);
     job.chunk_images = (g.x.n + FILTER_CHUNKS - 1) / FILTER_CHUNKS;
     if (job.chunk_images < 1) job.chunk_images = 1;

@@ -22,7 +22,9 @@ KERNEL(unslice)
 KERNEL(one_hot)
 KERNEL(pad)
 KERNEL(mul_add)
+KERNEL(relu_backward)
 KERNEL(moments)
+KERNEL(batch_norm)
 KERNEL(conv2d)
 KERNEL(conv2d_backward_input)
 KERNEL(conv2d_backward_filter)
@@ -92,7 +94,9 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_SPARSE_SOFTMAX_CROSS_ENTROPY] = eg__cpu_sparse_softmax_cross_entropy,
     [EG__OP_DROPOUT] = eg__cpu_dropout,
     [EG__OP_MUL_ADD] = eg__cpu_mul_add,
+    [EG__OP_RELU_BACKWARD] = eg__cpu_relu_backward,
     [EG__OP_MOMENTS] = eg__cpu_moments,
+    [EG__OP_BATCH_NORM] = eg__cpu_batch_norm,
     [EG__OP_CONV2D] = eg__cpu_conv2d,
     [EG__OP_CONV2D_BACKWARD_INPUT] = eg__cpu_conv2d_backward_input,
     [EG__OP_CONV2D_BACKWARD_FILTER] = eg__cpu_conv2d_backward_filter,

@@ -196,3 +196,86 @@ eg_status eg__cpu_moments(const eg__kernel_call *call) {
     eg__unref(plan.source);
     return status;
 }
+
+/* ---- batch normalization (training) ---- */
+
+#define AFFINE_PARAMS(T)                                                                           \
+    do {                                                                                           \
+        const T *m_ = eg__data(p[0]), *v_ = eg__data(p[1]), *g_ = eg__data(p[2]),                  \
+                *o_ = eg__data(p[3]);                                                              \
+        T *a_ = eg__data(a), *b_ = eg__data(b);                                                    \
+        for (int64_t i = 0; i < a->n_elems; i++) {                                                 \
+            a_[i] = g_[i] / (T)sqrt((double)v_[i] + eps);                                          \
+            b_[i] = o_[i] - m_[i] * a_[i];                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* x, mean, variance, scale, offset (the four kept-shaped) -> (x - mean) scale / sqrt(variance +
+ * eps) + offset, as x * a + b with a, b per kept element. */
+eg_status eg__cpu_batch_norm(const eg__kernel_call *call);
+eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
+    const eg_tensor *params = call->inputs[1];
+    double eps = call->attrs->scalars[0];
+    eg_tensor *p[4] = {0}, *a = NULL, *b = NULL;
+    eg_status status = EG_OK;
+    for (int i = 0; i < 4 && status == EG_OK; i++)
+        if (!(p[i] = eg__contiguous_temp(call->inputs[1 + i]))) status = eg_last_status();
+    if (status == EG_OK) {
+        eg__scope_suspend();
+        a = eg__tensor_alloc(params->dtype, params->n_dims, params->shape, params->device);
+        b = a ? eg__tensor_alloc(params->dtype, params->n_dims, params->shape, params->device) : NULL;
+        eg__scope_resume();
+        if (!b) status = eg_last_status();
+    }
+    if (status == EG_OK) {
+        if (params->dtype == EG_DTYPE_F32) AFFINE_PARAMS(float);
+        else AFFINE_PARAMS(double);
+        const eg_tensor *operands[4] = {call->output, call->inputs[0], a, b};
+        eg__nd_loop loop;
+        eg__nd_loop_init(&loop, 4, operands);
+        eg__nd_loop_run(&loop, call->output->dtype == EG_DTYPE_F32 ? mul_add_f32 : mul_add_f64,
+                        NULL);
+    }
+    for (int i = 0; i < 4; i++) eg__unref(p[i]);
+    eg__unref(a);
+    eg__unref(b);
+    return status;
+}
+#undef AFFINE_PARAMS
+
+/* ---- relu's gradient ---- */
+
+#define RELU_BACKWARD_LOOP(T)                                                                      \
+    do {                                                                                           \
+        if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {                         \
+            T *restrict out = (T *)p[0];                                                           \
+            const T *restrict x = (const T *)p[1], *restrict g = (const T *)p[2];                  \
+            for (int64_t i = 0; i < n; i++) out[i] = x[i] > (T)0 ? g[i] : (T)0;                    \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                *(T *)(p[0] + i * s[0]) =                                                          \
+                    *(const T *)(p[1] + i * s[1]) > (T)0 ? *(const T *)(p[2] + i * s[2]) : (T)0;   \
+        }                                                                                          \
+    } while (0)
+
+static void relu_backward_f32(void *context, int64_t n, char **p, const int64_t *s) {
+    (void)context;
+    RELU_BACKWARD_LOOP(float);
+}
+
+static void relu_backward_f64(void *context, int64_t n, char **p, const int64_t *s) {
+    (void)context;
+    RELU_BACKWARD_LOOP(double);
+}
+
+/* x, g (broadcast together) -> g where x > 0, else 0 */
+eg_status eg__cpu_relu_backward(const eg__kernel_call *call);
+eg_status eg__cpu_relu_backward(const eg__kernel_call *call) {
+    const eg_tensor *operands[3] = {call->output, call->inputs[0], call->inputs[1]};
+    eg__nd_loop loop;
+    eg__nd_loop_init(&loop, 3, operands);
+    eg__nd_loop_run(&loop,
+                    call->output->dtype == EG_DTYPE_F32 ? relu_backward_f32 : relu_backward_f64,
+                    NULL);
+    return EG_OK;
+}
