@@ -392,8 +392,8 @@ static int apply_batch_norm_training(const oc_case *c, const eg_tensor *const *i
                                      eg_tensor **out) {
     int axes[4], n = (int)c->p[0];
     int_axes(c, 1, n, axes);
-    out[0] = eg_batch_norm_training(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0], &out[1],
-                                    &out[2]);
+    out[0] =
+        eg_batch_norm_training(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0], &out[1], &out[2]);
     return out[0] ? 3 : -1;
 }
 
@@ -409,8 +409,7 @@ static int apply_zero_padding2d(const oc_case *c, const eg_tensor *const *in, eg
     return one(eg_zero_padding2d(in[0], c->p, (eg_data_format)c->p[4]), out);
 }
 
-static int apply_global_avg_pool2d(const oc_case *c, const eg_tensor *const *in,
-                                   eg_tensor **out) {
+static int apply_global_avg_pool2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
     return one(eg_global_avg_pool2d(in[0], (eg_data_format)c->p[0], c->p[1] != 0), out);
 }
 
@@ -737,7 +736,7 @@ const oc_case oc_cases[] = {
      P(5),
      D(0.5)},
 
-    /* ---- convolution (p: strides, dilations, groups, 10 * format + padding, explicit pads) ---- */
+/* ---- convolution (p: strides, dilations, groups, 10 * format + padding, explicit pads) ---- */
 #define NCHW(padding) (10 + (padding))
     CASE(CONV2D, "conv2d 3x3 valid", conv2d, conv2d, IN("F 2,5,5,3 n", "F 3,3,3,4 n")),
     CASE(CONV2D, "conv2d same stride 2 odd sizes", conv2d, conv2d, IN("F 2,7,6,2 n", "F 3,3,2,3 n"),
@@ -750,8 +749,7 @@ const oc_case oc_cases[] = {
          IN("F 2,4,5,3 n", "F 3,3,1,6 n"), P(0, 0, 0, 0, 3, EG_PADDING_SAME)),
     CASE(CONV2D, "conv2d NCHW groups 2 same stride 2", conv2d, conv2d,
          IN("F 2,4,5,5 n", "F 2,3,2,4 n"), P(2, 2, 0, 0, 2, NCHW(EG_PADDING_SAME))),
-    CASE(CONV2D, "conv2d 1x1 stride 2", conv2d, conv2d, IN("F 2,5,5,3 n", "F 1,1,3,2 n"),
-         P(2, 2)),
+    CASE(CONV2D, "conv2d 1x1 stride 2", conv2d, conv2d, IN("F 2,5,5,3 n", "F 1,1,3,2 n"), P(2, 2)),
     CASE(CONV2D, "conv2d of a transposed view", conv2d, conv2d, IN("F 2,5,3,4:T n", "F 2,2,3,2 n"),
          P(1, 1, 1, 2, 0, EG_PADDING_SAME)),
     CASE(CONV2D, "conv2d of a step slice", conv2d, conv2d, IN("F 4,4,4,2:S n", "F 2,3,2,3 n")),
@@ -767,8 +765,8 @@ const oc_case oc_cases[] = {
          IN("F 1,2,2,1 n", "F 3,3,1,2 n"), P(0, 0, 0, 0, 0, EG_PADDING_EXPLICIT, 1, 1, 1, 1)),
     CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose same stride 2", conv2d_transpose,
          conv2d_transpose, IN("F 1,3,3,4 n", "F 3,3,2,4 n"), P(2, 2, 0, 0, 0, EG_PADDING_SAME)),
-    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose NCHW valid stride 2 dilation 2",
-         conv2d_transpose, conv2d_transpose, IN("F 1,3,2,2 n", "F 2,2,2,3 n"),
+    CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose NCHW valid stride 2 dilation 2", conv2d_transpose,
+         conv2d_transpose, IN("F 1,3,2,2 n", "F 2,2,2,3 n"),
          P(2, 2, 2, 2, 0, NCHW(EG_PADDING_VALID))),
     CASE(CONV2D_BACKWARD_INPUT, "conv2d_transpose with an output shape (5, 6)", conv2d_transpose,
          conv2d_transpose, IN("F 2,2,3,3 n", "F 2,2,2,3 n"), P(2, 2), D(5, 6)),
@@ -785,14 +783,20 @@ const oc_case oc_cases[] = {
     CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter dilation 2 of views",
          conv2d_backward_filter, conv2d_backward_filter, IN("F 2,6,3,5:T n", "F 2,5,2,4:T n"),
          P(1, 1, 2, 1, 0, EG_PADDING_EXPLICIT, 1, 0, 0, 0), D(2, 2)),
+    CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter one channel, 8 filters (direct)",
+         conv2d_backward_filter, conv2d_backward_filter, IN("F 3,5,4,1 n", "F 3,5,4,8 n"),
+         P(0, 0, 0, 0, 0, EG_PADDING_SAME), D(3, 3)),
+    CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter groups 2 of 16 filters (direct)",
+         conv2d_backward_filter, conv2d_backward_filter, IN("F 2,4,4,2 n", "F 2,2,2,32 n"),
+         P(2, 2, 0, 0, 2), D(2, 2)),
     CASE(CONV2D_BACKWARD_FILTER, "conv2d_backward_filter of 17 images (chunked sum)",
          conv2d_backward_filter, conv2d_backward_filter, IN("F 17,3,3,1 n", "F 17,2,2,2 n"),
          D(2, 2)),
 
     /* ---- pooling (p: pool size, strides, -, 10 * format + padding, explicit pads) ---- */
     CASE(MAX_POOL2D, "max_pool2d 2x2", pool2d, pool2d, IN("F 2,4,4,3 d")),
-    CASE(MAX_POOL2D, "max_pool2d 3x3 stride 2 same odd sizes", pool2d, pool2d,
-         IN("F 1,5,7,2 d"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
+    CASE(MAX_POOL2D, "max_pool2d 3x3 stride 2 same odd sizes", pool2d, pool2d, IN("F 1,5,7,2 d"),
+         P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
     CASE(MAX_POOL2D, "max_pool2d NCHW 2x3 stride (1,2) explicit padding", pool2d, pool2d,
          IN("F 2,2,4,5 d"), P(2, 3, 1, 2, 0, NCHW(EG_PADDING_EXPLICIT), 1, 0, 2, 1)),
     CASE(MAX_POOL2D, "max_pool2d of a transposed view", pool2d, pool2d, IN("F 2,4,3,4:T d"),
@@ -817,8 +821,8 @@ const oc_case oc_cases[] = {
          IN("F 1,5,7,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
     CASE(AVG_POOL2D, "avg_pool2d NCHW explicit padding of a view", pool2d, pool2d,
          IN("F 2,2,5,4:T n"), P(2, 3, 1, 2, 0, NCHW(EG_PADDING_EXPLICIT), 1, 0, 2, 1)),
-    CASE(AVG_POOL2D_BACKWARD, "avg_pool2d_backward 3x3 stride 2 same", avg_pool2d_backward,
-         pool2d, IN("F 1,3,4,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME), D(5, 7)),
+    CASE(AVG_POOL2D_BACKWARD, "avg_pool2d_backward 3x3 stride 2 same", avg_pool2d_backward, pool2d,
+         IN("F 1,3,4,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME), D(5, 7)),
     CASE(AVG_POOL2D_BACKWARD, "avg_pool2d_backward NCHW 2x2", avg_pool2d_backward, pool2d,
          IN("F 2,3,2,2 n"), P(0, 0, 0, 0, 0, NCHW(EG_PADDING_VALID)), D(4, 5)),
     CASE(MEAN, "global_avg_pool2d", global_avg_pool2d, global_avg_pool2d, IN("F 2,3,4,5 n")),
@@ -847,10 +851,9 @@ const oc_case oc_cases[] = {
     CASE(MOMENTS, "moments over axes (0,1,2) keepdims", moments, moments, IN("F 2,3,3,4 n"),
          P(3, 0, 1, 2, 0, 1)),
     CASE(MOMENTS, "moments over the last axis (rows)", moments, moments, IN("F 3,5 n"), P(1, -1)),
-    CASE(MOMENTS, "moments over axes (0,2,3) (NCHW, permuted)", moments, moments,
-         IN("F 2,3,2,2 n"), P(3, 0, 2, 3, 0, 1)),
-    CASE(MOMENTS, "moments over all axes of a transposed view", moments, moments,
-         IN("F 3,4:T n")),
+    CASE(MOMENTS, "moments over axes (0,2,3) (NCHW, permuted)", moments, moments, IN("F 2,3,2,2 n"),
+         P(3, 0, 2, 3, 0, 1)),
+    CASE(MOMENTS, "moments over all axes of a transposed view", moments, moments, IN("F 3,4:T n")),
     CASE(MOMENTS, "moments over axis 0 of 300 rows (chunks)", moments, moments, IN("F 300,2 n"),
          P(1, 0)),
     CASE(MOMENTS, "moments over axis 1 of a broadcast view", moments, moments, IN("F 3,4:B n"),
@@ -858,8 +861,7 @@ const oc_case oc_cases[] = {
     CASE(BATCH_NORM, "batch_norm_training NHWC over (0,1,2)", batch_norm_training,
          batch_norm_training, IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(3, 0, 1, 2), D(1e-3)),
     CASE(BATCH_NORM, "batch_norm_training NCHW over (0,2,3)", batch_norm_training,
-         batch_norm_training, IN("F 3,2,2,3 n", "F 2,1,1 n", "F 2,1,1 n"), P(3, 0, 2, 3),
-         D(1e-3)),
+         batch_norm_training, IN("F 3,2,2,3 n", "F 2,1,1 n", "F 2,1,1 n"), P(3, 0, 2, 3), D(1e-3)),
     CASE(BATCH_NORM, "batch_norm_training (B, D) of a transposed view", batch_norm_training,
          batch_norm_training, IN("F 5,6:T n", "F 5 n", "F 1,5 n"), P(1, 0), D(1e-2)),
     CASE(BATCH_NORM, "batch_norm_training over the last axis, broadcast scale", batch_norm_training,

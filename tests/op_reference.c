@@ -678,7 +678,8 @@ static ref_image ref_image_of(const int64_t *shape, bool first) {
 }
 
 static int64_t ref_at(const ref_image *r, int64_t b, int64_t h, int64_t w, int64_t c) {
-    return r->first ? ((b * r->c + c) * r->h + h) * r->w + w : ((b * r->h + h) * r->w + w) * r->c + c;
+    return r->first ? ((b * r->c + c) * r->h + h) * r->w + w
+                    : ((b * r->h + h) * r->w + w) * r->c + c;
 }
 
 static void ref_image_shape(ref_image r, int64_t *shape) {
@@ -695,8 +696,8 @@ typedef struct ref_window {
     bool first;
 } ref_window;
 
-static ref_window ref_window_of(const oc_case *c, bool pool, int64_t in_h, int64_t in_w,
-                                int64_t kh, int64_t kw) {
+static ref_window ref_window_of(const oc_case *c, bool pool, int64_t in_h, int64_t in_w, int64_t kh,
+                                int64_t kw) {
     ref_window r = {.kh = kh, .kw = kw, .dh = 1, .dw = 1, .groups = 1, .first = c->p[5] / 10 == 1};
     if (pool) {
         r.sh = c->p[2] ? c->p[2] : kh;
@@ -968,9 +969,9 @@ int oc_ref_mul_add(const oc_case *c, const oc_ref *in, oc_ref *out) {
     oc_ref_init(out, in[0].dtype, n_dims, shape);
     for (int64_t o = 0; o < out->n_elems; o++) {
         oc_unravel(n_dims, shape, o, index);
-        out->data[o] = oc_broadcast_get(&in[0], n_dims, index) *
-                           oc_broadcast_get(&in[1], n_dims, index) +
-                       oc_broadcast_get(&in[2], n_dims, index);
+        out->data[o] =
+            oc_broadcast_get(&in[0], n_dims, index) * oc_broadcast_get(&in[1], n_dims, index) +
+            oc_broadcast_get(&in[2], n_dims, index);
     }
     return 1;
 }
@@ -1058,9 +1059,9 @@ int oc_ref_batch_norm_training(const oc_case *c, const oc_ref *in, oc_ref *out) 
         oc_unravel(x->n_dims, x->shape, o, index);
         double mean = oc_broadcast_get(&out[1], x->n_dims, index);
         double var = oc_broadcast_get(&out[2], x->n_dims, index);
-        out[0].data[o] = (x->data[o] - mean) / sqrt(var + c->d[0]) *
-                             oc_broadcast_get(&in[2], x->n_dims, index) +
-                         oc_broadcast_get(&in[1], x->n_dims, index);
+        out[0].data[o] =
+            (x->data[o] - mean) / sqrt(var + c->d[0]) * oc_broadcast_get(&in[2], x->n_dims, index) +
+            oc_broadcast_get(&in[1], x->n_dims, index);
     }
     return 3;
 }

@@ -350,6 +350,41 @@ static void test_augment(void **state) {
     for (int y = 0; y < 4; y++)
         for (int x = 0; x < 3; x++) assert_true(vf[y * 3 + x] == (float)((2 - x) * 4 + y));
 
+    /* Batched: image i of the call at index k draws as the element at (k << 32) + i would. */
+    int64_t batch_shape[4] = {5, 3, 4, 2};
+    eg_element batch = image_element(EG_DTYPE_U8, 4, batch_shape);
+    eg_image_flip_options batch_flip = {.seed = 5, .probability = 0.5, .batched = true};
+    eg_image_crop_options batch_crop = {.seed = 9, .padding = 2, .fill = 3, .batched = true};
+    eg_image_flip_options one_flip = batch_flip;
+    eg_image_crop_options one_crop = batch_crop;
+    one_flip.batched = one_crop.batched = false;
+    eg_element flipped_batch, cropped_batch;
+    assert_int_equal(eg_image_random_flip(&batch, &flipped_batch, &info, &batch_flip), EG_OK);
+    assert_int_equal(eg_image_random_crop(&flipped_batch, &cropped_batch, &info, &batch_crop),
+                     EG_OK);
+    for (int64_t i = 0; i < 5; i++) {
+        eg_dataset_call_info at = {info.epoch, (17LL << 32) + i};
+        eg_element one = {1, {eg_slice(batch.tensors[0], 0, i, i + 1, 1)}};
+        one.tensors[0] = eg_reshape(one.tensors[0], 3, shape);
+        eg_element f, c;
+        assert_int_equal(eg_image_random_flip(&one, &f, &at, &one_flip), EG_OK);
+        assert_int_equal(eg_image_random_crop(&f, &c, &at, &one_crop), EG_OK);
+        assert_memory_equal((const uint8_t *)eg_tensor_data(cropped_batch.tensors[0]) + i * 24,
+                            eg_tensor_data(c.tensors[0]), 24);
+    }
+    eg_image_normalize_options batch_norm = {
+        .scale = 2, .n_values = 1, .mean = mean, .std = std, .batched = true};
+    std[0] = 2;
+    assert_int_equal(eg_image_normalize(&batch, &out, &info, &batch_norm), EG_OK);
+    assert_int_equal(eg_tensor_n_dims(out.tensors[0]), 4);
+    const float *batch_normalized = eg_tensor_data(out.tensors[0]);
+    const uint8_t *batch_pixels = eg_tensor_data(batch.tensors[0]);
+    for (int i = 0; i < 120; i++)
+        assert_float_equal(batch_normalized[i], (batch_pixels[i] * 2.0 - 1) / 2, 1e-4);
+    assert_int_equal(eg_image_random_flip(&gray, &out, &info, &batch_flip), EG_ERR_SHAPE);
+    assert_error(EG_ERR_SHAPE, "image_random_flip: image batch of shape (3, 4); expected (N, H, "
+                               "W) or (N, H, W, C)");
+
     /* Errors. */
     flip.component = 2;
     assert_int_equal(eg_image_random_flip(&in, &out, &info, &flip), EG_ERR_INVALID_ARGUMENT);

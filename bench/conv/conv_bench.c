@@ -93,14 +93,19 @@ int main(int argc, char **argv) {
     int threads = 1, repeats = 10;
     int64_t batch = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--repeats")) repeats = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch")) batch = atoll(argv[i + 1]);
+        if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--repeats"))
+            repeats = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--batch"))
+            batch = atoll(argv[i + 1]);
     }
     eg_set_num_threads(threads);
     static const layer layers[] = {
-        {"conv1", 28, 28, 1, 3, 32, EG_PADDING_SAME},  {"conv2", 28, 28, 32, 3, 32, EG_PADDING_VALID},
-        {"conv3", 13, 13, 32, 3, 64, EG_PADDING_VALID}, {"conv4", 11, 11, 64, 3, 64, EG_PADDING_VALID},
+        {"conv1", 28, 28, 1, 3, 32, EG_PADDING_SAME},
+        {"conv2", 28, 28, 32, 3, 32, EG_PADDING_VALID},
+        {"conv3", 13, 13, 32, 3, 64, EG_PADDING_VALID},
+        {"conv4", 11, 11, 64, 3, 64, EG_PADDING_VALID},
     };
     printf("eagle conv2d, batch %lld, NHWC f32, %d thread(s), %d repeats, %s\n", (long long)batch,
            threads, repeats, eg_blas_info());

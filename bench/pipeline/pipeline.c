@@ -13,10 +13,12 @@
  *     with the step of train.c, its batches made three ways: inline as train.c makes them today
  *     (mlp_batch in the loop), by `eagle train`'s pipeline (tools/eagle/pipeline.c: map +
  *     prefetch, AUTOTUNE), and by that pipeline with augmentation. For each: samples per second of
- *     the step loop and the fraction of its time spent waiting for data (making the batch inline;
- *     blocked in eg_dataset_iterator_next with the pipeline). One line per way:
- *     "name samples_per_second data_wait_fraction". The pipeline's stage table is printed to
- *     stderr. */
+ *     the step loop and the fraction of its time spent on data: making the batch inline; in
+ *     eg_dataset_iterator_next with the pipeline (wall time: on a loaded machine this includes
+ *     being descheduled, typically right after waking the pipeline's threads) and, of that, the
+ *     time it was starved (blocked because the prefetch buffer was empty). One line per way:
+ *     "name samples_per_second data_fraction starved_fraction". The pipeline's stage table is
+ *     printed to stderr. */
 #include <eagle.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,7 +148,7 @@ typedef enum feed { FEED_INLINE, FEED_PIPELINE, FEED_AUGMENTED } feed;
 
 /* One epoch; returns samples/s of the step loop, *wait_fraction the share spent on data. */
 static double train_epoch(const mlp_data *train, feed how, int epoch, double *wait_fraction,
-                          bool print_stats) {
+                          double *starved_fraction, bool print_stats) {
     enum { BATCH = 32 };
     mlp_config config = {1, {64}};
     eg_manual_seed(42);
@@ -183,6 +185,9 @@ static double train_epoch(const mlp_data *train, feed how, int epoch, double *wa
         eg_scope_end();
     }
     double seconds = now_seconds() - start;
+    *starved_fraction = 0;
+    eg_dataset_stage_stats root;
+    if (it && eg_dataset_stats(it, &root, 1) >= 1) *starved_fraction = root.wait_seconds / seconds;
     if (it && print_stats) {
         fprintf(stderr, "%s pipeline, epoch %d:\n", how == FEED_AUGMENTED ? "augmented" : "plain",
                 epoch);
@@ -203,14 +208,16 @@ static int run_train(int epochs, int64_t limit) {
     const char *names[3] = {"inline (train.c)", "pipeline", "pipeline+augment"};
     enum { MAX_EPOCHS = 32 };
     if (epochs > MAX_EPOCHS) epochs = MAX_EPOCHS;
-    double rates[3][MAX_EPOCHS], waits[3][MAX_EPOCHS];
+    double rates[3][MAX_EPOCHS], waits[3][MAX_EPOCHS], starved[3][MAX_EPOCHS];
     for (int e = 0; e < epochs; e++) /* interleaved, so that load changes hit all alike */
         for (int f = 0; f < 3; f++)
-            rates[f][e] = train_epoch(&train, (feed)f, e + 1, &waits[f][e], e == epochs - 1);
+            rates[f][e] =
+                train_epoch(&train, (feed)f, e + 1, &waits[f][e], &starved[f][e], e == epochs - 1);
     printf("# train: seed model, %lld examples, batch 32, %d thread(s), median of %d epochs\n",
            (long long)train.n, eg_get_num_threads(), epochs);
     for (int f = 0; f < 3; f++)
-        printf("%-20s %10.0f %.4f\n", names[f], median(rates[f], epochs), median(waits[f], epochs));
+        printf("%-20s %10.0f %.4f %.4f\n", names[f], median(rates[f], epochs),
+               median(waits[f], epochs), median(starved[f], epochs));
     mlp_data_free(&train);
     return 0;
 }

@@ -56,12 +56,19 @@ print(f"\nAUTOTUNE / best fixed Eagle parallelism: {auto / best:.2f} (goal >= 0.
 EOF
 if [ "$train" = 1 ]; then
   echo
-  "$bin" train "$epochs" "$limit" 2>/dev/null | python3 -c '
+  "$bin" train "$epochs" "$limit" 2>/dev/null >"$results"
+  python3 - "$results" <<'EOF'
 import sys
-for line in sys.stdin:
+for line in open(sys.argv[1]):
     if line.startswith("#"):
-        print(line.strip()); print(f"{\"batches made\":<22} {\"samples/s\":>10} {\"waiting for data\":>17}"); continue
-    parts = line.rsplit(None, 2)
-    print(f"{parts[0]:<22} {float(parts[1]):10.0f} {100 * float(parts[2]):16.1f}%")
-print("(goal: the pipeline waits <= 5% of the step loop)")'
+        print(line.strip())
+        print("%-20s %10s %14s %9s" % ("batches made", "samples/s", "time on data", "starved"))
+        continue
+    name, rate, wait, starved = line.rsplit(None, 3)
+    print("%-20s %10.0f %13.1f%% %8.1f%%" % (name, float(rate), 100 * float(wait),
+                                           100 * float(starved)))
+print("(time on data: making batches inline, or wall time in eg_dataset_iterator_next, which on a")
+print(" loaded machine includes being descheduled; starved: blocked on an empty prefetch buffer.")
+print(" Goal: the pipeline waits <= 5% of the step loop.)")
+EOF
 fi

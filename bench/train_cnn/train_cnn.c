@@ -40,8 +40,7 @@ static void shuffle(int64_t *order, int64_t n, unsigned long long seed, int epoc
 }
 
 static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_data *data,
-                            const int64_t *indices, int64_t n, double *loss_out,
-                            double *hits_out) {
+                            const int64_t *indices, int64_t n, double *loss_out, double *hits_out) {
     eg_scope_begin();
     eg_tensor *x, *y;
     eg_status status = cnn_batch(data, indices, n, &x, &y);

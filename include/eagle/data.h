@@ -353,15 +353,19 @@ eg_status eg_dataset_stats_print(const eg_dataset_iterator *it, FILE *out);
  * struct as context) for images (H, W) or (H, W, C) of u8 or f32 at component `component` of the
  * element; the other components pass through. Random choices come from eg_dataset_call_random
  * with the options' seed, so they repeat for the same (seed, epoch, index) whatever the
- * parallelism. Errors: EG_ERR_INVALID_ARGUMENT (no such component, bad options), EG_ERR_SHAPE
- * (not 2-d or 3-d), EG_ERR_DTYPE (not u8 or f32). ---- */
+ * parallelism. With `batched`, the component is a batch (N, H, W) or (N, H, W, C) and image i
+ * draws as if its index were (index << 32) + i: one call per batch costs far less than one per
+ * image. Errors: EG_ERR_INVALID_ARGUMENT (no such component, bad options), EG_ERR_SHAPE (not an
+ * image, or batch of them), EG_ERR_DTYPE (not u8 or f32). ---- */
 
 typedef struct eg_image_flip_options {
     uint64_t seed;
     int component;      /* the image's index in the element */
     double probability; /* of mirroring left-right, in [0, 1]; 0.5 for the usual random flip */
+    bool batched;
 } eg_image_flip_options;
-/* Mirrors the image along its width axis with the given probability (else passes it through). */
+/* Mirrors the image along its width axis with the given probability (else passes it through;
+ * a batch passes through when no image of it is mirrored). */
 eg_status eg_image_random_flip(const eg_element *input, eg_element *output,
                                const eg_dataset_call_info *info, void *options);
 
@@ -370,6 +374,7 @@ typedef struct eg_image_crop_options {
     int component;
     int64_t padding; /* >= 0: pixels of `fill` added on each side of H and W */
     double fill;     /* value of the padding (converted to the dtype) */
+    bool batched;
 } eg_image_crop_options;
 /* Pads the image by `padding` on every side, then crops an (H, W) window at a uniformly random
  * offset (0 .. 2 * padding in each axis): a random shift with fill, as in CIFAR training. */
@@ -382,6 +387,7 @@ typedef struct eg_image_normalize_options {
     int n_values;       /* entries of mean and std: 1 (all channels) or C */
     const double *mean; /* borrowed */
     const double *std;  /* borrowed; every entry > 0 */
+    bool batched;
 } eg_image_normalize_options;
 /* (x * scale - mean[c]) / std[c] as a new f32 image of the same shape. */
 eg_status eg_image_normalize(const eg_element *input, eg_element *output,

@@ -175,20 +175,21 @@ eg_layer *eg_avg_pool2d_new(int pool_size, int strides, eg_padding padding);
  * "max_pooling2d" / "average_pooling2d"). */
 eg_layer *eg_max_pool2d_new_ex(const eg_pool2d_options *options, const char *name);
 eg_layer *eg_avg_pool2d_new_ex(const eg_pool2d_options *options, const char *name);
-/* GlobalAveragePooling2D: (B, H, W, C) -> (B, C) (or NCHW). name NULL: "global_average_pooling2d". */
+/* GlobalAveragePooling2D: (B, H, W, C) -> (B, C) (or NCHW). name NULL: "global_average_pooling2d".
+ */
 eg_layer *eg_global_avg_pool2d_new(eg_data_format data_format, const char *name);
 
 typedef struct eg_batch_norm_options {
-    int axis;                                 /* the features axis; default -1 (NHWC: channels) */
-    double momentum;                          /* default 0.99 */
-    double epsilon;                           /* default 1e-3 */
-    bool center, scale;                       /* beta / gamma variables; default true, true */
-    eg_initializer beta_initializer;          /* default zeros */
-    eg_initializer gamma_initializer;         /* default ones */
-    eg_initializer moving_mean_initializer;   /* default zeros */
+    int axis;                                   /* the features axis; default -1 (NHWC: channels) */
+    double momentum;                            /* default 0.99 */
+    double epsilon;                             /* default 1e-3 */
+    bool center, scale;                         /* beta / gamma variables; default true, true */
+    eg_initializer beta_initializer;            /* default zeros */
+    eg_initializer gamma_initializer;           /* default ones */
+    eg_initializer moving_mean_initializer;     /* default zeros */
     eg_initializer moving_variance_initializer; /* default ones */
-    eg_dtype dtype;                           /* default EG_DTYPE_F32 */
-    const char *name;                         /* NULL (default): "batch_normalization" */
+    eg_dtype dtype;                             /* default EG_DTYPE_F32 */
+    const char *name;                           /* NULL (default): "batch_normalization" */
 } eg_batch_norm_options;
 
 eg_batch_norm_options eg_batch_norm_options_default(void);
@@ -204,13 +205,13 @@ eg_batch_norm_options eg_batch_norm_options_default(void);
 eg_layer *eg_batch_norm_new(const eg_batch_norm_options *options);
 
 typedef struct eg_layer_norm_options {
-    int axis;                        /* the normalized (last) axis; default -1 */
-    double epsilon;                  /* default 1e-3 */
-    bool center, scale;              /* default true, true */
-    eg_initializer beta_initializer; /* default zeros */
+    int axis;                         /* the normalized (last) axis; default -1 */
+    double epsilon;                   /* default 1e-3 */
+    bool center, scale;               /* default true, true */
+    eg_initializer beta_initializer;  /* default zeros */
     eg_initializer gamma_initializer; /* default ones */
-    eg_dtype dtype;                  /* default EG_DTYPE_F32 */
-    const char *name;                /* NULL (default): "layer_normalization" */
+    eg_dtype dtype;                   /* default EG_DTYPE_F32 */
+    const char *name;                 /* NULL (default): "layer_normalization" */
 } eg_layer_norm_options;
 
 eg_layer_norm_options eg_layer_norm_options_default(void);
@@ -228,8 +229,9 @@ eg_layer *eg_dropout_new(double rate, const char *name);
 
 /* Runs the layer on x (borrowed) and returns a new tensor; builds the layer first when it is
  * not built. `training` selects the training behaviour of the layers that have one (Dropout
- * drops, BatchNormalization uses and updates batch statistics); the others ignore it. Recorded on active tapes like any op.
- * NULL with an error for a NULL layer or x, a shape that does not fit the built layer
+ * drops, BatchNormalization uses and updates batch statistics); the others ignore it. Recorded on
+ * active tapes like any op. NULL with an error for a NULL layer or x, a shape that does not fit the
+ * built layer
  * ("dense: input last dim 3 does not match the input_dim 4 of 'dense'"), or a failed op. */
 eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training);
 
@@ -422,23 +424,23 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_activation_apply(...)     EG_CALLSITE_(eg_activation_apply(__VA_ARGS__))
 #define eg_dense_new(...)            EG_CALLSITE_(eg_dense_new(__VA_ARGS__))
 #define eg_dense_new_ex(...)         EG_CALLSITE_(eg_dense_new_ex(__VA_ARGS__))
-#define eg_conv2d_new(...)           EG_CALLSITE_(eg_conv2d_new(__VA_ARGS__))
-#define eg_conv2d_new_ex(...)        EG_CALLSITE_(eg_conv2d_new_ex(__VA_ARGS__))
-#define eg_max_pool2d_new(...)       EG_CALLSITE_(eg_max_pool2d_new(__VA_ARGS__))
-#define eg_max_pool2d_new_ex(...)    EG_CALLSITE_(eg_max_pool2d_new_ex(__VA_ARGS__))
-#define eg_avg_pool2d_new(...)       EG_CALLSITE_(eg_avg_pool2d_new(__VA_ARGS__))
-#define eg_avg_pool2d_new_ex(...)    EG_CALLSITE_(eg_avg_pool2d_new_ex(__VA_ARGS__))
+#define eg_conv2d_new(...)            EG_CALLSITE_(eg_conv2d_new(__VA_ARGS__))
+#define eg_conv2d_new_ex(...)         EG_CALLSITE_(eg_conv2d_new_ex(__VA_ARGS__))
+#define eg_max_pool2d_new(...)        EG_CALLSITE_(eg_max_pool2d_new(__VA_ARGS__))
+#define eg_max_pool2d_new_ex(...)     EG_CALLSITE_(eg_max_pool2d_new_ex(__VA_ARGS__))
+#define eg_avg_pool2d_new(...)        EG_CALLSITE_(eg_avg_pool2d_new(__VA_ARGS__))
+#define eg_avg_pool2d_new_ex(...)     EG_CALLSITE_(eg_avg_pool2d_new_ex(__VA_ARGS__))
 #define eg_global_avg_pool2d_new(...) EG_CALLSITE_(eg_global_avg_pool2d_new(__VA_ARGS__))
-#define eg_batch_norm_new(...)       EG_CALLSITE_(eg_batch_norm_new(__VA_ARGS__))
-#define eg_layer_norm_new(...)       EG_CALLSITE_(eg_layer_norm_new(__VA_ARGS__))
-#define eg_dropout_new(...)          EG_CALLSITE_(eg_dropout_new(__VA_ARGS__))
+#define eg_batch_norm_new(...)        EG_CALLSITE_(eg_batch_norm_new(__VA_ARGS__))
+#define eg_layer_norm_new(...)        EG_CALLSITE_(eg_layer_norm_new(__VA_ARGS__))
+#define eg_dropout_new(...)           EG_CALLSITE_(eg_dropout_new(__VA_ARGS__))
 #define eg_layer_call(...)           EG_CALLSITE_(eg_layer_call(__VA_ARGS__))
 #define eg_layer_build(...)          EG_CALLSITE_(eg_layer_build(__VA_ARGS__))
 #define eg_sequential_add(...)       EG_CALLSITE_(eg_sequential_add(__VA_ARGS__))
 #define eg_model_build(...)          EG_CALLSITE_(eg_model_build(__VA_ARGS__))
 #define eg_model_call(...)           EG_CALLSITE_(eg_model_call(__VA_ARGS__))
 #define eg_model_summary(...)        EG_CALLSITE_(eg_model_summary(__VA_ARGS__))
-#define eg_model_variables(...)      EG_CALLSITE_(eg_model_variables(__VA_ARGS__))
+#define eg_model_variables(...)       EG_CALLSITE_(eg_model_variables(__VA_ARGS__))
 #define eg_loss_sparse_categorical_crossentropy(...)                                               \
     EG_CALLSITE_(eg_loss_sparse_categorical_crossentropy(__VA_ARGS__))
 #define eg_loss_categorical_crossentropy(...)                                                      \

@@ -165,8 +165,7 @@ typedef struct eg_conv2d_options {
 /* y[b, i, j, o] = sum over (p, q, c) of x[b, i*s + p*d - pad, j*s + q*d - pad, c] *
  * filter[p, q, c, o] (cross-correlation, like every framework), within o's group. x (B, H, W, C)
  * or (B, C, H, W); filter (KH, KW, C / groups, O); same float dtype. options NULL: defaults. */
-eg_tensor *eg_conv2d(const eg_tensor *x, const eg_tensor *filter,
-                     const eg_conv2d_options *options);
+eg_tensor *eg_conv2d(const eg_tensor *x, const eg_tensor *filter, const eg_conv2d_options *options);
 /* The transposed convolution (the gradient of eg_conv2d with respect to its input, like
  * tf.nn.conv2d_transpose): x holds C_out channels, filter is the forward convolution's
  * (KH, KW, C / groups, C_out), the result has C channels. output_shape (4 entries in the data
@@ -295,15 +294,15 @@ eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axe
 #define eg_sparse_softmax_cross_entropy(...)                                                       \
     EG_CALLSITE_(eg_sparse_softmax_cross_entropy(__VA_ARGS__))
 #define eg_dropout(...) EG_CALLSITE_(eg_dropout(__VA_ARGS__))
-#define eg_conv2d(...) EG_CALLSITE_(eg_conv2d(__VA_ARGS__))
-#define eg_conv2d_transpose(...) EG_CALLSITE_(eg_conv2d_transpose(__VA_ARGS__))
-#define eg_max_pool2d(...) EG_CALLSITE_(eg_max_pool2d(__VA_ARGS__))
-#define eg_avg_pool2d(...) EG_CALLSITE_(eg_avg_pool2d(__VA_ARGS__))
-#define eg_global_avg_pool2d(...) EG_CALLSITE_(eg_global_avg_pool2d(__VA_ARGS__))
-#define eg_upsample2d(...) EG_CALLSITE_(eg_upsample2d(__VA_ARGS__))
-#define eg_zero_padding2d(...) EG_CALLSITE_(eg_zero_padding2d(__VA_ARGS__))
-#define eg_mul_add(...) EG_CALLSITE_(eg_mul_add(__VA_ARGS__))
-#define eg_moments(...) EG_CALLSITE_(eg_moments(__VA_ARGS__))
+#define eg_conv2d(...)              EG_CALLSITE_(eg_conv2d(__VA_ARGS__))
+#define eg_conv2d_transpose(...)    EG_CALLSITE_(eg_conv2d_transpose(__VA_ARGS__))
+#define eg_max_pool2d(...)          EG_CALLSITE_(eg_max_pool2d(__VA_ARGS__))
+#define eg_avg_pool2d(...)          EG_CALLSITE_(eg_avg_pool2d(__VA_ARGS__))
+#define eg_global_avg_pool2d(...)   EG_CALLSITE_(eg_global_avg_pool2d(__VA_ARGS__))
+#define eg_upsample2d(...)          EG_CALLSITE_(eg_upsample2d(__VA_ARGS__))
+#define eg_zero_padding2d(...)      EG_CALLSITE_(eg_zero_padding2d(__VA_ARGS__))
+#define eg_mul_add(...)             EG_CALLSITE_(eg_mul_add(__VA_ARGS__))
+#define eg_moments(...)             EG_CALLSITE_(eg_moments(__VA_ARGS__))
 #define eg_batch_normalization(...) EG_CALLSITE_(eg_batch_normalization(__VA_ARGS__))
 #define eg_layer_normalization(...) EG_CALLSITE_(eg_layer_normalization(__VA_ARGS__))
 #define eg_batch_norm_training(...) EG_CALLSITE_(eg_batch_norm_training(__VA_ARGS__))

@@ -185,12 +185,17 @@ eg_status eg__error_raise_saved(const eg__saved_error *saved, eg_status status) 
 
 /* ---- user callbacks ---- */
 
+static _Thread_local unsigned timing_tick;
+static _Thread_local int64_t last_timed_ns;
+
 void eg__user_begin(eg__user_frame *frame) {
     eg__scope_resume();
     frame->scope_depth = eg_scope_depth();
     eg_scope_begin();
     eg_no_grad_begin();
-    frame->cpu_start = eg__thread_cpu_ns();
+    bool timed = last_timed_ns > 50000 || (timing_tick++ & 7) == 0;
+    frame->cpu_ns = -1;
+    frame->cpu_start = timed ? eg__thread_cpu_ns() : -1;
 }
 
 /* Replaces the pending error (or, when none, a generic one for `status`) by the same status with
@@ -214,10 +219,13 @@ static eg_status prefix_error(eg_status status, const char *what, int64_t index)
 
 eg_status eg__user_end(eg__user_frame *frame, eg_status status, eg_element *out, eg__stage *stage,
                        const char *what, int64_t index) {
-    if (stage) {
-        atomic_fetch_add_explicit(&stage->cpu_ns, eg__thread_cpu_ns() - frame->cpu_start,
-                                  memory_order_relaxed);
-        atomic_fetch_add_explicit(&stage->calls, 1, memory_order_relaxed);
+    if (frame->cpu_start >= 0) {
+        frame->cpu_ns = eg__thread_cpu_ns() - frame->cpu_start;
+        last_timed_ns = frame->cpu_ns;
+        if (stage) {
+            atomic_fetch_add_explicit(&stage->cpu_ns, frame->cpu_ns, memory_order_relaxed);
+            atomic_fetch_add_explicit(&stage->calls, 1, memory_order_relaxed);
+        }
     }
     eg_no_grad_end();
     bool failed = status != EG_OK || eg__error_pending();

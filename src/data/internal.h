@@ -135,6 +135,9 @@ int64_t eg__element_bytes(const eg_element *e);
 typedef struct eg__user_frame {
     int scope_depth;
     int64_t cpu_start;
+    /* The call's CPU time, or -1 when it was not timed: reading a thread's CPU clock is a system
+     * call (about 1 us), so calls cheaper than 50 us are timed one in 8. */
+    int64_t cpu_ns;
 } eg__user_frame;
 
 /* Before a callback: scope registration on, a scope and a no-grad region opened. */
@@ -142,7 +145,8 @@ void eg__user_begin(eg__user_frame *frame);
 /* After it: when `out` is given and status is EG_OK with no error pending, checks the element
  * (1..EG_ELEMENT_MAX_TENSORS tensors, none NULL) and takes a reference on each tensor; closes the
  * scope (releasing everything else the call made) and the no-grad region, suspends registration
- * again, and adds the call's CPU time to `stage` (may be NULL). Returns EG_OK, or the failure
+ * again, and when the call was timed, sets frame->cpu_ns and adds it to `stage` (may be NULL;
+ * its `calls` counts timed calls, so cpu_ns / calls is the mean). Returns EG_OK, or the failure
  * raised as "<what>: element <index>: <the callback's message>" (out cleared). */
 eg_status eg__user_end(eg__user_frame *frame, eg_status status, eg_element *out, eg__stage *stage,
                        const char *what, int64_t index);

@@ -14,7 +14,8 @@
  * Prefetch. A producer thread fills a ring of `capacity` elements; the consumer takes from it.
  *
  * AUTOTUNE, measured per window (>= 20 ms and >= 4 elements, or >= 200 ms):
- *   f = mean CPU time of one map call (thread CPU time: not inflated when threads share cores);
+ *   f = mean CPU time of one map call (thread CPU time: not inflated when threads share cores;
+ *       cheap calls are sampled, see eg__user_frame);
  *   d = mean time the consumer spends between two of its requests (its own work per element);
  *   i = mean time the feeder waits for one input element;
  *   target parallelism = ceil(1.15 * f / max(d, i)), within the iterator's CPU budget.
@@ -143,7 +144,8 @@ typedef struct parallel_map_iter {
     int runners; /* runner tasks submitted and not yet finished */
     map_runner runner_tasks[EG_DATASET_MAX_PARALLELISM];
     int64_t largest_output; /* bytes of the largest result so far */
-    bool started, feeder_running, feeder_waiting, pool_acquired, cancelled, input_done;
+    bool started, feeder_running, feeder_waiting, consumer_waiting, pool_acquired, cancelled;
+    bool input_done;
     eg_status input_status;
     eg__saved_error *input_error;
     int64_t next_index;
@@ -188,26 +190,32 @@ static void update_capacity(parallel_map_iter *m) {
 
 static void map_runner_run(eg__task *task);
 
-/* Starts runners while pending calls outnumber the runners not busy with a call. */
-static void start_runners(parallel_map_iter *m) {
+/* Claims runners while pending calls outnumber the runners not busy with a call; returns how
+ * many it put in `list`, which the caller must submit to the pool (after unlocking, best: a
+ * runner starts by taking the mutex). Mutex held. */
+static int start_runners(parallel_map_iter *m, map_runner **list) {
+    int n = 0;
     while (m->runners < m->parallelism && m->pending > m->runners - m->running) {
         map_runner *r = NULL;
         for (int i = 0; i < EG_DATASET_MAX_PARALLELISM && !r; i++)
             if (!m->runner_tasks[i].active) r = &m->runner_tasks[i];
-        if (!r) return;
+        if (!r) break;
         r->active = true;
         r->owner = m;
         r->task.run = map_runner_run;
         m->runners++;
-        eg__pool_submit(&r->task);
+        list[n++] = r;
     }
+    return n;
 }
 
 static void set_parallelism(parallel_map_iter *m, int parallelism) {
     m->parallelism = parallelism;
     m->capacity = map_capacity(m);
     publish_settings(m);
-    start_runners(m);
+    map_runner *list[EG_DATASET_MAX_PARALLELISM];
+    int n = start_runners(m, list);
+    for (int i = 0; i < n; i++) eg__pool_submit(&list[i]->task); /* rare: under the mutex */
     pthread_cond_signal(&m->room);
 }
 
@@ -215,6 +223,7 @@ static void map_runner_run(eg__task *task) {
     map_runner *r = (map_runner *)task;
     parallel_map_iter *m = r->owner;
     const map_dataset *ds = m->ds;
+    bool notify = false; /* the consumer waits for a result this runner finished */
     pthread_mutex_lock(&m->mutex);
     for (;;) {
         map_slot *slot = m->next_pending;
@@ -224,14 +233,16 @@ static void map_runner_run(eg__task *task) {
         m->pending--;
         m->running++;
         pthread_mutex_unlock(&m->mutex);
+        /* Outside the mutex, so that the consumer does not wake only to wait for it; m lives:
+         * it is freed only once no runner is left. */
+        if (notify) pthread_cond_broadcast(&m->results);
+        notify = false;
 
         eg_dataset_call_info info = {m->epoch, slot->index};
-        int64_t cpu_start = eg__thread_cpu_ns();
         eg__user_frame frame;
         eg__user_begin(&frame);
         eg_status status = ds->fn(&slot->input, &slot->output, &info, ds->context);
         status = eg__user_end(&frame, status, &slot->output, m->base.stage, "map", slot->index);
-        int64_t cpu = eg__thread_cpu_ns() - cpu_start;
         eg__element_clear(&slot->input);
         eg__saved_error *error = status != EG_OK ? eg__error_take(status) : NULL;
         int64_t bytes = status == EG_OK ? eg__element_bytes(&slot->output) : 0;
@@ -242,13 +253,15 @@ static void map_runner_run(eg__task *task) {
         slot->state = SLOT_DONE;
         m->running--;
         m->ready++;
-        m->window.calls++;
-        m->window.cpu_ns += cpu;
+        if (frame.cpu_ns >= 0) {
+            m->window.calls++;
+            m->window.cpu_ns += frame.cpu_ns;
+        }
         if (bytes > m->largest_output) {
             m->largest_output = bytes;
             update_capacity(m);
         }
-        pthread_cond_broadcast(&m->results);
+        notify = m->consumer_waiting;
     }
     r->active = false;
     m->runners--;
@@ -303,7 +316,13 @@ static void *map_feeder(void *arg) {
         if (!m->next_pending) m->next_pending = slot;
         m->outstanding++;
         m->pending++;
-        start_runners(m);
+        map_runner *list[EG_DATASET_MAX_PARALLELISM];
+        int n = start_runners(m, list);
+        if (n > 0) {
+            pthread_mutex_unlock(&m->mutex);
+            for (int i = 0; i < n; i++) eg__pool_submit(&list[i]->task);
+            pthread_mutex_lock(&m->mutex);
+        }
     }
     pthread_mutex_unlock(&m->mutex);
     return NULL;
@@ -405,9 +424,12 @@ static eg_status parallel_map_next(eg__iter *base, eg_element *out) {
         }
         if (slot || (!m->head && m->input_done)) break;
         int64_t wait_start = eg__now_ns();
+        m->consumer_waiting = true;
         pthread_cond_wait(&m->results, &m->mutex);
+        m->consumer_waiting = false;
         waited += eg__now_ns() - wait_start;
     }
+    bool wake_feeder = false;
     if (slot) {
         if (slot == m->head)
             m->head = slot->next;
@@ -418,7 +440,7 @@ static eg_status parallel_map_next(eg__iter *base, eg_element *out) {
         m->ready--;
         /* Wake a feeder waiting for room only once half the results are gone: it then refills in
          * a burst instead of waking for every element. */
-        if (m->feeder_waiting && m->outstanding <= m->capacity / 2) pthread_cond_signal(&m->room);
+        wake_feeder = m->feeder_waiting && m->outstanding <= m->capacity / 2;
     }
     m->window.consumed++;
     m->window.wait_ns += waited;
@@ -437,6 +459,7 @@ static eg_status parallel_map_next(eg__iter *base, eg_element *out) {
     }
     m->last_return_ns = eg__now_ns();
     pthread_mutex_unlock(&m->mutex);
+    if (wake_feeder) pthread_cond_signal(&m->room);
     if (slot) {
         free(slot->error);
         free(slot);
@@ -581,7 +604,7 @@ typedef struct prefetch_iter {
     int limit;     /* buffer_size, or the AUTOTUNE maximum */
     int capacity;  /* in use (<= limit) */
     int head, count;
-    bool started, thread_running, cancelled, done;
+    bool started, thread_running, cancelled, done, consumer_waiting;
     eg_status end_status;
     eg__saved_error *error;
     pthread_t thread;
@@ -611,14 +634,22 @@ static eg_status ring_grow(prefetch_iter *p) {
 
 static void *prefetch_producer(void *arg) {
     prefetch_iter *p = arg;
+    bool notify = false; /* the consumer waits for the element just added */
     pthread_mutex_lock(&p->mutex);
     for (;;) {
+        if (notify && p->count >= p->capacity) { /* about to sleep: wake it now */
+            pthread_cond_signal(&p->items);
+            notify = false;
+        }
         while (!p->cancelled && p->count >= p->capacity) {
             p->was_full = true;
             pthread_cond_wait(&p->space, &p->mutex);
         }
         if (p->cancelled) break;
         pthread_mutex_unlock(&p->mutex);
+        /* Outside the mutex, so that the consumer does not wake only to wait for it. */
+        if (notify) pthread_cond_signal(&p->items);
+        notify = false;
         eg_element e = {0};
         eg_status status = eg__iter_next(p->input, &e);
         eg__saved_error *error = status < 0 ? eg__error_take(status) : NULL;
@@ -646,7 +677,7 @@ static void *prefetch_producer(void *arg) {
         }
         p->ring[(p->head + p->count) % p->ring_size] = e;
         p->count++;
-        pthread_cond_signal(&p->items);
+        notify = p->consumer_waiting;
     }
     pthread_mutex_unlock(&p->mutex);
     return NULL;
@@ -687,21 +718,25 @@ static eg_status prefetch_next(eg__iter *base, eg_element *out) {
     if (p->count == 0 && !p->done) {
         if (p->autotune) prefetch_autotune(p);
         int64_t wait_start = eg__now_ns();
+        p->consumer_waiting = true;
         while (p->count == 0 && !p->done) pthread_cond_wait(&p->items, &p->mutex);
+        p->consumer_waiting = false;
         if (base->stage) atomic_fetch_add(&base->stage->wait_ns, eg__now_ns() - wait_start);
     }
+    bool wake_producer = false;
     eg_status status;
     if (p->count > 0) {
         *out = p->ring[p->head];
         p->head = (p->head + 1) % p->ring_size;
         p->count--;
-        if (p->count <= p->capacity / 2) pthread_cond_signal(&p->space);
+        wake_producer = p->count <= p->capacity / 2;
         status = EG_OK;
     } else {
         status = p->end_status;
         if (status != EG__END) eg__error_raise_saved(p->error, status);
     }
     pthread_mutex_unlock(&p->mutex);
+    if (wake_producer) pthread_cond_signal(&p->space);
     return status;
 }
 

@@ -113,6 +113,6 @@ void eg__pool_submit(eg__task *task) {
     else
         p->head = task;
     p->tail = task;
-    pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->mutex);
+    pthread_cond_signal(&p->work); /* after unlocking: the woken thread needs the mutex */
 }

@@ -14,8 +14,7 @@ static bool valid_initializer(const eg_initializer *init) {
 
 static bool valid_float(eg_dtype dtype, const char *what) {
     if (dtype == EG_DTYPE_F32 || dtype == EG_DTYPE_F64) return true;
-    eg__error(EG_ERR_DTYPE, "%s: variables must be f32 or f64, got %s", what,
-              eg_dtype_name(dtype));
+    eg__error(EG_ERR_DTYPE, "%s: variables must be f32 or f64, got %s", what, eg_dtype_name(dtype));
     return false;
 }
 
@@ -83,15 +82,16 @@ eg_layer *eg_conv2d_new_ex(int64_t filters, int kernel_h, int kernel_w,
     return layer;
 }
 
-static eg_layer *pool_new(eg__layer_kind kind, const eg_pool2d_options *options,
-                          const char *name, const char *what) {
+static eg_layer *pool_new(eg__layer_kind kind, const eg_pool2d_options *options, const char *name,
+                          const char *what) {
     eg_pool2d_options o = options ? *options : (eg_pool2d_options){0};
     for (int i = 0; i < 2; i++) {
         if (o.pool_size[i] == 0) o.pool_size[i] = 2;
         if (o.strides[i] == 0) o.strides[i] = o.pool_size[i];
     }
     if (o.pool_size[0] < 1 || o.pool_size[1] < 1 || o.strides[0] < 1 || o.strides[1] < 1 ||
-        (unsigned)o.padding >= EG_PADDING_COUNT || (unsigned)o.data_format >= EG_DATA_FORMAT_COUNT) {
+        (unsigned)o.padding >= EG_PADDING_COUNT ||
+        (unsigned)o.data_format >= EG_DATA_FORMAT_COUNT) {
         eg__error(EG_ERR_INVALID_ARGUMENT,
                   "%s: invalid options (pool size %d x %d, strides %d x %d, padding %d, data "
                   "format %d)",
@@ -130,8 +130,7 @@ eg_layer *eg_global_avg_pool2d_new(eg_data_format data_format, const char *name)
                   (int)data_format);
         return NULL;
     }
-    eg_layer *layer =
-        eg__layer_new(EG__LAYER_GLOBAL_AVG_POOL2D, name, "global_average_pooling2d");
+    eg_layer *layer = eg__layer_new(EG__LAYER_GLOBAL_AVG_POOL2D, name, "global_average_pooling2d");
     if (layer) layer->pool.data_format = data_format;
     return layer;
 }
@@ -269,8 +268,8 @@ static eg_status window_shape(eg_layer *layer, int n_dims, const int64_t *input_
 }
 
 /* Creates variables[n_variables] and counts it; false with an error. */
-static bool add_variable(eg_layer *layer, const char *what, const eg_initializer *init,
-                         bool frozen, int n_dims, const int64_t *shape) {
+static bool add_variable(eg_layer *layer, const char *what, const eg_initializer *init, bool frozen,
+                         int n_dims, const int64_t *shape) {
     layer->frozen[layer->n_variables] = frozen;
     eg_tensor *v = eg__layer_make_variable(layer, what, init, n_dims, shape);
     if (!v) return false;
@@ -294,9 +293,9 @@ static eg_status build_conv(eg_layer *layer, int n_dims, const int64_t *input_sh
                          "conv2d layer: '%s' needs a known number of input channels divisible "
                          "by groups %d, got shape %s",
                          eg_layer_name(layer), o->groups, shape_text(n_dims, input_shape, buf));
-    eg_status status = window_shape(layer, n_dims, input_shape, layer->kernel, o->strides,
-                                    o->dilations, o->padding, o->explicit_padding, o->data_format,
-                                    layer->units, "conv2d layer");
+    eg_status status =
+        window_shape(layer, n_dims, input_shape, layer->kernel, o->strides, o->dilations,
+                     o->padding, o->explicit_padding, o->data_format, layer->units, "conv2d layer");
     if (status != EG_OK) return status;
     int64_t kernel_shape[4] = {layer->kernel[0], layer->kernel[1], channels / o->groups,
                                layer->units};
@@ -305,14 +304,13 @@ static eg_status build_conv(eg_layer *layer, int n_dims, const int64_t *input_sh
             return eg__error(EG_ERR_SHAPE,
                              "conv2d layer: input channels %lld do not match the kernel %s of "
                              "'%s'",
-                             (long long)channels,
-                             shape_text(4, layer->variables[0]->shape, buf),
+                             (long long)channels, shape_text(4, layer->variables[0]->shape, buf),
                              eg_layer_name(layer));
         return EG_OK;
     }
     if (!add_variable(layer, "kernel", &o->kernel_initializer, false, 4, kernel_shape) ||
-        (o->use_bias && !add_variable(layer, "bias", &o->bias_initializer, false, 1,
-                                      &layer->units))) {
+        (o->use_bias &&
+         !add_variable(layer, "bias", &o->bias_initializer, false, 1, &layer->units))) {
         drop_variables(layer);
         return eg_last_status();
     }
@@ -346,14 +344,13 @@ static eg_status build_norm(eg_layer *layer, int n_dims, const int64_t *input_sh
     if (status != EG_OK || layer->built) return status;
     const eg_batch_norm_options *o = &layer->norm;
     int64_t features = input_shape[layer->norm_axis];
-    bool ok = (!o->scale || add_variable(layer, "gamma", &o->gamma_initializer, false, 1,
-                                         &features)) &&
-              (!o->center ||
-               add_variable(layer, "beta", &o->beta_initializer, false, 1, &features)) &&
-              (!batch || (add_variable(layer, "moving_mean", &o->moving_mean_initializer, true, 1,
-                                       &features) &&
-                          add_variable(layer, "moving_variance",
-                                       &o->moving_variance_initializer, true, 1, &features)));
+    bool ok =
+        (!o->scale || add_variable(layer, "gamma", &o->gamma_initializer, false, 1, &features)) &&
+        (!o->center || add_variable(layer, "beta", &o->beta_initializer, false, 1, &features)) &&
+        (!batch ||
+         (add_variable(layer, "moving_mean", &o->moving_mean_initializer, true, 1, &features) &&
+          add_variable(layer, "moving_variance", &o->moving_variance_initializer, true, 1,
+                       &features)));
     if (!ok) {
         drop_variables(layer);
         return eg_last_status();
@@ -374,15 +371,16 @@ eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input
     case EG__LAYER_MAX_POOL2D:
     case EG__LAYER_AVG_POOL2D:
         if (layer->built) return EG_OK;
-        return window_shape(layer, n_dims, input_shape, p->pool_size, p->strides, ones,
-                            p->padding, p->explicit_padding, p->data_format,
+        return window_shape(layer, n_dims, input_shape, p->pool_size, p->strides, ones, p->padding,
+                            p->explicit_padding, p->data_format,
                             n_dims == 4 ? input_shape[p->data_format == EG_DATA_FORMAT_NCHW ? 1 : 3]
                                         : 0,
                             eg__layer_prefix(layer));
     case EG__LAYER_GLOBAL_AVG_POOL2D:
         if (layer->built) return EG_OK;
         if (n_dims != 4)
-            return eg__error(EG_ERR_SHAPE, "global_average_pooling2d: '%s' needs 4-d inputs, got %s",
+            return eg__error(EG_ERR_SHAPE,
+                             "global_average_pooling2d: '%s' needs 4-d inputs, got %s",
                              eg_layer_name(layer), shape_text(n_dims, input_shape, buf));
         layer->output_n_dims = 2;
         layer->output_shape[0] = input_shape[0];
@@ -406,8 +404,9 @@ eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input
 
 static bool same_dtype(eg_layer *layer, const eg_tensor *x, const char *what) {
     if (!layer->n_variables || x->dtype == layer->variables[0]->dtype) return true;
-    eg__error(EG_ERR_DTYPE, "%s: input of '%s' is %s but its variables are %s; cast the input first",
-              what, eg_layer_name(layer), eg_dtype_name(x->dtype),
+    eg__error(EG_ERR_DTYPE,
+              "%s: input of '%s' is %s but its variables are %s; cast the input first", what,
+              eg_layer_name(layer), eg_dtype_name(x->dtype),
               eg_dtype_name(layer->variables[0]->dtype));
     return false;
 }

@@ -37,8 +37,8 @@ struct eg_layer {
     eg_tensor *variables[EG__LAYER_MAX_VARIABLES]; /* owned */
     bool frozen[EG__LAYER_MAX_VARIABLES];          /* never trainable (moving statistics) */
     int n_variables;
-    eg_dtype dtype;          /* of the variables */
-    eg_generator *generator; /* for their initializers (NULL: the default generator) */
+    eg_dtype dtype;           /* of the variables */
+    eg_generator *generator;  /* for their initializers (NULL: the default generator) */
     eg_activation activation; /* DENSE, ACTIVATION */
     /* DENSE */
     int64_t units;

@@ -201,8 +201,7 @@ eg_tensor *eg__layer_make_variable(eg_layer *layer, const char *what, const eg_i
     eg__unref(value);
     eg__scope_resume();
     if (variable)
-        eg_variable_set_trainable(variable,
-                                  layer->trainable && !layer->frozen[layer->n_variables]);
+        eg_variable_set_trainable(variable, layer->trainable && !layer->frozen[layer->n_variables]);
     return variable;
 }
 
@@ -224,8 +223,8 @@ static eg_status build_dense(eg_layer *layer, int n_dims, const int64_t *input_s
         return EG_OK;
     }
     int64_t kernel_shape[2] = {input_dim, layer->units};
-    eg_tensor *kernel = eg__layer_make_variable(layer, "kernel", &layer->dense.kernel_initializer,
-                                                2, kernel_shape);
+    eg_tensor *kernel =
+        eg__layer_make_variable(layer, "kernel", &layer->dense.kernel_initializer, 2, kernel_shape);
     if (!kernel) return eg_last_status();
     eg_tensor *bias = NULL;
     if (layer->dense.use_bias) {

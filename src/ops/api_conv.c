@@ -103,8 +103,7 @@ bool eg__conv2d_attrs(eg__attrs *attrs, const eg_conv2d_options *options, const 
 eg_tensor *eg_conv2d(const eg_tensor *x, const eg_tensor *filter,
                      const eg_conv2d_options *options) {
     if (!eg__check_arg(x, "conv2d", 0) || !eg__check_arg(filter, "conv2d", 1)) return NULL;
-    if (!check_image(x, "conv2d", "input") || !check_image(filter, "conv2d", "filter"))
-        return NULL;
+    if (!check_image(x, "conv2d", "input") || !check_image(filter, "conv2d", "filter")) return NULL;
     eg_conv2d_options o = conv_defaults(options);
     eg__attrs attrs;
     int64_t h, w;
@@ -354,10 +353,10 @@ eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axe
         if (chosen[d] || n_axes == 0) attrs.axes[attrs.n_axes++] = d;
     /* scale and offset broadcast to the statistics' (keepdims) shape; missing ones are 1 and 0 */
     eg_tensor *items[4] = {0};
-    eg_tensor *g = scale ? eg_broadcast_to(scale, mean->n_dims, mean->shape)
-                         : eg_full_like(mean, 1.0);
-    eg_tensor *o = offset ? eg_broadcast_to(offset, mean->n_dims, mean->shape)
-                          : eg_full_like(mean, 0.0);
+    eg_tensor *g =
+        scale ? eg_broadcast_to(scale, mean->n_dims, mean->shape) : eg_full_like(mean, 1.0);
+    eg_tensor *o =
+        offset ? eg_broadcast_to(offset, mean->n_dims, mean->shape) : eg_full_like(mean, 0.0);
     items[0] = g;
     items[1] = o;
     eg_tensor *y = NULL;
@@ -366,16 +365,19 @@ eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axe
         y = eg__execute(EG__OP_BATCH_NORM, 5, in, &attrs);
     }
     for (int i = 0; i < 2; i++) eg_release(items[i]);
-    if (y && batch_mean) *batch_mean = mean;
-    else eg_release(mean);
-    if (y && batch_variance) *batch_variance = variance;
-    else eg_release(variance);
+    if (y && batch_mean)
+        *batch_mean = mean;
+    else
+        eg_release(mean);
+    if (y && batch_variance)
+        *batch_variance = variance;
+    else
+        eg_release(variance);
     return y;
 }
 
 eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axes,
-                                  const eg_tensor *scale, const eg_tensor *offset,
-                                  double epsilon) {
+                                  const eg_tensor *scale, const eg_tensor *offset, double epsilon) {
     if (!eg__check_arg(x, "layer_normalization", 0)) return NULL;
     if (x->n_dims < 1) {
         eg__error(EG_ERR_SHAPE, "layer_normalization: x must have at least 1 dim");

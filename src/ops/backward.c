@@ -482,8 +482,8 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
     eg_tensor *g_var = tmp(&t, eg_reshape(parts[1], x->n_dims, kept));
     eg_tensor *mean = tmp(&t, eg_reshape(means[0], x->n_dims, kept));
     eg_tensor *scale = tmp(&t, eg_mul_scalar(g_var, 2.0 / n));
-    eg_tensor *shift = tmp(&t, eg_sub(tmp(&t, eg_mul_scalar(g_mean, 1.0 / n)),
-                                      tmp(&t, eg_mul(mean, scale))));
+    eg_tensor *shift =
+        tmp(&t, eg_sub(tmp(&t, eg_mul_scalar(g_mean, 1.0 / n)), tmp(&t, eg_mul(mean, scale))));
     SET_GRAD(0, eg_mul_add(x, scale, shift));
     return finish(&t);
 }
@@ -511,8 +511,9 @@ eg_status eg__backward_batch_norm(const eg__backward_call *call) {
         eg_tensor *k = tmp(&t, eg_mul(g, r));
         eg_tensor *k_n = tmp(&t, eg_mul_scalar(k, -1.0 / n));
         eg_tensor *c1 = tmp(&t, eg_mul(k_n, tmp(&t, eg_mul(r, d_scale))));
-        eg_tensor *c0 = tmp(&t, eg_mul(k_n, tmp(&t, eg_sub(sum_g, tmp(&t, eg_mul(tmp(&t, eg_mul(m, r)),
-                                                                                d_scale))))));
+        eg_tensor *c0 = tmp(
+            &t,
+            eg_mul(k_n, tmp(&t, eg_sub(sum_g, tmp(&t, eg_mul(tmp(&t, eg_mul(m, r)), d_scale))))));
         SET_GRAD(0, eg_mul_add(GRAD, k, tmp(&t, eg_mul_add(x, c1, c0))));
     }
     return finish(&t);
@@ -563,7 +564,8 @@ eg_status eg__backward_max_pool2d(const eg__backward_call *call) {
 eg_status eg__backward_max_pool2d_backward(const eg__backward_call *call) {
     if (!NEEDS(1)) return EG_OK;
     temps t = {0};
-    eg_tensor *index = tmp(&t, run_with_shape(call, EG__OP_MAX_POOL2D_ARGMAX, 1, IN(0), NULL, NULL));
+    eg_tensor *index =
+        tmp(&t, run_with_shape(call, EG__OP_MAX_POOL2D_ARGMAX, 1, IN(0), NULL, NULL));
     int64_t n = GRAD->n_elems;
     eg_tensor *flat = tmp(&t, eg_reshape(GRAD, 1, &n));
     SET_GRAD(1, eg_gather(flat, index, 0));

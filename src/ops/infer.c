@@ -501,8 +501,8 @@ eg_status eg__infer_mul_add(eg__op op, int n_in, const eg_tensor *const *in, con
 }
 
 /* x -> (2, x reduced over attrs->axes): mean and population variance. */
-eg_status eg__infer_moments(eg__op op, int n_in, const eg_tensor *const *in,
-                            const eg__attrs *attrs, eg__meta *meta) {
+eg_status eg__infer_moments(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                            eg__meta *meta) {
     (void)n_in;
     if (require_float(op, in[0], 0) != EG_OK || check_axes(op, in[0], attrs) != EG_OK)
         return eg_last_status();
@@ -626,14 +626,14 @@ static eg_status conv_shape(eg__op op, const int64_t *x_shape, const int64_t *w_
                             b, a, win->channels_first ? "NCHW" : "NHWC", (long long)groups);
     if (w_shape[0] < 1 || w_shape[1] < 1 || w_shape[3] < 1)
         return eg__op_error(op, EG_ERR_SHAPE, "empty filter %s", b);
-    int64_t out_h = window_out(x.h, w_shape[0], win->stride[0], win->dilation[0], win->pad[0],
-                               win->pad[1]);
-    int64_t out_w = window_out(x.w, w_shape[1], win->stride[1], win->dilation[1], win->pad[2],
-                               win->pad[3]);
+    int64_t out_h =
+        window_out(x.h, w_shape[0], win->stride[0], win->dilation[0], win->pad[0], win->pad[1]);
+    int64_t out_w =
+        window_out(x.w, w_shape[1], win->stride[1], win->dilation[1], win->pad[2], win->pad[3]);
     if (out_h < 0 || out_w < 0)
         return eg__op_error(op, EG_ERR_SHAPE,
-                            "the filter %s (dilation %d, %d) is larger than the padded input %s",
-                            b, win->dilation[0], win->dilation[1], a);
+                            "the filter %s (dilation %d, %d) is larger than the padded input %s", b,
+                            win->dilation[0], win->dilation[1], a);
     image_shape((image_dims){x.n, out_h, out_w, w_shape[3]}, win->channels_first, meta);
     return EG_OK;
 }

@@ -65,6 +65,12 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     eager_numbers=$(mode_numbers eager)
     same_as_eager() { local other; other=$(mode_numbers "$1"); [ "$(wc -l <<<"$eager_numbers")" -ge 4 ] && [ "$other" = "$eager_numbers" ]; }
     check "--mode lazy gives eager's training log" same_as_eager lazy
+    # --logdir writes a TensorBoard event file; --profile a Chrome trace that parses as JSON.
+    logged_run() { "$eagle" train --limit 1000 --epochs 1 --logdir "$tmp/logs" --profile "$tmp/trace.json" >/dev/null 2>&1; }
+    check "--logdir and --profile run" logged_run
+    check "--logdir wrote an event file" bash -c 'ls "$0"/logs/events.out.tfevents.* >/dev/null 2>&1' "$tmp"
+    check "--profile wrote a JSON trace with op spans" \
+        python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); assert any(e.get("ph")=="X" and e.get("name")=="matmul" for e in t["traceEvents"])' "$tmp/trace.json"
     check "--mode graph gives eager's training log" same_as_eager graph
     check "eval of the saved weights reproduces the test accuracy" \
         bash -c 'out=$("$0" eval "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/w1.safetensors" "$accuracy"

@@ -11,29 +11,6 @@
 typedef enum { MODE_EAGER, MODE_LAZY, MODE_GRAPH, N_MODES } mode;
 static const char *const mode_names[N_MODES] = {"eager", "lazy", "graph"};
 
-typedef struct step_state {
-    eg_model *model;
-    eg_optimizer *optimizer;
-} step_state;
-
-/* The step all three modes run: inputs x (B, 784) f32 and labels (B,) u8; output the loss. */
-static eg_status step_fn(const eg_tensor *const *in, eg_tensor **out, void *user) {
-    step_state *s = user;
-    int n;
-    eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n);
-    eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
-    eg_tape *tape = eg_tape_begin(false);
-    eg_tensor *logits = eg_model_call(s->model, in[0], true);
-    eg_tensor *loss =
-        eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
-    eg_status status =
-        eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
-    eg_tape_free(tape);
-    if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n, grads, vars);
-    out[0] = eg_scope_keep(loss);
-    return status == EG_OK ? eg_last_status() : status;
-}
-
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -52,8 +29,8 @@ typedef struct mode_result {
 static bool run_mode(mode m, const mlp_config *config, const mlp_data *train, const mlp_data *test,
                      int64_t batch, int64_t steps, mode_result *r) {
     eg_manual_seed(42);
-    step_state s = {mlp_build(config), eg_adam_new(NULL)};
-    eg_function *f = m == MODE_GRAPH ? eg_function_new("train_step", step_fn, 2, 1, &s) : NULL;
+    mlp_step_state s = {mlp_build(config), eg_adam_new(NULL)};
+    eg_function *f = m == MODE_GRAPH ? eg_function_new("train_step", mlp_step, 2, 2, &s) : NULL;
     double *times = malloc(sizeof *times * (size_t)steps);
     int64_t *indices = malloc(sizeof *indices * (size_t)batch);
     bool ok = s.model && s.optimizer && times && indices && (m != MODE_GRAPH || f);
@@ -64,21 +41,21 @@ static bool run_mode(mode m, const mlp_config *config, const mlp_data *train, co
         int64_t start = (step * batch) % (train->n - batch + 1);
         for (int64_t i = 0; i < batch; i++) indices[i] = start + i;
         eg_scope_begin();
-        eg_tensor *x, *y, *loss = NULL;
+        eg_tensor *x, *y, *out[2] = {NULL, NULL};
         ok = mlp_batch(train, indices, batch, &x, &y) == EG_OK;
         eg_memory_stats before, after;
         eg_memory_reset_peak(NULL);
         eg_memory_stats_get(NULL, &before);
         double t0 = cli_seconds();
         const eg_tensor *in[2] = {x, y};
-        if (ok && m == MODE_EAGER) ok = step_fn(in, &loss, &s) == EG_OK;
+        if (ok && m == MODE_EAGER) ok = mlp_step(in, out, &s) == EG_OK;
         if (ok && m == MODE_LAZY) {
             eg_lazy_begin();
-            ok = step_fn(in, &loss, &s) == EG_OK;
+            ok = mlp_step(in, out, &s) == EG_OK;
             eg_lazy_end();
         }
-        if (ok && m == MODE_GRAPH) ok = eg_function_call(f, in, &loss) == EG_OK;
-        if (ok) r->final_loss = eg_item(loss); /* reading the loss is part of every step */
+        if (ok && m == MODE_GRAPH) ok = eg_function_call(f, in, out) == EG_OK;
+        if (ok) r->final_loss = eg_item(out[0]); /* reading the loss is part of every step */
         times[step] = cli_seconds() - t0;
         eg_memory_stats_get(NULL, &after);
         /* steady state only: the first steps create optimizer slots, traces and arenas */

@@ -10,7 +10,7 @@ static void print_usage(FILE *out) {
                  "commands:\n"
                  "  train   train a model on Fashion-MNIST (the seed model by default)\n"
                  "  eval    evaluate saved weights on the test split\n"
-            "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
+                 "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
                  "  info    version, build options, threads, BLAS and devices\n"
                  "  profile time each op of training steps on synthetic data\n"
                  "\n"

@@ -110,3 +110,27 @@ eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, 
     *loss = eg_metric_mean_result(&losses);
     return status;
 }
+
+eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    mlp_step_state *s = user;
+    int n_vars;
+    eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n_vars);
+    eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
+    eg_profiler_range_push("forward");
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tensor *logits = eg_model_call(s->model, in[0], true);
+    eg_tensor *loss =
+        eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
+    eg_profiler_range_pop();
+    eg_profiler_range_push("backward");
+    eg_status status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
+                                        EG_UNCONNECTED_ZERO);
+    eg_tape_free(tape);
+    eg_profiler_range_pop();
+    eg_profiler_range_push("optimizer");
+    if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n_vars, grads, vars);
+    eg_profiler_range_pop();
+    out[0] = loss;
+    out[1] = eg_sum(eg_metric_sparse_categorical_accuracy(in[1], logits), 0, NULL, false);
+    return status == EG_OK ? eg_last_status() : status;
+}

@@ -36,6 +36,19 @@ void mlp_data_free(mlp_data *data);
 eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
                     eg_tensor **labels);
 
+/* What a training step updates. */
+typedef struct mlp_step_state {
+    eg_model *model;
+    eg_optimizer *optimizer;
+} mlp_step_state;
+
+/* One training step on in[0] = x (B, 784) f32 and in[1] = labels (B,): forward, loss, tape
+ * gradient, optimizer update; out[0] = the mean loss, out[1] = the number of correct
+ * predictions (both 0-d). user is an mlp_step_state. The same function runs in every mode:
+ * called directly (eager), between eg_lazy_begin/end (lazy) or traced by eg_function (graph).
+ * Its phases are marked as profiler ranges. */
+eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user);
+
 /* Accuracy and mean loss of the model on the whole split, in batches, without tapes. */
 eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, double *loss);
 

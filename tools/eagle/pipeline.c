@@ -1,10 +1,12 @@
-/* The input pipeline of `eagle train` (see pipeline.h).
+/* The input pipeline of `eagle train` (see pipeline.h):
  *
- * Without augmentation:  generator of index batches (train.c's order)
- *                        -> map(mlp_batch, AUTOTUNE)  -> prefetch(AUTOTUNE)
- * With augmentation:     generator of (image u8 (28, 28), label u8 ()) in that order
- *                        -> map(random flip) -> map(random crop, padding 2)  (AUTOTUNE each)
- *                        -> batch -> map(to f32 / 255, (B, 784)) -> prefetch(AUTOTUNE) */
+ *     generator of index batches (train.c's order) -> map(make the batch, AUTOTUNE)
+ *                                                  -> prefetch(AUTOTUNE)
+ *
+ * where making the batch is mlp_batch, or with augmentation: gather the u8 images, the library's
+ * random flip and random crop on the whole batch (eg_image_random_flip / _crop, batched), then
+ * the same conversion to f32 / 255 as mlp_batch. One call per batch: per-image stages would cost a
+ * thread hand-over per image. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +34,6 @@ typedef struct pipeline_source {
     int64_t batch_size;
     uint64_t seed;
     int first_epoch;
-    bool augment;
     eg_image_flip_options flip;
     eg_image_crop_options crop;
 } pipeline_source;
@@ -46,32 +47,20 @@ static eg_status source_start(void *context, uint64_t epoch, void **state) {
     return EG_OK;
 }
 
-/* An index batch (i64 (n,)), or with augmentation one example as views of the data. */
+/* Batch `index` of the epoch's order as i64 (n,) indices. */
 static eg_status source_next(void *context, void *state, int64_t index, eg_element *out,
                              bool *end) {
     const pipeline_source *s = context;
     const int64_t *order = state;
-    if (!s->augment) {
-        int64_t start = index * s->batch_size;
-        if (start >= s->train->n) {
-            *end = true;
-            return EG_OK;
-        }
-        int64_t n = s->train->n - start < s->batch_size ? s->train->n - start : s->batch_size;
-        out->n_tensors = 1;
-        out->tensors[0] = eg_tensor_from_data(order + start, EG_DTYPE_I64, 1, &n);
-        return out->tensors[0] ? EG_OK : eg_last_status();
-    }
-    if (index >= s->train->n) {
+    int64_t start = index * s->batch_size;
+    if (start >= s->train->n) {
         *end = true;
         return EG_OK;
     }
-    int64_t j = order[index];
-    int64_t image_shape[2] = {28, 28};
-    out->n_tensors = 2;
-    out->tensors[0] = eg_reshape(eg_slice(s->train->images, 0, j, j + 1, 1), 2, image_shape);
-    out->tensors[1] = eg_reshape(eg_slice(s->train->labels, 0, j, j + 1, 1), 0, NULL);
-    return out->tensors[0] && out->tensors[1] ? EG_OK : eg_last_status();
+    int64_t n = s->train->n - start < s->batch_size ? s->train->n - start : s->batch_size;
+    out->n_tensors = 1;
+    out->tensors[0] = eg_tensor_from_data(order + start, EG_DTYPE_I64, 1, &n);
+    return out->tensors[0] ? EG_OK : eg_last_status();
 }
 
 static void source_finish(void *context, void *state) {
@@ -94,15 +83,24 @@ static eg_status make_batch(const eg_element *in, eg_element *out, const eg_data
                      &out->tensors[1]);
 }
 
-/* (images u8 (B, 28, 28), labels) -> (x f32 (B, 784) / 255, labels), with mlp_batch's ops. */
-static eg_status to_float(const eg_element *in, eg_element *out, const eg_dataset_call_info *info,
-                          void *context) {
-    (void)info, (void)context;
-    int64_t flat[2] = {eg_tensor_dim(in->tensors[0], 0), 784};
+/* (indices) -> (x, y) like mlp_batch, the images flipped and shifted at random before the
+ * conversion (the same ops as mlp_batch's: cast to f32, times 1 / 255, reshape). */
+static eg_status make_augmented_batch(const eg_element *in, eg_element *out,
+                                      const eg_dataset_call_info *info, void *context) {
+    pipeline_source *s = context;
+    const eg_tensor *indices = in->tensors[0];
+    eg_element images = {
+        2, {eg_gather(s->train->images, indices, 0), eg_gather(s->train->labels, indices, 0)}};
+    if (!images.tensors[0] || !images.tensors[1]) return eg_last_status();
+    eg_element flipped, cropped;
+    eg_status status = eg_image_random_flip(&images, &flipped, info, &s->flip);
+    if (status == EG_OK) status = eg_image_random_crop(&flipped, &cropped, info, &s->crop);
+    if (status != EG_OK) return status;
+    int64_t flat[2] = {eg_tensor_dim(indices, 0), 784};
     out->n_tensors = 2;
     out->tensors[0] =
-        eg_reshape(eg_mul_scalar(eg_cast(in->tensors[0], EG_DTYPE_F32), 1.0 / 255.0), 2, flat);
-    out->tensors[1] = in->tensors[1];
+        eg_reshape(eg_mul_scalar(eg_cast(cropped.tensors[0], EG_DTYPE_F32), 1.0 / 255.0), 2, flat);
+    out->tensors[1] = cropped.tensors[1];
     return out->tensors[0] ? EG_OK : eg_last_status();
 }
 
@@ -114,18 +112,10 @@ eg_dataset *cli_training_pipeline(const mlp_data *train, int64_t batch_size, uin
                            .batch_size = batch_size,
                            .seed = seed,
                            .first_epoch = first_epoch,
-                           .augment = augment,
-                           .flip = {.seed = seed ^ 0xF11Bu, .component = 0, .probability = 0.5},
-                           .crop = {.seed = seed ^ 0xC809u, .component = 0, .padding = 2}};
+                           .flip = {.seed = seed ^ 0xF11Bu, .probability = 0.5, .batched = true},
+                           .crop = {.seed = seed ^ 0xC809u, .padding = 2, .batched = true}};
     eg_dataset_generator generator = {source_start, source_next, source_finish, source_destroy, s};
     eg_dataset *ds = eg_dataset_from_generator(&generator); /* owns s from here on */
-    if (!augment) {
-        ds = eg_dataset_map(ds, make_batch, s, EG_AUTOTUNE, true);
-    } else {
-        ds = eg_dataset_map(ds, eg_image_random_flip, &s->flip, EG_AUTOTUNE, true);
-        ds = eg_dataset_map(ds, eg_image_random_crop, &s->crop, EG_AUTOTUNE, true);
-        ds = eg_dataset_batch(ds, batch_size, false);
-        ds = eg_dataset_map(ds, to_float, NULL, EG_AUTOTUNE, true);
-    }
+    ds = eg_dataset_map(ds, augment ? make_augmented_batch : make_batch, s, EG_AUTOTUNE, true);
     return eg_dataset_prefetch(ds, EG_AUTOTUNE);
 }

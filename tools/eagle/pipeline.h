@@ -36,8 +36,9 @@
  * is train.c's shuffle(). Without augment each batch is bitwise identical to mlp_batch() of those
  * indices, whatever the parallelism. With augment each image is first mirrored with probability
  * 1/2 and shifted by up to 2 pixels (random crop of the image padded with 2 pixels of zeros), its
- * randomness a function of (seed, epoch, position) only. Batches are made on the pipeline's
- * threads (map with AUTOTUNE parallel calls, prefetch with an AUTOTUNE buffer). `train` is
+ * randomness a function of (seed, epoch, batch, position in the batch) only. Batches are made on
+ * the pipeline's threads (a map with AUTOTUNE parallel calls, one call per batch, and a prefetch
+ * with an AUTOTUNE buffer). `train` is
  * borrowed: it must outlive the dataset and its iterators. NULL with the library's error. */
 eg_dataset *cli_training_pipeline(const mlp_data *train, int64_t batch_size, uint64_t seed,
                                   bool augment, int first_epoch);

@@ -114,28 +114,12 @@ static eg_status profile_step(eg_model *model, eg_optimizer *optimizer, eg_gener
     eg_status status = synthetic_batch(generator, n, &x, &y);
     eg_profiler_range_pop();
     if (status == EG_OK) {
-        int n_vars;
-        eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
-        eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
-        eg_profiler_range_push("forward");
-        eg_tape *tape = eg_tape_begin(false);
-        eg_tensor *logits = eg_model_call(model, x, true);
-        eg_tensor *loss =
-            eg_loss_sparse_categorical_crossentropy(y, logits, true, EG_REDUCTION_MEAN);
-        eg_profiler_range_pop();
-        eg_profiler_range_push("backward");
-        status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
-                                  EG_UNCONNECTED_ZERO);
-        eg_tape_free(tape);
-        eg_profiler_range_pop();
-        eg_profiler_range_push("optimizer");
-        if (status == EG_OK) status = eg_optimizer_apply_gradients(optimizer, n_vars, grads, vars);
-        eg_profiler_range_pop();
+        const eg_tensor *in[2] = {x, y};
+        eg_tensor *out[2] = {NULL, NULL};
+        mlp_step_state state = {model, optimizer};
+        status = mlp_step(in, out, &state);
         eg_profiler_range_push("metrics");
-        eg_metric_mean hits = {0};
-        if (status == EG_OK)
-            status = eg_metric_mean_update(&hits, eg_metric_sparse_categorical_accuracy(y, logits));
-        *loss_out = eg_item(loss);
+        if (status == EG_OK) *loss_out = eg_item(out[0]);
         eg_profiler_range_pop();
     }
     eg_scope_end();

@@ -226,41 +226,9 @@ static void shuffle(int64_t *order, int64_t n, unsigned long long seed, int epoc
 }
 
 /* One step: forward, loss, tape gradient, optimizer update. Returns the batch loss and hits. */
-typedef struct step_state {
-    eg_model *model;
-    eg_optimizer *optimizer;
-} step_state;
-
-/* One step on x (B, 784) and labels (B,): forward, loss, tape gradient, optimizer update.
- * Outputs the mean loss and the number of correct predictions. The same function runs in every
- * mode: called directly (eager), between eg_lazy_begin/end (lazy), or traced (graph). */
-static eg_status step_core(const eg_tensor *const *in, eg_tensor **out, void *user) {
-    step_state *s = user;
-    int n_vars;
-    eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n_vars);
-    eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
-    eg_profiler_range_push("forward");
-    eg_tape *tape = eg_tape_begin(false);
-    eg_tensor *logits = eg_model_call(s->model, in[0], true);
-    eg_tensor *loss =
-        eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
-    eg_profiler_range_pop();
-    eg_profiler_range_push("backward");
-    eg_status status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
-                                        EG_UNCONNECTED_ZERO);
-    eg_tape_free(tape);
-    eg_profiler_range_pop();
-    eg_profiler_range_push("optimizer");
-    if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n_vars, grads, vars);
-    eg_profiler_range_pop();
-    out[0] = loss;
-    out[1] = eg_sum(eg_metric_sparse_categorical_accuracy(in[1], logits), 0, NULL, false);
-    return status == EG_OK ? eg_last_status() : status;
-}
-
 typedef struct stepper {
     const char *mode;
-    step_state state;
+    mlp_step_state state;
     eg_function *graph; /* graph mode */
 } stepper;
 
@@ -278,10 +246,10 @@ static eg_status train_step(stepper *st, const mlp_data *data, const int64_t *in
             status = eg_function_call(st->graph, in, out);
         } else if (!strcmp(st->mode, "lazy")) {
             eg_lazy_begin();
-            status = step_core(in, out, &st->state);
+            status = mlp_step(in, out, &st->state);
             eg_lazy_end();
         } else {
-            status = step_core(in, out, &st->state);
+            status = mlp_step(in, out, &st->state);
         }
     }
     if (status == EG_OK) {
@@ -398,7 +366,7 @@ int cli_train(int argc, char **argv) {
     if (!model || !optimizer || !order) goto done;
     st = (stepper){o.mode, {model, optimizer}, NULL};
     if (!strcmp(o.mode, "graph") &&
-        !(st.graph = eg_function_new("train_step", step_core, 2, 2, &st.state)))
+        !(st.graph = eg_function_new("train_step", mlp_step, 2, 2, &st.state)))
         goto done;
     if (o.logdir && !(summary = eg_summary_writer_new(o.logdir))) goto done;
     if (resume) {

@@ -35,8 +35,8 @@
 #define MAX_TILE_ROWS 4096
 /* The filter gradient sums over images in this many fixed chunks at most (parallel work). */
 #define FILTER_CHUNKS 16
-/* The direct kernel handles K = KH*KW*C_in/groups up to this (bench/conv: it beats im2col+GEMM
- * for the 3x3x1 first layer, loses from 3x3x32 on). */
+/* The direct kernels (forward and filter gradient) handle K = KH*KW*C_in/groups up to this
+ * (bench/conv: they beat im2col+GEMM for the 3x3x1 first layer, lose from 3x3x32 on). */
 #define DIRECT_MAX_K 32
 /* Stride-1 input gradients run as a flipped-filter convolution from this many input channels
  * per group (below, the col2im path's wider GEMM wins). */
@@ -56,11 +56,11 @@ void eg__conv_set_algorithm(int algorithm) {
 }
 
 typedef struct conv_geometry {
-    eg__image x, y;              /* the convolution's input and output (y also for dy) */
-    int64_t kh, kw, cg, og, k;   /* filter; cg/og channels per group; k = kh * kw * cg */
-    int64_t groups, p, out_c;    /* p = output pixels per image */
+    eg__image x, y;            /* the convolution's input and output (y also for dy) */
+    int64_t kh, kw, cg, og, k; /* filter; cg/og channels per group; k = kh * kw * cg */
+    int64_t groups, p, out_c;  /* p = output pixels per image */
     int64_t stride_h, stride_w, dil_h, dil_w, pad_t, pad_l;
-    bool first;                  /* NCHW */
+    bool first; /* NCHW */
     eg_dtype dtype;
     size_t esize;
 } conv_geometry;
@@ -96,8 +96,8 @@ static void gemm(eg_dtype dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t
                  int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
     enum CBLAS_TRANSPOSE ta_ = ta ? CblasTrans : CblasNoTrans, tb_ = tb ? CblasTrans : CblasNoTrans;
     if (dtype == EG_DTYPE_F32)
-        cblas_sgemm(CblasRowMajor, ta_, tb_, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b,
-                    (int)ldb, (float)beta, c, (int)ldc);
+        cblas_sgemm(CblasRowMajor, ta_, tb_, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb,
+                    (float)beta, c, (int)ldc);
     else
         cblas_dgemm(CblasRowMajor, ta_, tb_, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb,
                     beta, c, (int)ldc);
@@ -132,7 +132,9 @@ static void im2col(const conv_geometry *g, const char *x, int64_t grp, int64_t q
                     continue;
                 }
                 const char *src = xb + (size_t)(ih * g->x.sh + iw * g->x.sw) * es;
-                if (g->x.sc == 1 || g->cg == 1) {
+                if (g->cg == 1 && es == 4) { /* one channel (a first layer): an inlined copy */
+                    memcpy(dst, src, 4);
+                } else if (g->x.sc == 1 || g->cg == 1) {
                     memcpy(dst, src, cg_bytes);
                 } else if (es == 4) {
                     for (int64_t c = 0; c < g->cg; c++)
@@ -148,7 +150,7 @@ static void im2col(const conv_geometry *g, const char *x, int64_t grp, int64_t q
 
 /* The adjoint of im2col: adds the column matrix of rows q0 .. q0+rows into dx (group grp). */
 #define COL2IM(T, suffix)                                                                          \
-    static void col2im_##suffix(const conv_geometry *g, T *dx, int64_t grp, int64_t q0,           \
+    static void col2im_##suffix(const conv_geometry *g, T *dx, int64_t grp, int64_t q0,            \
                                 int64_t rows, const T *col) {                                      \
         int64_t sc = g->x.sc;                                                                      \
         for (int64_t r = 0; r < rows; r++) {                                                       \
@@ -235,9 +237,51 @@ DIRECT_ROWS(2)
 DIRECT_ROWS(4)
 DIRECT_ROWS(8)
 #undef DIRECT_ROWS
+
+/* The filter gradient the direct way: for every output row q and valid tap, partial[tap, c, o] +=
+ * x[tap, c] * dy[q, o] (the partial, K x out_c floats, stays in L1 for small K). */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+direct_filter_row(const conv_geometry *g, const float *x, const float *dy, float *partial,
+                  int64_t q, int nv) {
+    int64_t b = q / g->p, p = q % g->p, oh = p / g->y.w, ow = p % g->y.w;
+    for (int64_t grp = 0; grp < g->groups; grp++) {
+        __m256 d[8];
+        const float *dyq = dy + q * g->out_c + grp * g->og;
+        for (int v = 0; v < nv; v++) d[v] = _mm256_loadu_ps(dyq + 8 * v);
+        const float *xb = x + b * g->x.sn + grp * g->cg * g->x.sc;
+        for (int64_t i = 0; i < g->kh; i++) {
+            int64_t ih = oh * g->stride_h - g->pad_t + i * g->dil_h;
+            if (ih < 0 || ih >= g->x.h) continue;
+            for (int64_t j = 0; j < g->kw; j++) {
+                int64_t iw = ow * g->stride_w - g->pad_l + j * g->dil_w;
+                if (iw < 0 || iw >= g->x.w) continue;
+                const float *xp = xb + ih * g->x.sh + iw * g->x.sw;
+                float *acc = partial + (i * g->kw + j) * g->cg * g->out_c + grp * g->og;
+                for (int64_t c = 0; c < g->cg; c++, acc += g->out_c) {
+                    __m256 xv = _mm256_broadcast_ss(xp + c * g->x.sc);
+                    for (int v = 0; v < nv; v++)
+                        _mm256_storeu_ps(acc + 8 * v,
+                                         _mm256_fmadd_ps(xv, d[v], _mm256_loadu_ps(acc + 8 * v)));
+                }
+            }
+        }
+    }
+}
+
+#define DIRECT_FILTER_ROWS(NV)                                                                     \
+    __attribute__((target("avx2,fma"))) static void direct_filter_rows_##NV(                       \
+        const conv_geometry *g, const float *x, const float *dy, float *partial, int64_t q0,       \
+        int64_t q1) {                                                                              \
+        for (int64_t q = q0; q < q1; q++) direct_filter_row(g, x, dy, partial, q, NV);             \
+    }
+DIRECT_FILTER_ROWS(1)
+DIRECT_FILTER_ROWS(2)
+DIRECT_FILTER_ROWS(4)
+DIRECT_FILTER_ROWS(8)
+#undef DIRECT_FILTER_ROWS
 #endif
 
-/* Whether the direct kernel computes this forward convolution. */
+/* Whether the direct kernels compute this convolution's forward and filter gradient. */
 static bool conv_use_direct(const conv_geometry *g) {
 #ifdef EG_CONV_X86
     if (forced_algorithm == 1 || g->dtype != EG_DTYPE_F32 || g->first) return false;
@@ -413,8 +457,8 @@ static void flip_filter(const conv_geometry *g, const char *w, char *out) {
     int64_t c_total = g->cg * g->groups;
     for (int64_t i = 0; i < g->kh; i++)
         for (int64_t j = 0; j < g->kw; j++) {
-            const char *src = w + (size_t)(((g->kh - 1 - i) * g->kw + (g->kw - 1 - j)) * g->cg *
-                                           g->out_c) * es;
+            const char *src =
+                w + (size_t)(((g->kh - 1 - i) * g->kw + (g->kw - 1 - j)) * g->cg * g->out_c) * es;
             char *dst = out + (size_t)((i * g->kw + j) * g->og * c_total) * es;
             for (int64_t grp = 0; grp < g->groups; grp++)
                 for (int64_t o = 0; o < g->og; o++)
@@ -440,12 +484,12 @@ static void conv_input_tasks(void *context, int64_t begin, int64_t end) {
                 const char *wg = j->w + (size_t)(grp * g->og) * es;
                 if (!g->first) /* dcol (rows x k) = dy (rows x og) W_g^T */
                     gemm(g->dtype, false, true, rows, g->k, g->og,
-                         j->dy + (size_t)(q0 * g->out_c + grp * g->og) * es, g->out_c, wg,
-                         g->out_c, 0.0, col, g->k);
+                         j->dy + (size_t)(q0 * g->out_c + grp * g->og) * es, g->out_c, wg, g->out_c,
+                         0.0, col, g->k);
                 else
                     gemm(g->dtype, true, true, rows, g->k, g->og,
-                         j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p,
-                         wg, g->out_c, 0.0, col, g->k);
+                         j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p, wg,
+                         g->out_c, 0.0, col, g->k);
                 col2im(g, j->y, grp, q0, rows, col);
             }
             q0 += rows;
@@ -497,13 +541,35 @@ static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
     conv_job *j = context;
     const conv_geometry *g = j->g;
     size_t es = g->esize, partial_elems = (size_t)(g->k * g->out_c);
-    char *col = col_scratch(j);
-    if (!col) return;
+    char *col = j->direct ? NULL : col_scratch(j);
+    if (!j->direct && !col) return;
     for (int64_t chunk = begin; chunk < end; chunk++) {
         char *partial = j->partials + (size_t)chunk * partial_elems * es;
         memset(partial, 0, partial_elems * es);
         int64_t b_end = (chunk + 1) * j->chunk_images;
         if (b_end > g->x.n) b_end = g->x.n;
+#ifdef EG_CONV_X86
+        if (j->direct) {
+            const float *x = (const float *)j->x, *dy = (const float *)j->dy;
+            float *acc = (float *)partial;
+            int64_t q0 = chunk * j->chunk_images * g->p, q1 = b_end * g->p;
+            switch (g->og / 8) {
+            case 1:
+                direct_filter_rows_1(g, x, dy, acc, q0, q1);
+                break;
+            case 2:
+                direct_filter_rows_2(g, x, dy, acc, q0, q1);
+                break;
+            case 4:
+                direct_filter_rows_4(g, x, dy, acc, q0, q1);
+                break;
+            default:
+                direct_filter_rows_8(g, x, dy, acc, q0, q1);
+                break;
+            }
+            continue;
+        }
+#endif
         for (int64_t q0 = chunk * j->chunk_images * g->p; q0 < b_end * g->p;) {
             int64_t rows = tile_length(&j->tiles, q0, b_end * g->p);
             int64_t b = q0 / g->p, p0 = q0 % g->p;
@@ -516,8 +582,8 @@ static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
                          g->out_c);
                 else
                     gemm(g->dtype, true, true, g->k, g->og, rows, col, g->k,
-                         j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p,
-                         1.0, pg, g->out_c);
+                         j->dy + (size_t)((b * g->out_c + grp * g->og) * g->p + p0) * es, g->p, 1.0,
+                         pg, g->out_c);
             }
             q0 += rows;
         }
@@ -565,6 +631,7 @@ eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
     conv_geometry g = geometry(x, dy, dw->shape, call->attrs);
     conv_job job = {.g = &g, .x = eg__data(x), .dy = eg__data(dy)};
     job.tiles = (tiling){tile_rows(&g), g.p, g.first};
+    job.direct = conv_use_direct(&g);
     atomic_init(&job.failed, false);
     job.chunk_images = (g.x.n + FILTER_CHUNKS - 1) / FILTER_CHUNKS;
     if (job.chunk_images < 1) job.chunk_images = 1;

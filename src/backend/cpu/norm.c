@@ -23,9 +23,9 @@
             for (int64_t i = 0; i < n; i++) out[i] = x[i] * a[i] + b[i];                           \
         } else {                                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
-                *(T *)(p[0] + i * s[0]) = *(const T *)(p[1] + i * s[1]) *                          \
-                                              *(const T *)(p[2] + i * s[2]) +                      \
-                                          *(const T *)(p[3] + i * s[3]);                           \
+                *(T *)(p[0] + i * s[0]) =                                                          \
+                    *(const T *)(p[1] + i * s[1]) * *(const T *)(p[2] + i * s[2]) +                \
+                    *(const T *)(p[3] + i * s[3]);                                                 \
         }                                                                                          \
     } while (0)
 
@@ -74,9 +74,12 @@ static eg_status plan_moments(const eg_tensor *x, const eg__attrs *attrs, moment
     plan->outer = plan->reduced = plan->inner = 1;
     if (n_axes && last - first + 1 == n_axes && eg__is_contiguous(x)) {
         for (int d = 0; d < x->n_dims; d++) {
-            if (d < first) plan->outer *= x->shape[d];
-            else if (d <= last) plan->reduced *= x->shape[d];
-            else plan->inner *= x->shape[d];
+            if (d < first)
+                plan->outer *= x->shape[d];
+            else if (d <= last)
+                plan->reduced *= x->shape[d];
+            else
+                plan->inner *= x->shape[d];
         }
         plan->source = (eg_tensor *)x;
         eg__ref(x);
@@ -89,8 +92,10 @@ static eg_status plan_moments(const eg_tensor *x, const eg__attrs *attrs, moment
             if (reduce[d] != (pass == 1)) continue;
             permuted.shape[n] = x->shape[d];
             permuted.strides[n++] = x->strides[d];
-            if (pass == 0) plan->outer *= x->shape[d];
-            else plan->reduced *= x->shape[d];
+            if (pass == 0)
+                plan->outer *= x->shape[d];
+            else
+                plan->reduced *= x->shape[d];
         }
     if (eg__is_contiguous(&permuted)) { /* x's memory is already in that order */
         plan->source = (eg_tensor *)x;
@@ -118,7 +123,7 @@ static eg_status plan_moments(const eg_tensor *x, const eg__attrs *attrs, moment
             out[k + o] = (T)(squares / (double)r);                                                 \
         }                                                                                          \
     }                                                                                              \
-    /* columns: task (o, chunk) sums MOMENT_ROWS rows of `inner` values into its partial */       \
+    /* columns: task (o, chunk) sums MOMENT_ROWS rows of `inner` values into its partial */        \
     static void moments_columns_##suffix(void *context, int64_t begin, int64_t end) {              \
         const moments_plan *p = context;                                                           \
         const T *x = eg__data(p->source);                                                          \
@@ -143,7 +148,7 @@ static eg_status plan_moments(const eg_tensor *x, const eg__attrs *attrs, moment
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* partial sums (in chunk order) / reduced into out[0] (means) or out[1] (variances) */       \
+    /* partial sums (in chunk order) / reduced into out[0] (means) or out[1] (variances) */        \
     static void moments_combine_##suffix(const moments_plan *p) {                                  \
         T *out = (T *)p->out + (p->second_pass ? p->outer * p->inner : 0);                         \
         for (int64_t o = 0; o < p->outer; o++)                                                     \
@@ -170,8 +175,10 @@ eg_status eg__cpu_moments(const eg__kernel_call *call) {
     eg_status status = EG_OK;
     if (plan.reduced == 0) { /* NaN, like mean and var of nothing */
         for (int64_t i = 0; i < call->output->n_elems; i++) {
-            if (f32) ((float *)plan.out)[i] = NAN;
-            else ((double *)plan.out)[i] = NAN;
+            if (f32)
+                ((float *)plan.out)[i] = NAN;
+            else
+                ((double *)plan.out)[i] = NAN;
         }
     } else if (plan.inner == 1) {
         eg__parallel_for(plan.outer, EG_PARALLEL_GRAIN_ELEMENTWISE / plan.reduced + 1,
@@ -187,8 +194,10 @@ eg_status eg__cpu_moments(const eg__kernel_call *call) {
                 plan.second_pass = pass == 1;
                 eg__parallel_for(plan.outer * plan.chunks, grain,
                                  f32 ? moments_columns_f32 : moments_columns_f64, &plan);
-                if (f32) moments_combine_f32(&plan);
-                else moments_combine_f64(&plan);
+                if (f32)
+                    moments_combine_f32(&plan);
+                else
+                    moments_combine_f64(&plan);
             }
         }
         free(plan.partial);
@@ -223,13 +232,16 @@ eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
     if (status == EG_OK) {
         eg__scope_suspend();
         a = eg__tensor_alloc(params->dtype, params->n_dims, params->shape, params->device);
-        b = a ? eg__tensor_alloc(params->dtype, params->n_dims, params->shape, params->device) : NULL;
+        b = a ? eg__tensor_alloc(params->dtype, params->n_dims, params->shape, params->device)
+              : NULL;
         eg__scope_resume();
         if (!b) status = eg_last_status();
     }
     if (status == EG_OK) {
-        if (params->dtype == EG_DTYPE_F32) AFFINE_PARAMS(float);
-        else AFFINE_PARAMS(double);
+        if (params->dtype == EG_DTYPE_F32)
+            AFFINE_PARAMS(float);
+        else
+            AFFINE_PARAMS(double);
         const eg_tensor *operands[4] = {call->output, call->inputs[0], a, b};
         eg__nd_loop loop;
         eg__nd_loop_init(&loop, 4, operands);
@@ -274,8 +286,7 @@ eg_status eg__cpu_relu_backward(const eg__kernel_call *call) {
     const eg_tensor *operands[3] = {call->output, call->inputs[0], call->inputs[1]};
     eg__nd_loop loop;
     eg__nd_loop_init(&loop, 3, operands);
-    eg__nd_loop_run(&loop,
-                    call->output->dtype == EG_DTYPE_F32 ? relu_backward_f32 : relu_backward_f64,
-                    NULL);
+    eg__nd_loop_run(
+        &loop, call->output->dtype == EG_DTYPE_F32 ? relu_backward_f32 : relu_backward_f64, NULL);
     return EG_OK;
 }

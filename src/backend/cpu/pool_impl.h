@@ -59,8 +59,8 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
                 (int64_t *)g->out_index + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
             int64_t hw = g->x.h * g->x.w;
             for (int64_t c = 0; c < C; c++)
-                out_index[c * ysc] = g->channels_first ? (b * C + c) * hw + index[c]
-                                                       : (b * hw + index[c]) * C + c;
+                out_index[c * ysc] =
+                    g->channels_first ? (b * C + c) * hw + index[c] : (b * hw + index[c]) * C + c;
         }
     }
 }
