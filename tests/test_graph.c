@@ -83,8 +83,10 @@ static eg_status bad_matmul(const eg_tensor *const *in, eg_tensor **out, void *u
 static eg_status reads_a_value(const eg_tensor *const *in, eg_tensor **out, void *user) {
     (void)user;
     eg_tensor *y = eg_exp(in[0]);
-    if (eg_item(eg_sum(y, 0, NULL, false)) > 0) out[0] = y; /* not allowed while traced */
-    else out[0] = y;
+    if (eg_item(eg_sum(y, 0, NULL, false)) > 0)
+        out[0] = y; /* not allowed while traced */
+    else
+        out[0] = y;
     return eg_last_status();
 }
 
@@ -158,10 +160,9 @@ static void three_modes(const int64_t *hidden, int n_hidden, int64_t batch, int 
     for (int step = 0; step < steps; step++) {
         eg_scope_begin();
         eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 100 + (uint64_t)step);
-        eg_tensor *labels = eg_cast(eg_mul_scalar(eg_add_scalar(random_tensor(EG_DTYPE_F32, 1,
-                                                                               &batch, 7), 1.0),
-                                                  4.99),
-                                    EG_DTYPE_I32);
+        eg_tensor *labels = eg_cast(
+            eg_mul_scalar(eg_add_scalar(random_tensor(EG_DTYPE_F32, 1, &batch, 7), 1.0), 4.99),
+            EG_DTYPE_I32);
         const eg_tensor *in[2] = {x, labels};
         double losses[3];
         eg_tensor *loss;
@@ -179,7 +180,8 @@ static void three_modes(const int64_t *hidden, int n_hidden, int64_t batch, int 
         if (step >= 2) replay_allocations += allocator_calls() - before;
         losses[2] = eg_item(loss);
         eg_release(loss);
-        if (getenv("SHOW")) fprintf(stderr, "step %d: %.17g %.17g %.17g\n", step, losses[0], losses[1], losses[2]);
+        if (getenv("SHOW"))
+            fprintf(stderr, "step %d: %.17g %.17g %.17g\n", step, losses[0], losses[1], losses[2]);
         assert_memory_equal(&losses[0], &losses[1], sizeof(double));
         assert_memory_equal(&losses[0], &losses[2], sizeof(double));
         eg_scope_end();
@@ -245,8 +247,8 @@ static void test_planner_on_random_graphs(void **state) {
             assert_int_equal(r[i].offset % 64, 0);
             assert_true(r[i].offset + r[i].bytes <= arena);
             for (int j = 0; j < i; j++) {
-                bool live_together = r[i].first_use <= r[j].last_use &&
-                                     r[j].first_use <= r[i].last_use;
+                bool live_together =
+                    r[i].first_use <= r[j].last_use && r[j].first_use <= r[i].last_use;
                 bool overlap = r[i].offset < r[j].offset + r[j].bytes &&
                                r[j].offset < r[i].offset + r[i].bytes;
                 assert_false(live_together && overlap);

@@ -104,6 +104,7 @@ def main():
     configs += [(f"tf.data fixed {p} (tf op)", op, p) for p in (1, 2, 3, 4)]
     configs += [("tf.data sequential (tf op)", op, None)]
     configs += [("tf.data AUTOTUNE (py_function)", py_work, tf.data.AUTOTUNE)]
+    configs += [("tf.data AUTOTUNE, no work", lambda x: x, tf.data.AUTOTUNE)]
     datasets = [(name, dataset(fn, p)) for name, fn, p in configs]
     for _, ds in datasets:
         rate(ds)  # trace every function once

@@ -19,12 +19,15 @@ WORK_US = float(sys.argv[3]) if len(sys.argv) > 3 else 200.0
 
 
 class Spin(Dataset):
+    def __init__(self, work_us):
+        self.work_us = work_us
+
     def __len__(self):
         return ELEMENTS
 
     def __getitem__(self, i):
         start = time.thread_time()
-        while (time.thread_time() - start) * 1e6 < WORK_US:
+        while (time.thread_time() - start) * 1e6 < self.work_us:
             pass
         return i
 
@@ -44,7 +47,8 @@ def main():
         kwargs = dict(batch_size=None, num_workers=workers)
         if workers:
             kwargs.update(persistent_workers=True, prefetch_factor=4)
-        loaders.append((f"torch DataLoader workers={workers}", DataLoader(Spin(), **kwargs)))
+        loaders.append((f"torch DataLoader workers={workers}", DataLoader(Spin(WORK_US), **kwargs)))
+    loaders.append(("torch DataLoader workers=0, no work", DataLoader(Spin(0), batch_size=None)))
     for _, loader in loaders:
         rate(loader)  # starts the workers
     rates = {name: [] for name, _ in loaders}

@@ -10,6 +10,7 @@
 #     --frameworks L  of eagle,torch,torch-cl (channels_last) (default eagle,torch)
 # Prints samples/s by wall time and samples per CPU-second of the training steps (the second
 # is the fair one on a shared machine), the last test accuracy, and Eagle / PyTorch ratios.
+# PyTorch runs with OMP_WAIT_POLICY=PASSIVE: its OpenMP threads otherwise spin on a loaded machine.
 # Logs go to bench/out/train_cnn/<time>/.
 set -euo pipefail
 self=$(realpath "$0")
@@ -38,9 +39,10 @@ for t in $threads; do
     args=(--epochs "$epochs" --threads "$t" --batch-size 64 --seed 42)
     case $fw in
       eagle) cmd=(build/release/bench/bench_train_cnn "${args[@]}" --steps "$steps") ;;
-      torch) cmd=("$py" bench/train_cnn/torch_train_cnn.py "${args[@]}" --steps "$steps") ;;
-      torch-cl) cmd=("$py" bench/train_cnn/torch_train_cnn.py "${args[@]}" --steps "$steps"
-                     --channels-last) ;;
+      torch) cmd=(env OMP_WAIT_POLICY=PASSIVE "$py" bench/train_cnn/torch_train_cnn.py "${args[@]}"
+                  --steps "$steps") ;;
+      torch-cl) cmd=(env OMP_WAIT_POLICY=PASSIVE "$py" bench/train_cnn/torch_train_cnn.py "${args[@]}"
+                     --steps "$steps" --channels-last) ;;
       *) echo "run.sh: unknown framework '$fw'" >&2; exit 2 ;;
     esac
     echo "run.sh: $fw, $t thread(s)" >&2

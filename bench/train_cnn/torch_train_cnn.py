@@ -1,6 +1,7 @@
 """PyTorch eager training tools/eagle/cnn.c's CNN the way bench_train_cnn does: the same layers
 (glorot-uniform kernels, no conv/hidden bias, batch norm with Keras' momentum 0.99 and epsilon
-1e-3, dropout 0.25/0.25/0.5), Adam (lr 1e-3, eps 1e-7), batches of 64 in train.c's shuffled order;
+1e-3, dropout 0.25/0.25/0.5), Adam (lr 1e-3, eps 1e-7) with the learning rate on cnn_optimizer_new's cosine decay to 0 over the run
+(unless --constant-lr), batches of 64 in train.c's shuffled order;
 prints the same lines (bench/train_mlp/fashion.py's driver). NCHW, or --channels-last."""
 import os
 import sys
@@ -37,6 +38,7 @@ def main():
     def extra(p):
         p.add_argument("--channels-last", action="store_true")
         p.add_argument("--steps", type=int, default=0, help="steps per epoch (0: all)")
+        p.add_argument("--constant-lr", action="store_true")
     args = fashion.parse_args(__doc__, extra)
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -51,6 +53,9 @@ def main():
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = build().to(memory_format=fmt)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    steps_per_epoch = (len(train_y) + args.batch_size - 1) // args.batch_size
+    schedule = None if args.constant_lr else torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer, T_max=args.epochs * steps_per_epoch, eta_min=0.0)
 
     def images(x):
         return x.float().mul_(1.0 / 255.0).view(-1, 1, 28, 28).contiguous(memory_format=fmt)
@@ -64,6 +69,8 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         return loss.item(), (logits.detach().argmax(1) == y).sum().item()
 
     def evaluate():

@@ -2,9 +2,10 @@
  * each epoch, printing the same lines as bench/train_mlp/fashion.py's driver (and `eagle train`),
  * so bench/train_cnn/run.sh reads Eagle and PyTorch alike:
  *   bench_train_cnn [--epochs N] [--batch-size N] [--learning-rate X] [--threads N] [--seed N]
- *                   [--limit N] [--steps N] [--profile 1] [--data DIR]
+ *                   [--limit N] [--steps N] [--profile 1] [--constant-lr 1] [--data DIR]
  * --steps N stops each epoch after N steps (a throughput probe); --profile 1 prints Eagle's
- * per-op profile of the training steps at the end; the shuffle is train.c's. */
+ * per-op profile of the training steps at the end; the learning rate follows cnn_optimizer_new's
+ * cosine decay over the whole run unless --constant-lr 1; the shuffle is train.c's. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +69,7 @@ static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_
 
 int main(int argc, char **argv) {
     long epochs = CNN_DEFAULT_EPOCHS, batch = CNN_DEFAULT_BATCH_SIZE, threads = 0, limit = 0;
-    long max_steps = 0, profile = 0;
+    long max_steps = 0, profile = 0, constant_lr = 0;
     unsigned long long seed = 42;
     double lr = CNN_DEFAULT_LEARNING_RATE;
     const char *data_dir = NULL;
@@ -92,6 +93,8 @@ int main(int argc, char **argv) {
             limit = atol(v);
         else if (!strcmp(a, "--steps"))
             max_steps = atol(v);
+        else if (!strcmp(a, "--constant-lr"))
+            constant_lr = atol(v);
         else if (!strcmp(a, "--profile"))
             profile = atol(v);
         else if (!strcmp(a, "--data"))
@@ -108,9 +111,10 @@ int main(int argc, char **argv) {
     if (!mlp_data_load(data_dir, true, limit, &train) || !mlp_data_load(data_dir, false, 0, &test))
         return 1;
     eg_model *model = cnn_build();
-    eg_adam_options options = eg_adam_options_default();
-    options.learning_rate = eg_schedule_constant(lr);
-    eg_optimizer *optimizer = model ? eg_adam_new(&options) : NULL;
+    int64_t steps_per_epoch = (train.n + batch - 1) / batch;
+    if (max_steps > 0 && max_steps < steps_per_epoch) steps_per_epoch = max_steps;
+    eg_optimizer *optimizer =
+        model ? cnn_optimizer_new(lr, constant_lr ? 0 : epochs * steps_per_epoch) : NULL;
     int64_t *order = malloc((size_t)train.n * sizeof *order);
     int rc = 1;
     if (!model || !optimizer || !order) goto done;

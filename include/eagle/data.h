@@ -18,10 +18,12 @@
  *             eg_scope_begin();
  *             eg_element batch;
  *             bool end;
- *             if (eg_dataset_iterator_next(it, &batch, &end) != EG_OK || end) { eg_scope_end();
- * break; }
- *             ... train on batch.tensors[0], batch.tensors[1] ...
+ *             eg_status status = eg_dataset_iterator_next(it, &batch, &end);
+ *             if (status == EG_OK && !end) {
+ *                 ... train on batch.tensors[0], batch.tensors[1] ...
+ *             }
  *             eg_scope_end();                   // releases the batch too
+ *             if (status != EG_OK || end) break;
  *         }
  *         eg_dataset_iterator_free(it);
  *     }
@@ -79,7 +81,9 @@
  * choice settles instead of oscillating. A prefetch buffer starts at 1 and doubles when the
  * consumer found it empty after it had been full (bursty demand), never shrinking, within a
  * memory budget (default 1 GiB per iterator, see eg_dataset_with_options) and 64 elements.
- * eg_dataset_stats() shows what was chosen. */
+ * eg_dataset_stats() shows what was chosen. The per-call cost is CPU time, so a callback that
+ * mostly waits (reading files, sleeping) looks cheap to AUTOTUNE: give such a map a fixed number
+ * of parallel calls. */
 #ifndef EAGLE_DATA_H
 #define EAGLE_DATA_H
 

@@ -73,19 +73,19 @@ typedef struct eg_function_stats {
     char last_trace_reason[160];
     /* Non-empty once n_traces passes the limit, like TensorFlow's retracing warning. */
     char retrace_warning[256];
-    int64_t n_nodes;           /* ops in the traced graph */
-    int64_t n_kernels;         /* launches per replay after fusion */
-    int64_t n_fused_nodes;     /* ops run inside fused loops, without a buffer */
-    size_t arena_bytes;        /* the planned arena: every intermediate and output */
-    size_t unplanned_bytes;    /* the same buffers without sharing: their plain sum */
-    size_t eager_bytes;        /* every op result, as eager mode in one scope would hold them */
+    int64_t n_nodes;        /* ops in the traced graph */
+    int64_t n_kernels;      /* launches per replay after fusion */
+    int64_t n_fused_nodes;  /* ops run inside fused loops, without a buffer */
+    size_t arena_bytes;     /* the planned arena: every intermediate and output */
+    size_t unplanned_bytes; /* the same buffers without sharing: their plain sum */
+    size_t eager_bytes;     /* every op result, as eager mode in one scope would hold them */
     uint64_t n_replays;
     uint64_t n_arena_allocations; /* arenas allocated (1 in a steady state) */
 } eg_function_stats;
 eg_status eg_function_stats_get(const eg_function *function, eg_function_stats *out);
 
 #if !defined(EG_NO_CALLSITE)
-#define eg_realize(...) EG_CALLSITE_(eg_realize(__VA_ARGS__))
+#define eg_realize(...)       EG_CALLSITE_(eg_realize(__VA_ARGS__))
 #define eg_function_call(...) EG_CALLSITE_(eg_function_call(__VA_ARGS__))
 #endif
 

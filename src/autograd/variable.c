@@ -49,11 +49,15 @@ eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name) {
     return v;
 }
 
-bool eg_is_variable(const eg_tensor *t) { return t && t->variable; }
+bool eg_is_variable(const eg_tensor *t) {
+    return t && t->variable;
+}
 const char *eg_variable_name(const eg_tensor *v) {
     return v && v->variable ? v->variable->name : "";
 }
-bool eg_variable_trainable(const eg_tensor *v) { return v && v->variable && v->variable->trainable; }
+bool eg_variable_trainable(const eg_tensor *v) {
+    return v && v->variable && v->variable->trainable;
+}
 void eg_variable_set_trainable(eg_tensor *v, bool trainable) {
     if (v && v->variable) v->variable->trainable = trainable;
 }
@@ -104,8 +108,7 @@ static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind
     if (!eg__check_arg(variable, names[kind], 0) || !eg__check_arg(value, names[kind], 1))
         return eg_last_status();
     if (!variable->variable)
-        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: the target is not a variable",
-                         names[kind]);
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: the target is not a variable", names[kind]);
     if (value->dtype != variable->dtype)
         return eg__error(EG_ERR_DTYPE, "%s: value is %s, variable is %s", names[kind],
                          eg_dtype_name(value->dtype), eg_dtype_name(variable->dtype));

@@ -42,8 +42,8 @@ char *eg__shape_format(int n_dims, const int64_t *shape, char *buf, size_t size)
     if (size == 0) return buf;
     size_t used = (size_t)snprintf(buf, size, "(");
     for (int i = 0; i < n_dims && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, i ? ", %lld" : "%lld",
-                                 (long long)shape[i]);
+        used +=
+            (size_t)snprintf(buf + used, size - used, i ? ", %lld" : "%lld", (long long)shape[i]);
     if (used < size) snprintf(buf + used, size - used, n_dims == 1 ? ",)" : ")");
     return buf;
 }
@@ -57,8 +57,7 @@ bool eg__normalize_axis(int *axis, int n_dims) {
 
 bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
     if (t) return true;
-    if (!eg__error_pending())
-        eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
+    if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
     return false;
 }
 
@@ -111,8 +110,8 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
         return NULL;
     }
     eg__storage *storage = &block->storage;
-    storage->data = eg__allocator_alloc(device->get_allocator(device), n_bytes,
-                                        &storage->allocation);
+    storage->data =
+        eg__allocator_alloc(device->get_allocator(device), n_bytes, &storage->allocation);
     if (!storage->data) {
         free(block);
         return NULL;
@@ -161,8 +160,8 @@ eg_status eg__tensor_attach_storage(eg_tensor *t) {
     size_t n_bytes = (size_t)t->n_elems * eg_dtype_size(t->dtype);
     eg__storage *storage = malloc(sizeof *storage);
     if (!storage) return eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a storage");
-    storage->data = eg__allocator_alloc(t->device->get_allocator(t->device), n_bytes,
-                                        &storage->allocation);
+    storage->data =
+        eg__allocator_alloc(t->device->get_allocator(t->device), n_bytes, &storage->allocation);
     if (!storage->data) {
         free(storage);
         return eg_last_status();
@@ -295,13 +294,27 @@ void eg_release(eg_tensor *t) {
 
 /* ---- queries ---- */
 
-int eg_tensor_n_dims(const eg_tensor *t) { return t ? t->n_dims : 0; }
-const int64_t *eg_tensor_shape(const eg_tensor *t) { return t ? t->shape : NULL; }
-const int64_t *eg_tensor_strides(const eg_tensor *t) { return t ? t->strides : NULL; }
-int64_t eg_tensor_n_elems(const eg_tensor *t) { return t ? t->n_elems : 0; }
-eg_dtype eg_tensor_dtype(const eg_tensor *t) { return t ? t->dtype : EG_DTYPE_F32; }
-const eg_device *eg_tensor_device(const eg_tensor *t) { return t ? t->device : NULL; }
-bool eg_tensor_is_contiguous(const eg_tensor *t) { return t && eg__is_contiguous(t); }
+int eg_tensor_n_dims(const eg_tensor *t) {
+    return t ? t->n_dims : 0;
+}
+const int64_t *eg_tensor_shape(const eg_tensor *t) {
+    return t ? t->shape : NULL;
+}
+const int64_t *eg_tensor_strides(const eg_tensor *t) {
+    return t ? t->strides : NULL;
+}
+int64_t eg_tensor_n_elems(const eg_tensor *t) {
+    return t ? t->n_elems : 0;
+}
+eg_dtype eg_tensor_dtype(const eg_tensor *t) {
+    return t ? t->dtype : EG_DTYPE_F32;
+}
+const eg_device *eg_tensor_device(const eg_tensor *t) {
+    return t ? t->device : NULL;
+}
+bool eg_tensor_is_contiguous(const eg_tensor *t) {
+    return t && eg__is_contiguous(t);
+}
 
 bool eg_tensor_shares_storage(const eg_tensor *a, const eg_tensor *b) {
     return a && b && a->storage && a->storage == b->storage;
@@ -336,8 +349,7 @@ static void fill_from_double(eg_tensor *t, double value) {
     if (t->n_elems == 0) return;
     eg__store_from_double(data, t->dtype, 0, value);
     size_t size = eg_dtype_size(t->dtype);
-    for (int64_t i = 1; i < t->n_elems; i++)
-        memcpy((char *)data + (size_t)i * size, data, size);
+    for (int64_t i = 1; i < t->n_elems; i++) memcpy((char *)data + (size_t)i * size, data, size);
 }
 
 eg_tensor *eg_empty(eg_dtype dtype, int n_dims, const int64_t *shape) {
@@ -360,15 +372,16 @@ eg_tensor *eg_ones(eg_dtype dtype, int n_dims, const int64_t *shape) {
     return eg_full(dtype, n_dims, shape, 1.0);
 }
 
-eg_tensor *eg_scalar(eg_dtype dtype, double value) { return eg_full(dtype, 0, NULL, value); }
+eg_tensor *eg_scalar(eg_dtype dtype, double value) {
+    return eg_full(dtype, 0, NULL, value);
+}
 
 eg_tensor *eg_full_like(const eg_tensor *like, double value) {
     if (!eg__check_arg(like, "full_like", 0)) return NULL;
     return eg_full(like->dtype, like->n_dims, like->shape, value);
 }
 
-eg_tensor *eg_tensor_from_data(const void *data, eg_dtype dtype, int n_dims,
-                               const int64_t *shape) {
+eg_tensor *eg_tensor_from_data(const void *data, eg_dtype dtype, int n_dims, const int64_t *shape) {
     if (!data) {
         eg__error(EG_ERR_NULL_ARGUMENT, "tensor_from_data: data is NULL");
         return NULL;
@@ -380,8 +393,10 @@ eg_tensor *eg_tensor_from_data(const void *data, eg_dtype dtype, int n_dims,
 
 eg_tensor *eg_arange(double start, double stop, double step, eg_dtype dtype) {
     if (step == 0 || !isfinite(start) || !isfinite(stop) || !isfinite(step)) {
-        eg__error(EG_ERR_INVALID_ARGUMENT, "arange: step must be non-zero and bounds finite "
-                  "(start %g, stop %g, step %g)", start, stop, step);
+        eg__error(EG_ERR_INVALID_ARGUMENT,
+                  "arange: step must be non-zero and bounds finite "
+                  "(start %g, stop %g, step %g)",
+                  start, stop, step);
         return NULL;
     }
     double count = ceil((stop - start) / step);
@@ -399,8 +414,7 @@ eg_tensor *eg_arange(double start, double stop, double step, eg_dtype dtype) {
 
 eg_tensor *eg_linspace(double start, double stop, int64_t num, eg_dtype dtype) {
     if (num < 0) {
-        eg__error(EG_ERR_INVALID_ARGUMENT, "linspace: num must be >= 0, got %lld",
-                  (long long)num);
+        eg__error(EG_ERR_INVALID_ARGUMENT, "linspace: num must be >= 0, got %lld", (long long)num);
         return NULL;
     }
     eg_tensor *t = eg__tensor_alloc(dtype, 1, &num, NULL);
@@ -408,7 +422,8 @@ eg_tensor *eg_linspace(double start, double stop, int64_t num, eg_dtype dtype) {
     void *p = eg__data(t);
     double step = num > 1 ? (stop - start) / (double)(num - 1) : 0.0;
     for (int64_t i = 0; i < num; i++)
-        eg__store_from_double(p, dtype, i, i == num - 1 && num > 1 ? stop : start + (double)i * step);
+        eg__store_from_double(p, dtype, i,
+                              i == num - 1 && num > 1 ? stop : start + (double)i * step);
     return t;
 }
 
@@ -438,7 +453,7 @@ void *eg_tensor_data(const eg_tensor *t) {
 }
 
 /* Visits every element of t in row-major order, giving its offset (in elements) from element 0. */
-#define EG_FOR_EACH_OFFSET(t, offset_var, body)                                                   \
+#define EG_FOR_EACH_OFFSET(t, offset_var, body)                                                    \
     do {                                                                                           \
         int64_t index_[EG_MAX_DIMS] = {0};                                                         \
         int64_t offset_var = 0;                                                                    \
@@ -464,8 +479,7 @@ eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "tensor_copy_to_host: destination has %zu bytes, %zu needed", dst_bytes,
                          need);
-    if (t->device->type != EG_DEVICE_CPU)
-        return t->device->copy(t->device, dst, eg__data(t), need);
+    if (t->device->type != EG_DEVICE_CPU) return t->device->copy(t->device, dst, eg__data(t), need);
     const char *src = eg__data(t);
     if (eg__is_contiguous(t)) {
         memcpy(dst, src, need);
@@ -499,8 +513,10 @@ double eg_tensor_get(const eg_tensor *t, const int64_t *index) {
     int64_t offset = 0;
     for (int i = 0; i < t->n_dims; i++) {
         if (index[i] < 0 || index[i] >= t->shape[i]) {
-            eg__error(EG_ERR_INVALID_ARGUMENT, "tensor_get: index %lld out of range for axis %d "
-                      "of size %lld", (long long)index[i], i, (long long)t->shape[i]);
+            eg__error(EG_ERR_INVALID_ARGUMENT,
+                      "tensor_get: index %lld out of range for axis %d "
+                      "of size %lld",
+                      (long long)index[i], i, (long long)t->shape[i]);
             return NAN;
         }
         offset += index[i] * t->strides[i];

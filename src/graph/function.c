@@ -68,7 +68,9 @@ struct eg_function {
 
 static _Thread_local trace *tracing_now;
 
-bool eg__graph_tracing(void) { return tracing_now != NULL; }
+bool eg__graph_tracing(void) {
+    return tracing_now != NULL;
+}
 
 eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void *context),
                           void *context, int n_tensors, const eg_tensor *const *tensors) {
@@ -97,7 +99,7 @@ eg_function *eg_function_new(const char *name, eg_traced_fn fn, int n_inputs, in
                              void *user_data) {
     if (!fn || n_inputs < 0 || n_outputs < 1) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "function_new: needs a function, n_inputs >= 0 and "
-                  "n_outputs >= 1");
+                                           "n_outputs >= 1");
         return NULL;
     }
     eg_function *f = calloc(1, sizeof *f);
@@ -180,11 +182,9 @@ static eg_status plan_trace(trace *t) {
     int n = t->n_entries;
     int *consumers = calloc((size_t)n + 1, sizeof *consumers);
     bool *fusable_consumers = malloc(((size_t)n + 1) * sizeof *fusable_consumers);
-    int *positions = malloc(((size_t)n + 1) * 4 * sizeof *positions);
-    if (!consumers || !fusable_consumers || !positions) {
+    if (!consumers || !fusable_consumers) {
         free(consumers);
         free(fusable_consumers);
-        free(positions);
         return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
     }
     for (int i = 0; i < n; i++) fusable_consumers[i] = true;
@@ -203,10 +203,12 @@ static eg_status plan_trace(trace *t) {
         entry *e = &t->entries[i];
         bool target = is_target(t, e->tensor);
         e->last_use = target ? n : -1;
-        if (e->tensor->lazy->is_view) e->role = ROLE_VIEW;
+        if (e->tensor->lazy->is_view)
+            e->role = ROLE_VIEW;
         else if (!target && eg__lazy_fusable(e->tensor) && consumers[i] > 0 && fusable_consumers[i])
             e->role = ROLE_INLINED;
-        else e->role = ROLE_BUFFER;
+        else
+            e->role = ROLE_BUFFER;
         size_t bytes = (size_t)e->tensor->n_elems * eg_dtype_size(e->tensor->dtype);
         if (e->role != ROLE_VIEW) t->eager_bytes += bytes;
         if (e->role == ROLE_INLINED) t->n_fused++;
@@ -238,7 +240,9 @@ static eg_status plan_trace(trace *t) {
         if (!seen || !stack) {
             free(seen);
             free(stack);
-            continue; /* runs as a plain kernel: its inputs... are inlined, so this must not fail */
+            free(consumers);
+            free(fusable_consumers);
+            return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
         }
         int depth = 0, count = 1;
         stack[depth++] = i;
@@ -261,11 +265,17 @@ static eg_status plan_trace(trace *t) {
         }
         free(seen);
         free(stack);
+        if (!e->members) { /* its inlined producers would never run */
+            free(consumers);
+            free(fusable_consumers);
+            return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
+        }
     }
     /* Views: their offset relative to their base, which moves into the arena at replay. */
     for (int i = 0; i < n; i++) {
         entry *e = &t->entries[i];
-        if (e->role == ROLE_VIEW) e->view_delta = e->tensor->offset - e->tensor->lazy->inputs[0]->offset;
+        if (e->role == ROLE_VIEW)
+            e->view_delta = e->tensor->offset - e->tensor->lazy->inputs[0]->offset;
     }
     /* The arena. */
     eg__buffer_request *requests = malloc(sizeof *requests * ((size_t)n + 1));
@@ -276,8 +286,8 @@ static eg_status plan_trace(trace *t) {
         int n_requests = 0;
         for (int i = 0; i < n; i++)
             if (t->entries[i].role == ROLE_BUFFER)
-                requests[n_requests++] = (eg__buffer_request){t->entries[i].bytes, i,
-                                                              t->entries[i].last_use, 0};
+                requests[n_requests++] =
+                    (eg__buffer_request){t->entries[i].bytes, i, t->entries[i].last_use, 0};
         t->arena_bytes = eg__plan_buffers(requests, n_requests);
         for (int r = 0, i = 0; i < n; i++)
             if (t->entries[i].role == ROLE_BUFFER) t->entries[i].offset = requests[r++].offset;
@@ -285,7 +295,6 @@ static eg_status plan_trace(trace *t) {
     }
     free(consumers);
     free(fusable_consumers);
-    free(positions);
     return status;
 }
 
@@ -335,8 +344,11 @@ static bool signature_matches(const eg_function *f, const trace *t,
 
 static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, trace **out) {
     *out = NULL;
-    if (tracing_now) return eg__error(EG_ERR_STATE, "%s: functions cannot be traced inside "
-                                      "another traced function", f->name);
+    if (tracing_now)
+        return eg__error(EG_ERR_STATE,
+                         "%s: functions cannot be traced inside "
+                         "another traced function",
+                         f->name);
     trace *t = calloc(1, sizeof *t);
     if (!t) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
     t->signature = calloc((size_t)f->n_inputs + 1, sizeof *t->signature);
@@ -367,7 +379,8 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
         status = f->fn((const eg_tensor *const *)t->placeholders, returned, f->user_data);
         eg_lazy_end();
         tracing_now = NULL;
-        if (status == EG_OK && eg__error_pending()) status = eg_last_status();
+        if (status == EG_OK && eg__error_pending())
+            status = eg_last_status();
         else if (status != EG_OK && !eg__error_pending())
             eg__error(status, "%s: the traced function failed (%s)", f->name,
                       eg_status_string(status));
@@ -399,8 +412,8 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
     if (status == EG_OK) {
         eg_tensor **order;
         int n;
-        status = eg__lazy_topo_order(t->n_targets, (const eg_tensor *const *)t->targets, &order,
-                                     &n);
+        status =
+            eg__lazy_topo_order(t->n_targets, (const eg_tensor *const *)t->targets, &order, &n);
         if (status == EG_OK) {
             t->entries = calloc((size_t)n + 1, sizeof *t->entries);
             if (!t->entries) {
@@ -480,11 +493,10 @@ static eg_status run_entry(trace *t, entry *e) {
     return status;
 }
 
-static eg_tensor *output_for(const trace *t, const eg_tensor *graph_output) {
-    /* A new tensor the caller owns, sharing the graph's (or an input's) memory. */
+/* A new tensor the caller owns, sharing the graph's (or an input's) memory. */
+static eg_tensor *output_for(const eg_tensor *graph_output) {
     return eg__tensor_view(graph_output, graph_output->n_dims, graph_output->shape,
                            graph_output->strides, graph_output->offset);
-    (void)t;
 }
 
 static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs,
@@ -513,7 +525,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (status == EG_OK) {
-            outputs[i] = output_for(t, t->outputs[i]);
+            outputs[i] = output_for(t->outputs[i]);
             if (!outputs[i]) status = eg_last_status();
         }
     }
@@ -534,8 +546,7 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
         return eg__error(EG_ERR_NULL_ARGUMENT, "function_call: NULL argument");
     for (int i = 0; i < f->n_inputs; i++)
         if (!eg__check_arg(inputs[i], f->name, i)) return eg_last_status();
-    if (f->n_inputs > 64)
-        return eg__error(EG_ERR_UNSUPPORTED, "%s: at most 64 inputs", f->name);
+    if (f->n_inputs > 64) return eg__error(EG_ERR_UNSUPPORTED, "%s: at most 64 inputs", f->name);
     trace *t = NULL;
     for (int i = 0; i < f->n_traces && !t; i++)
         if (signature_matches(f, f->traces[i], inputs)) t = f->traces[i];

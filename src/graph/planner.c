@@ -20,7 +20,8 @@ size_t eg__plan_buffers(eg__buffer_request *requests, int n) {
     eg__buffer_request **order = malloc(sizeof *order * (size_t)n);
     eg__buffer_request **placed = malloc(sizeof *placed * (size_t)n);
     size_t arena = 0;
-    if (getenv("EG_NO_SHARE") || !order || !placed) { /* no sharing: every buffer gets its own place */
+    if (getenv("EG_NO_SHARE") || !order ||
+        !placed) { /* no sharing: every buffer gets its own place */
         for (int i = 0; i < n; i++) {
             requests[i].offset = arena;
             arena += requests[i].bytes;
@@ -34,12 +35,9 @@ size_t eg__plan_buffers(eg__buffer_request *requests, int n) {
     int n_placed = 0;
     for (int i = 0; i < n; i++) {
         eg__buffer_request *r = order[i];
-        /* the already placed buffers alive at the same time, by offset: take the first gap */
+        /* the placed buffers alive at the same time, by offset: take the first gap that fits */
         int n_live = 0;
-        eg__buffer_request **live = placed + n_placed; /* scratch after the placed ones */
-        (void)live;
         size_t candidate = 0;
-        /* collect overlapping-in-time buffers into a temporary sorted list */
         eg__buffer_request **overlapping = malloc(sizeof *overlapping * (size_t)(n_placed + 1));
         if (overlapping) {
             for (int j = 0; j < n_placed; j++)

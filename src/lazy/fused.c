@@ -2,6 +2,7 @@
  * flowing between them live in small stack-sized buffers instead of full tensors. Each op runs
  * the same inner loop as in eager mode, on the same values in the same order, so results are
  * bitwise identical to eager execution. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ typedef struct fused_plan {
     leaf *leaves;
     int n_leaves;
     size_t member_bytes; /* buffer size per member */
+    atomic_bool failed;  /* a chunk could not get its buffers */
 } fused_plan;
 
 static int find_member(const fused_plan *plan, const eg_tensor *t) {
@@ -49,9 +51,12 @@ static int add_leaf(fused_plan *plan, const eg_tensor *t) {
     l->tensor = t;
     l->base = eg__data(t);
     size_t size = eg_dtype_size(t->dtype);
-    if (t->n_elems == 1) l->mode = LEAF_SCALAR;
-    else if (t->n_elems == root->n_elems && eg__is_contiguous(t)) l->mode = LEAF_FLAT;
-    else l->mode = LEAF_GATHER;
+    if (t->n_elems == 1)
+        l->mode = LEAF_SCALAR;
+    else if (t->n_elems == root->n_elems && eg__is_contiguous(t))
+        l->mode = LEAF_FLAT;
+    else
+        l->mode = LEAF_GATHER;
     for (int d = 0; d < root->n_dims; d++) {
         int td = d - (root->n_dims - t->n_dims);
         l->strides[d] = (td < 0 || t->shape[td] == 1) ? 0 : t->strides[td] * (int64_t)size;
@@ -85,7 +90,10 @@ static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
     const fused_plan *plan = context;
     const eg_tensor *root = plan->root;
     char *buffers = malloc(plan->member_bytes * (size_t)(plan->n_members + plan->n_leaves));
-    if (!buffers) return; /* reported by the caller, which checks the output afterwards */
+    if (!buffers) {
+        atomic_store(&((fused_plan *)context)->failed, true);
+        return;
+    }
     char *leaf_buffers = buffers + plan->member_bytes * (size_t)plan->n_members;
     char *root_data = eg__data(root);
     size_t root_size = eg_dtype_size(root->dtype);
@@ -135,8 +143,8 @@ static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
 }
 
 eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *members) {
-    fused_plan plan = {.root = root, .n_members = n_members, .members = members,
-                       .member_bytes = BLOCK * 8};
+    fused_plan plan = {
+        .root = root, .n_members = n_members, .members = members, .member_bytes = BLOCK * 8};
     plan.operands = malloc(sizeof *plan.operands * (size_t)n_members);
     plan.leaves = malloc(sizeof *plan.leaves * (size_t)(3 * n_members));
     if (!plan.operands || !plan.leaves) {
@@ -165,6 +173,8 @@ eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *m
     if (status == EG_OK) {
         int64_t n_blocks = (root->n_elems + BLOCK - 1) / BLOCK;
         eg__parallel_for(n_blocks, EG_PARALLEL_GRAIN_ELEMENTWISE / BLOCK, run_blocks, &plan);
+        if (atomic_load(&plan.failed))
+            status = eg__error(EG_ERR_OUT_OF_MEMORY, "fused loop: out of host memory");
     }
     free(plan.operands);
     free(plan.leaves);

@@ -20,12 +20,13 @@ typedef struct eg__lazy_node {
 } eg__lazy_node;
 
 extern _Thread_local int eg__lazy_depth;
-static inline bool eg__lazy_recording(void) { return eg__lazy_depth > 0; }
+static inline bool eg__lazy_recording(void) {
+    return eg__lazy_depth > 0;
+}
 
 /* Records an op whose result is computed later. meta comes from the op's inference. */
 eg_tensor *eg__lazy_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                           const eg__attrs *attrs, const eg__meta *meta,
-                           const eg_device *device);
+                           const eg__attrs *attrs, const eg__meta *meta, const eg_device *device);
 /* A storage-less tensor standing for graph input `index`, shaped like `like`. */
 eg_tensor *eg__lazy_placeholder(const eg_tensor *like, int index);
 void eg__lazy_node_free(eg__lazy_node *node);

@@ -23,7 +23,9 @@
 _Thread_local int eg__lazy_depth;
 static _Thread_local eg_lazy_stats thread_stats;
 
-void eg_lazy_begin(void) { eg__lazy_depth++; }
+void eg_lazy_begin(void) {
+    eg__lazy_depth++;
+}
 
 eg_status eg_lazy_end(void) {
     if (eg__lazy_depth == 0) return eg__error(EG_ERR_STATE, "lazy_end: not in lazy mode");
@@ -31,8 +33,12 @@ eg_status eg_lazy_end(void) {
     return EG_OK;
 }
 
-bool eg_lazy_active(void) { return eg__lazy_depth > 0; }
-bool eg_tensor_is_realized(const eg_tensor *t) { return t && t->storage; }
+bool eg_lazy_active(void) {
+    return eg__lazy_depth > 0;
+}
+bool eg_tensor_is_realized(const eg_tensor *t) {
+    return t && t->storage;
+}
 void eg_lazy_stats_get(eg_lazy_stats *out) {
     if (out) *out = thread_stats;
 }
@@ -64,15 +70,19 @@ static void pending_add(eg__lazy_node *node) {
 static void pending_remove(eg__lazy_node *node) {
     pthread_mutex_lock(&pending_mutex);
     if (node->pending) {
-        if (node->prev) node->prev->next = node->next;
-        else pending_head = node->next;
+        if (node->prev)
+            node->prev->next = node->next;
+        else
+            pending_head = node->next;
         if (node->next) node->next->prev = node->prev;
         node->pending = false;
     }
     pthread_mutex_unlock(&pending_mutex);
 }
 
-void eg__lazy_unpend(eg__lazy_node *node) { pending_remove(node); }
+void eg__lazy_unpend(eg__lazy_node *node) {
+    pending_remove(node);
+}
 
 static eg__lazy_node *node_new(int n_inputs) {
     eg__lazy_node *node = calloc(1, sizeof *node + (size_t)n_inputs * sizeof(eg_tensor *));
@@ -87,8 +97,7 @@ static eg__lazy_node *node_new(int n_inputs) {
 }
 
 eg_tensor *eg__lazy_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                           const eg__attrs *attrs, const eg__meta *meta,
-                           const eg_device *device) {
+                           const eg__attrs *attrs, const eg__meta *meta, const eg_device *device) {
     eg__lazy_node *node = node_new(n_inputs);
     if (!node) return NULL;
     eg_tensor *t = eg__tensor_lazy(meta, device);
@@ -168,8 +177,8 @@ eg_status eg__lazy_before_write(eg_tensor *t) {
 }
 
 bool eg__lazy_is_internal(const eg_tensor *t, int own_references) {
-    long held = atomic_load(&t->refcount) - atomic_load(&t->lazy_consumers) -
-                (t->scope ? 1 : 0) - own_references;
+    long held = atomic_load(&t->refcount) - atomic_load(&t->lazy_consumers) - (t->scope ? 1 : 0) -
+                own_references;
     return held <= 0;
 }
 
@@ -181,9 +190,9 @@ typedef struct plan_entry {
     eg_tensor *tensor;
     role role;
     bool target;
-    bool keep;      /* keeps its storage after the realization (targets, tensors held elsewhere) */
-    int last_use;   /* position after which a temporary's storage is given back */
-    int next_free;  /* the next entry given back at the same position, -1 at the end */
+    bool keep;     /* keeps its storage after the realization (targets, tensors held elsewhere) */
+    int last_use;  /* position after which a temporary's storage is given back */
+    int next_free; /* the next entry given back at the same position, -1 at the end */
 } plan_entry;
 
 typedef struct plan {
@@ -235,8 +244,10 @@ eg_status eg__lazy_topo_order(int n_targets, const eg_tensor *const *targets, eg
         if (!*order) status = eg__error(EG_ERR_OUT_OF_MEMORY, "graph: out of host memory");
     }
     for (int i = 0; i < p.n; i++) {
-        if (status == EG_OK) (*order)[i] = p.entries[i].tensor; /* keeps the collect reference */
-        else eg__unref(p.entries[i].tensor);
+        if (status == EG_OK)
+            (*order)[i] = p.entries[i].tensor; /* keeps the collect reference */
+        else
+            eg__unref(p.entries[i].tensor);
     }
     if (status == EG_OK) *n = p.n;
     free(p.entries);
@@ -263,14 +274,14 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
             frame *top = &stack[depth - 1];
             eg__lazy_node *node = top->tensor->lazy;
             if (!node || node->placeholder >= 0) {
-                status = eg__error(EG_ERR_STATE, "lazy: a tensor has neither storage nor a way "
+                status = eg__error(EG_ERR_STATE,
+                                   "lazy: a tensor has neither storage nor a way "
                                    "to compute it (a graph placeholder used outside its call?)");
                 break;
             }
             if (top->next_input < node->n_inputs) {
                 eg_tensor *input = node->inputs[top->next_input++];
-                if (is_leaf(input, placeholders_are_leaves) || position_of(p, input) >= 0)
-                    continue;
+                if (is_leaf(input, placeholders_are_leaves) || position_of(p, input) >= 0) continue;
                 if (eg__idmap_contains(&visiting, input->id)) continue;
                 if (depth == capacity) {
                     capacity *= 2;
@@ -337,11 +348,17 @@ static void assign_roles(plan *p, int n_targets, const eg_tensor *const *targets
     }
     for (int i = 0; i < p->n; i++) {
         plan_entry *e = &p->entries[i];
-        e->keep = e->target || !eg__lazy_is_internal(e->tensor, 1);
-        if (e->tensor->lazy->is_view) e->role = ROLE_VIEW;
-        else if (!e->keep && eg__lazy_fusable(e->tensor) && n_consumers[i] > 0 && fusable_consumers[i])
+        /* Kept: requested, held by someone, or read by pending ops outside this realization
+         * (freeing it now would mean computing it again for them). */
+        e->keep = e->target || !eg__lazy_is_internal(e->tensor, 1) ||
+                  atomic_load(&e->tensor->lazy_consumers) > n_consumers[i];
+        if (e->tensor->lazy->is_view)
+            e->role = ROLE_VIEW;
+        else if (!e->keep && eg__lazy_fusable(e->tensor) && n_consumers[i] > 0 &&
+                 fusable_consumers[i])
             e->role = ROLE_INLINED;
-        else e->role = e->keep ? ROLE_KEPT : ROLE_TEMPORARY;
+        else
+            e->role = e->keep ? ROLE_KEPT : ROLE_TEMPORARY;
     }
     free(n_consumers);
     free(fusable_consumers);
@@ -418,8 +435,8 @@ static eg_status run_node(plan *p, int at) {
         }
     }
     eg__kernel_fn kernel = t->device->kernels[node->op];
-    if (!kernel) return eg__op_error(node->op, EG_ERR_UNSUPPORTED, "no kernel on %s",
-                                     t->device->name);
+    if (!kernel)
+        return eg__op_error(node->op, EG_ERR_UNSUPPORTED, "no kernel on %s", t->device->name);
     eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, t,
                             &node->attrs};
     status = kernel(&call);
@@ -487,12 +504,12 @@ typedef struct cached_schedule {
 static _Thread_local cached_schedule schedule_cache[CACHE_SLOTS];
 static _Thread_local uint64_t cache_clock;
 
-
 /* The structural key of a collected plan (roles not yet assigned: keep is computed here). */
 static int64_t *schedule_key(plan *p, size_t *length) {
     size_t total = 1;
     for (int i = 0; i < p->n; i++)
-        total += 8 + (size_t)p->entries[i].tensor->n_dims + (size_t)p->entries[i].tensor->lazy->n_inputs;
+        total +=
+            10 + (size_t)p->entries[i].tensor->n_dims + (size_t)p->entries[i].tensor->lazy->n_inputs;
     int64_t *key = malloc(sizeof *key * total);
     if (!key) return NULL;
     size_t k = 0;
@@ -507,6 +524,7 @@ static int64_t *schedule_key(plan *p, size_t *length) {
         for (int d = 0; d < t->n_dims; d++) key[k++] = t->shape[d];
         key[k++] = node->is_view;
         key[k++] = e->target || !eg__lazy_is_internal(t, 1);
+        key[k++] = atomic_load(&t->lazy_consumers);
         key[k++] = node->n_inputs;
         for (int j = 0; j < node->n_inputs; j++) key[k++] = position_of(p, node->inputs[j]);
         key[k++] = -2; /* separator: entries differ in length */
@@ -554,7 +572,7 @@ static void cache_store(plan *p, int64_t *key, size_t length) {
 static eg_status realize_many(int n, const eg_tensor *const *tensors) {
     if (eg__graph_tracing())
         return eg__error(EG_ERR_STATE, "a value was read while a function was being traced; "
-                         "return it as an output of the function instead");
+                                       "return it as an output of the function instead");
     plan p = {0};
     eg_status status = collect(&p, n, tensors);
     if (status == EG_OK && p.n > 0) {

@@ -42,6 +42,14 @@ eg_model *cnn_build(void) {
     return model;
 }
 
+eg_optimizer *cnn_optimizer_new(double learning_rate, int64_t total_steps) {
+    eg_adam_options options = eg_adam_options_default();
+    options.learning_rate = total_steps > 0
+                                ? eg_schedule_cosine_decay(learning_rate, total_steps, 0.0)
+                                : eg_schedule_constant(learning_rate);
+    return eg_adam_new(&options);
+}
+
 eg_status cnn_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
                     eg_tensor **labels) {
     eg_tensor *index = eg_tensor_from_data(indices, EG_DTYPE_I64, 1, &n);

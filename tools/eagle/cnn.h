@@ -8,8 +8,8 @@
 
 #include "mlp.h"
 
-/* Recommended training settings (Adam, Keras' other defaults); with these the model reaches
- * >= 93.5% test accuracy (bench/train_cnn/README.md has the measured runs). */
+/* Recommended training settings: batches of 64, cnn_optimizer_new(1e-3, epochs * steps per
+ * epoch), 12 epochs; bench/RESULTS.md has the measured runs (>= 93.5% test accuracy). */
 #define CNN_DEFAULT_EPOCHS        12
 #define CNN_DEFAULT_BATCH_SIZE    64
 #define CNN_DEFAULT_LEARNING_RATE 1e-3
@@ -21,6 +21,11 @@
  * the default generator (eg_manual_seed first for repeatable runs). NULL with the library's error
  * on failure. */
 eg_model *cnn_build(void);
+
+/* Adam (Keras' defaults: beta 0.9 / 0.999, epsilon 1e-7) whose learning rate falls from
+ * learning_rate to 0 along a cosine over total_steps updates (Keras CosineDecay, alpha 0);
+ * total_steps < 1 keeps it constant. NULL with the library's error. */
+eg_optimizer *cnn_optimizer_new(double learning_rate, int64_t total_steps);
 
 /* The examples at indices[0..n) as x f32 (n, 28, 28, 1) scaled to [0, 1] and labels u8 (n,);
  * both owned by the current scope. */

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "mlp.h"
+#include "pipeline.h"
 #include "train_state.h"
 
 /* Options that --resume takes from the checkpoint unless given (then they must agree). */
@@ -208,23 +209,6 @@ static eg_optimizer *make_optimizer(const train_options *o) {
     return adamw ? eg_adamw_new(&options) : eg_adam_new(&options);
 }
 
-/* Fisher-Yates with splitmix64: the order depends only on the seed and the epoch. */
-static void shuffle(int64_t *order, int64_t n, unsigned long long seed, int epoch) {
-    uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch;
-    for (int64_t i = 0; i < n; i++) order[i] = i;
-    for (int64_t i = n - 1; i > 0; i--) {
-        state += 0x9E3779B97F4A7C15ull;
-        uint64_t z = state;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        int64_t j = (int64_t)(z % (uint64_t)(i + 1));
-        int64_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-}
-
 /* One step: forward, loss, tape gradient, optimizer update. Returns the batch loss and hits. */
 typedef struct stepper {
     const char *mode;
@@ -232,15 +216,24 @@ typedef struct stepper {
     eg_function *graph; /* graph mode */
 } stepper;
 
-static eg_status train_step(stepper *st, const mlp_data *data, const int64_t *indices, int64_t n,
+/* One step on the next batch of the input pipeline (which prepares batches on other cores while
+ * this one trains); *n_out receives the batch size. */
+static eg_status train_step(stepper *st, eg_dataset_iterator *batches, int64_t *n_out,
                             double *loss_out, double *hits_out) {
     eg_profiler_range_push("step");
     eg_scope_begin();
-    eg_tensor *x, *y, *out[2] = {NULL, NULL};
+    eg_tensor *out[2] = {NULL, NULL};
+    eg_element batch = {0};
+    bool end = false;
     eg_profiler_range_push("data");
-    eg_status status = mlp_batch(data, indices, n, &x, &y);
+    eg_status status = eg_dataset_iterator_next(batches, &batch, &end);
     eg_profiler_range_pop();
-    const eg_tensor *in[2] = {x, y};
+    if (status == EG_OK && (end || batch.n_tensors != 2)) {
+        fprintf(stderr, "eagle train: the input pipeline ended before the epoch did\n");
+        status = EG_ERR_STATE;
+    }
+    const eg_tensor *in[2] = {batch.tensors[0], batch.tensors[1]};
+    if (status == EG_OK) *n_out = eg_tensor_dim(in[0], 0);
     if (status == EG_OK) {
         if (!strcmp(st->mode, "graph")) {
             status = eg_function_call(st->graph, in, out);
@@ -345,10 +338,11 @@ int cli_train(int argc, char **argv) {
 
     mlp_data train = {0}, test = {0};
     stepper st = {0};
+    eg_dataset *batches = NULL;
+    eg_dataset_iterator *epoch_batches = NULL;
     eg_summary_writer *summary = NULL;
     eg_model *model = NULL;
     eg_optimizer *optimizer = NULL;
-    int64_t *order = NULL;
     int rc = CLI_FAILURE;
     if (!mlp_data_load(o.data_dir, true, o.limit, &train) ||
         !mlp_data_load(o.data_dir, false, 0, &test))
@@ -362,8 +356,7 @@ int cli_train(int argc, char **argv) {
     }
     model = mlp_build(&o.model);
     optimizer = model ? make_optimizer(&o) : NULL;
-    order = malloc((size_t)train.n * sizeof *order);
-    if (!model || !optimizer || !order) goto done;
+    if (!model || !optimizer) goto done;
     st = (stepper){o.mode, {model, optimizer}, NULL};
     if (!strcmp(o.mode, "graph") &&
         !(st.graph = eg_function_new("train_step", mlp_step, 2, 2, &st.state)))
@@ -386,8 +379,14 @@ int cli_train(int argc, char **argv) {
     double train_seconds = 0;
     long epochs_done = o.resume_path ? resumed.epoch : 0, epochs_run = 0;
     if (o.profile_path && eg_profiler_start(EG_PROFILE_OPS | EG_PROFILE_TRACE) != EG_OK) goto done;
+    /* Batches in train.c's historical order (cli_shuffle_order): results do not depend on
+     * whether the pipeline or the step loop made them. */
+    batches = cli_training_pipeline(&train, o.batch_size, o.seed, false, (int)epochs_done + 1);
+    if (!batches) goto done;
     for (int epoch = (int)epochs_done + 1; epoch <= o.epochs; epoch++) {
-        shuffle(order, train.n, o.seed, epoch);
+        eg_dataset_iterator_free(epoch_batches);
+        epoch_batches = eg_dataset_iterator_new(batches);
+        if (!epoch_batches) goto done;
         cli_progress progress;
         cli_progress_begin(&progress, epoch, (int)o.epochs, steps);
         eg_metric_mean loss_mean = {0};
@@ -395,10 +394,9 @@ int cli_train(int argc, char **argv) {
         int64_t seen = 0;
         double epoch_start = cli_seconds();
         for (int64_t step = 0; step < steps; step++) {
-            int64_t start = step * o.batch_size;
-            int64_t n = train.n - start < o.batch_size ? train.n - start : o.batch_size;
+            int64_t n = 0;
             double loss, batch_hits;
-            if (train_step(&st, &train, order + start, n, &loss, &batch_hits) != EG_OK) goto done;
+            if (train_step(&st, epoch_batches, &n, &loss, &batch_hits) != EG_OK) goto done;
             eg_metric_mean_add(&loss_mean, loss, (double)n);
             hits += batch_hits;
             seen += n;
@@ -450,12 +448,13 @@ int cli_train(int argc, char **argv) {
     rc = CLI_OK;
 done:
     if (eg_profiler_flags()) eg_profiler_stop();
+    eg_dataset_iterator_free(epoch_batches);
+    eg_dataset_free(batches);
     eg_function_free(st.graph);
     eg_summary_writer_free(summary);
     if (rc != CLI_OK && eg_last_status() != EG_OK)
         fprintf(stderr, "eagle train: %s\n", eg_last_error());
     eg_safetensors_close(resume);
-    free(order);
     eg_optimizer_free(optimizer);
     eg_model_free(model);
     mlp_data_free(&train);

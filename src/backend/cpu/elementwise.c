@@ -32,31 +32,66 @@ typedef struct unary_context {
     double low, high;
 } unary_context;
 
-#define UNARY_CASES(T, EXP, LOG, SQRT, SIN, COS, TANH, ERF, FABS, LOG1P)                            \
+#define UNARY_CASES(T, EXP, LOG, SQRT, SIN, COS, TANH, ERF, FABS, LOG1P)                           \
     switch (c->op) {                                                                               \
-    case EG__OP_NEG: UNARY_LOOP(T, -x); break;                                                     \
-    case EG__OP_ABS: UNARY_LOOP(T, FABS(x)); break;                                                \
-    case EG__OP_EXP: UNARY_LOOP(T, EXP(x)); break;                                                 \
-    case EG__OP_LOG: UNARY_LOOP(T, LOG(x)); break;                                                 \
-    case EG__OP_SQRT: UNARY_LOOP(T, SQRT(x)); break;                                               \
-    case EG__OP_RSQRT: UNARY_LOOP(T, (T)1 / SQRT(x)); break;                                       \
-    case EG__OP_SIN: UNARY_LOOP(T, SIN(x)); break;                                                 \
-    case EG__OP_COS: UNARY_LOOP(T, COS(x)); break;                                                 \
-    case EG__OP_TANH: UNARY_LOOP(T, TANH(x)); break;                                               \
-    case EG__OP_SIGMOID: UNARY_LOOP(T, (T)1 / ((T)1 + EXP(-x))); break;                            \
-    case EG__OP_RELU: UNARY_LOOP(T, x > (T)0 ? x : (T)0); break;                                   \
-    case EG__OP_GELU: UNARY_LOOP(T, (T)0.5 * x * ((T)1 + ERF(x * (T)M_SQRT1_2))); break;           \
-    case EG__OP_SOFTPLUS: UNARY_LOOP(T, (x > (T)0 ? x : (T)0) + LOG1P(EXP(-FABS(x)))); break;      \
-    case EG__OP_SIGN: UNARY_LOOP(T, (T)((x > (T)0) - (x < (T)0))); break;                          \
-    case EG__OP_SQUARE: UNARY_LOOP(T, x * x); break;                                               \
-    case EG__OP_RECIPROCAL: UNARY_LOOP(T, (T)1 / x); break;                                        \
-    case EG__OP_ERF: UNARY_LOOP(T, ERF(x)); break;                                                 \
+    case EG__OP_NEG:                                                                               \
+        UNARY_LOOP(T, -x);                                                                         \
+        break;                                                                                     \
+    case EG__OP_ABS:                                                                               \
+        UNARY_LOOP(T, FABS(x));                                                                    \
+        break;                                                                                     \
+    case EG__OP_EXP:                                                                               \
+        UNARY_LOOP(T, EXP(x));                                                                     \
+        break;                                                                                     \
+    case EG__OP_LOG:                                                                               \
+        UNARY_LOOP(T, LOG(x));                                                                     \
+        break;                                                                                     \
+    case EG__OP_SQRT:                                                                              \
+        UNARY_LOOP(T, SQRT(x));                                                                    \
+        break;                                                                                     \
+    case EG__OP_RSQRT:                                                                             \
+        UNARY_LOOP(T, (T)1 / SQRT(x));                                                             \
+        break;                                                                                     \
+    case EG__OP_SIN:                                                                               \
+        UNARY_LOOP(T, SIN(x));                                                                     \
+        break;                                                                                     \
+    case EG__OP_COS:                                                                               \
+        UNARY_LOOP(T, COS(x));                                                                     \
+        break;                                                                                     \
+    case EG__OP_TANH:                                                                              \
+        UNARY_LOOP(T, TANH(x));                                                                    \
+        break;                                                                                     \
+    case EG__OP_SIGMOID:                                                                           \
+        UNARY_LOOP(T, (T)1 / ((T)1 + EXP(-x)));                                                    \
+        break;                                                                                     \
+    case EG__OP_RELU:                                                                              \
+        UNARY_LOOP(T, x > (T)0 ? x : (T)0);                                                        \
+        break;                                                                                     \
+    case EG__OP_GELU:                                                                              \
+        UNARY_LOOP(T, (T)0.5 * x * ((T)1 + ERF(x * (T)M_SQRT1_2)));                                \
+        break;                                                                                     \
+    case EG__OP_SOFTPLUS:                                                                          \
+        UNARY_LOOP(T, (x > (T)0 ? x : (T)0) + LOG1P(EXP(-FABS(x))));                               \
+        break;                                                                                     \
+    case EG__OP_SIGN:                                                                              \
+        UNARY_LOOP(T, (T)((x > (T)0) - (x < (T)0)));                                               \
+        break;                                                                                     \
+    case EG__OP_SQUARE:                                                                            \
+        UNARY_LOOP(T, x *x);                                                                       \
+        break;                                                                                     \
+    case EG__OP_RECIPROCAL:                                                                        \
+        UNARY_LOOP(T, (T)1 / x);                                                                   \
+        break;                                                                                     \
+    case EG__OP_ERF:                                                                               \
+        UNARY_LOOP(T, ERF(x));                                                                     \
+        break;                                                                                     \
     case EG__OP_CLIP: {                                                                            \
         T low = (T)c->low, high = (T)c->high;                                                      \
         UNARY_LOOP(T, x < low ? low : (x > high ? high : x));                                      \
         break;                                                                                     \
     }                                                                                              \
-    default: break;                                                                                \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
@@ -81,21 +116,25 @@ typedef struct flat_job {
 static void flat_range(void *arg, int64_t begin, int64_t end) {
     const flat_job *job = arg;
     char *pointers[EG_ND_MAX_OPERANDS];
-    for (int i = 0; i < job->n_operands; i++) pointers[i] = job->pointers[i] + begin * job->strides[i];
+    for (int i = 0; i < job->n_operands; i++)
+        pointers[i] = job->pointers[i] + begin * job->strides[i];
     job->inner(job->context, end - begin, pointers, job->strides);
 }
 
 static bool run_flat(const eg__kernel_call *call, int n_operands, eg__nd_inner_fn inner,
                      void *context) {
     const eg_tensor *out = call->output;
-    flat_job job = {inner, context, n_operands, {eg__data(out)}, {(int64_t)eg_dtype_size(out->dtype)}};
+    flat_job job = {
+        inner, context, n_operands, {eg__data(out)}, {(int64_t)eg_dtype_size(out->dtype)}};
     if (!eg__is_contiguous(out)) return false;
     for (int i = 1; i < n_operands; i++) {
         const eg_tensor *in = call->inputs[i - 1];
-        if (in->n_elems == 1) job.strides[i] = 0;
+        if (in->n_elems == 1)
+            job.strides[i] = 0;
         else if (in->n_elems == out->n_elems && eg__is_contiguous(in))
             job.strides[i] = (int64_t)eg_dtype_size(in->dtype);
-        else return false;
+        else
+            return false;
         job.pointers[i] = eg__data(in);
     }
     eg__parallel_for(out->n_elems, EG_PARALLEL_GRAIN_ELEMENTWISE, flat_range, &job);
@@ -160,25 +199,53 @@ eg_status eg__cpu_unary(const eg__kernel_call *call) {
  * division by zero gives 0 instead of a crash. */
 #define INT_BINARY_CASES(T, U, MIN)                                                                \
     switch (c->op) {                                                                               \
-    case EG__OP_ADD: BINARY_LOOP(T, (T)((U)a + (U)b)); break;                                      \
-    case EG__OP_SUB: BINARY_LOOP(T, (T)((U)a - (U)b)); break;                                      \
-    case EG__OP_MUL: BINARY_LOOP(T, (T)((U)a * (U)b)); break;                                      \
-    case EG__OP_DIV: BINARY_LOOP(T, b == 0 || (a == MIN && b == -1) ? (T)0 : (T)(a / b)); break;   \
-    case EG__OP_MAXIMUM: BINARY_LOOP(T, a >= b ? a : b); break;                                    \
-    case EG__OP_MINIMUM: BINARY_LOOP(T, a <= b ? a : b); break;                                    \
-    default: break;                                                                                \
+    case EG__OP_ADD:                                                                               \
+        BINARY_LOOP(T, (T)((U)a + (U)b));                                                          \
+        break;                                                                                     \
+    case EG__OP_SUB:                                                                               \
+        BINARY_LOOP(T, (T)((U)a - (U)b));                                                          \
+        break;                                                                                     \
+    case EG__OP_MUL:                                                                               \
+        BINARY_LOOP(T, (T)((U)a * (U)b));                                                          \
+        break;                                                                                     \
+    case EG__OP_DIV:                                                                               \
+        BINARY_LOOP(T, b == 0 || (a == MIN && b == -1) ? (T)0 : (T)(a / b));                       \
+        break;                                                                                     \
+    case EG__OP_MAXIMUM:                                                                           \
+        BINARY_LOOP(T, a >= b ? a : b);                                                            \
+        break;                                                                                     \
+    case EG__OP_MINIMUM:                                                                           \
+        BINARY_LOOP(T, a <= b ? a : b);                                                            \
+        break;                                                                                     \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 #define FLOAT_BINARY_CASES(T, POW)                                                                 \
     switch (c->op) {                                                                               \
-    case EG__OP_ADD: BINARY_LOOP(T, a + b); break;                                                 \
-    case EG__OP_SUB: BINARY_LOOP(T, a - b); break;                                                 \
-    case EG__OP_MUL: BINARY_LOOP(T, a * b); break;                                                 \
-    case EG__OP_DIV: BINARY_LOOP(T, a / b); break;                                                 \
-    case EG__OP_POW: BINARY_LOOP(T, POW(a, b)); break;                                             \
-    case EG__OP_MAXIMUM: BINARY_LOOP(T, a >= b || a != a ? a : b); break;                          \
-    case EG__OP_MINIMUM: BINARY_LOOP(T, a <= b || a != a ? a : b); break;                          \
-    default: break;                                                                                \
+    case EG__OP_ADD:                                                                               \
+        BINARY_LOOP(T, a + b);                                                                     \
+        break;                                                                                     \
+    case EG__OP_SUB:                                                                               \
+        BINARY_LOOP(T, a - b);                                                                     \
+        break;                                                                                     \
+    case EG__OP_MUL:                                                                               \
+        BINARY_LOOP(T, a *b);                                                                      \
+        break;                                                                                     \
+    case EG__OP_DIV:                                                                               \
+        BINARY_LOOP(T, a / b);                                                                     \
+        break;                                                                                     \
+    case EG__OP_POW:                                                                               \
+        BINARY_LOOP(T, POW(a, b));                                                                 \
+        break;                                                                                     \
+    case EG__OP_MAXIMUM:                                                                           \
+        BINARY_LOOP(T, a >= b || a != a ? a : b);                                                  \
+        break;                                                                                     \
+    case EG__OP_MINIMUM:                                                                           \
+        BINARY_LOOP(T, a <= b || a != a ? a : b);                                                  \
+        break;                                                                                     \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 typedef struct binary_context {
@@ -189,11 +256,16 @@ typedef struct binary_context {
 static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
     switch (c->dtype) {
-    case EG_DTYPE_F32: FLOAT_BINARY_CASES(float, powf) break;
-    case EG_DTYPE_F64: FLOAT_BINARY_CASES(double, pow) break;
-    case EG_DTYPE_I32: INT_BINARY_CASES(int32_t, uint32_t, INT32_MIN) break;
-    case EG_DTYPE_I64: INT_BINARY_CASES(int64_t, uint64_t, INT64_MIN) break;
-    default: break;
+    case EG_DTYPE_F32:
+        FLOAT_BINARY_CASES(float, powf) break;
+    case EG_DTYPE_F64:
+        FLOAT_BINARY_CASES(double, pow) break;
+    case EG_DTYPE_I32:
+        INT_BINARY_CASES(int32_t, uint32_t, INT32_MIN) break;
+    case EG_DTYPE_I64:
+        INT_BINARY_CASES(int64_t, uint64_t, INT64_MIN) break;
+    default:
+        break;
     }
 }
 
@@ -213,25 +285,38 @@ eg_status eg__cpu_binary(const eg__kernel_call *call) {
 
 #define COMPARE_CASES(T)                                                                           \
     switch (c->op) {                                                                               \
-    case EG__OP_EQUAL: COMPARE_LOOP(T, a == b) break;                                              \
-    case EG__OP_NOT_EQUAL: COMPARE_LOOP(T, a != b) break;                                          \
-    case EG__OP_LESS: COMPARE_LOOP(T, a < b) break;                                                \
-    case EG__OP_LESS_EQUAL: COMPARE_LOOP(T, a <= b) break;                                         \
-    case EG__OP_GREATER: COMPARE_LOOP(T, a > b) break;                                             \
-    case EG__OP_GREATER_EQUAL: COMPARE_LOOP(T, a >= b) break;                                      \
-    default: break;                                                                                \
+    case EG__OP_EQUAL:                                                                             \
+        COMPARE_LOOP(T, a == b) break;                                                             \
+    case EG__OP_NOT_EQUAL:                                                                         \
+        COMPARE_LOOP(T, a != b) break;                                                             \
+    case EG__OP_LESS:                                                                              \
+        COMPARE_LOOP(T, a < b) break;                                                              \
+    case EG__OP_LESS_EQUAL:                                                                        \
+        COMPARE_LOOP(T, a <= b) break;                                                             \
+    case EG__OP_GREATER:                                                                           \
+        COMPARE_LOOP(T, a > b) break;                                                              \
+    case EG__OP_GREATER_EQUAL:                                                                     \
+        COMPARE_LOOP(T, a >= b) break;                                                             \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 static void compare_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
     switch (c->dtype) {
-    case EG_DTYPE_F32: COMPARE_CASES(float) break;
-    case EG_DTYPE_F64: COMPARE_CASES(double) break;
-    case EG_DTYPE_I32: COMPARE_CASES(int32_t) break;
-    case EG_DTYPE_I64: COMPARE_CASES(int64_t) break;
+    case EG_DTYPE_F32:
+        COMPARE_CASES(float) break;
+    case EG_DTYPE_F64:
+        COMPARE_CASES(double) break;
+    case EG_DTYPE_I32:
+        COMPARE_CASES(int32_t) break;
+    case EG_DTYPE_I64:
+        COMPARE_CASES(int64_t) break;
     case EG_DTYPE_U8:
-    case EG_DTYPE_BOOL: COMPARE_CASES(uint8_t) break;
-    default: break;
+    case EG_DTYPE_BOOL:
+        COMPARE_CASES(uint8_t) break;
+    default:
+        break;
     }
 }
 

@@ -262,7 +262,11 @@ eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
         if (s[0] == sizeof(T) && s[1] == sizeof(T) && s[2] == sizeof(T)) {                         \
             T *restrict out = (T *)p[0];                                                           \
             const T *restrict x = (const T *)p[1], *restrict g = (const T *)p[2];                  \
-            for (int64_t i = 0; i < n; i++) out[i] = x[i] > (T)0 ? g[i] : (T)0;                    \
+            /* both loaded unconditionally: a select the compiler vectorizes, not a branch */      \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T xi = x[i], gi = g[i];                                                            \
+                out[i] = xi > (T)0 ? gi : (T)0;                                                    \
+            }                                                                                      \
         } else {                                                                                   \
             for (int64_t i = 0; i < n; i++)                                                        \
                 *(T *)(p[0] + i * s[0]) =                                                          \

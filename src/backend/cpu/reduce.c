@@ -26,9 +26,12 @@ static eg_status plan_reduction(const eg_tensor *x, int n_axes, const int *axes,
         eg__ref(x);
         plan->outer = plan->reduced = plan->inner = 1;
         for (int d = 0; d < x->n_dims; d++) {
-            if (n_axes && d < first) plan->outer *= x->shape[d];
-            else if (n_axes && d <= last) plan->reduced *= x->shape[d];
-            else plan->inner *= x->shape[d];
+            if (n_axes && d < first)
+                plan->outer *= x->shape[d];
+            else if (n_axes && d <= last)
+                plan->reduced *= x->shape[d];
+            else
+                plan->inner *= x->shape[d];
         }
         if (n_axes == 0) { /* nothing reduced: every element is its own group */
             plan->outer = x->n_elems;
@@ -45,8 +48,10 @@ static eg_status plan_reduction(const eg_tensor *x, int n_axes, const int *axes,
             if (reduce[d] != (pass == 1)) continue;
             permuted.shape[n] = x->shape[d];
             permuted.strides[n++] = x->strides[d];
-            if (pass == 0) plan->outer *= x->shape[d];
-            else plan->reduced *= x->shape[d];
+            if (pass == 0)
+                plan->outer *= x->shape[d];
+            else
+                plan->reduced *= x->shape[d];
         }
     plan->inner = 1;
     if (eg__is_contiguous(&permuted)) {
@@ -106,8 +111,8 @@ typedef struct reduce_job {
             switch (job->op) {                                                                     \
             case EG__OP_SUM:                                                                       \
             case EG__OP_MEAN: {                                                                    \
-                /* The canonical summation order (see sum_columns_float): element k goes to \
-                 * lane k % 8, the tail past the last multiple of 8 to lane 0. */            \
+                /* The canonical summation order (see sum_columns_float): element k goes to        \
+                 * lane k % 8, the tail past the last multiple of 8 to lane 0. */                  \
                 T_ACC lanes[8] = {0};                                                              \
                 int64_t main_end = r - r % 8, k = 0;                                               \
                 for (; k < main_end; k += 8)                                                       \
@@ -123,14 +128,18 @@ typedef struct reduce_job {
                 T best = x[0];                                                                     \
                 for (int64_t k = 1; k < r; k++) {                                                  \
                     T v = x[k * inner];                                                            \
-                    if (v != v) { best = v; break; }                                               \
+                    if (v != v) {                                                                  \
+                        best = v;                                                                  \
+                        break;                                                                     \
+                    }                                                                              \
                     if (is_max ? v > best : v < best) best = v;                                    \
                 }                                                                                  \
                 result = best;                                                                     \
                 break;                                                                             \
             }                                                                                      \
-            EXTRA_CASES(T, T_ACC)                                                                  \
-            default: break;                                                                        \
+                EXTRA_CASES(T, T_ACC)                                                              \
+            default:                                                                               \
+                break;                                                                             \
             }                                                                                      \
             out[g] = (T)result;                                                                    \
         }                                                                                          \
@@ -182,11 +191,20 @@ static void sum_columns_float(const reduce_job *job, int64_t begin, int64_t end)
 static void reduce_range(void *context, int64_t begin, int64_t end) {
     const reduce_job *job = context;
     switch (job->plan->source->dtype) {
-    case EG_DTYPE_F32: reduce_rows_float(job, begin, end); break;
-    case EG_DTYPE_F64: reduce_rows_double(job, begin, end); break;
-    case EG_DTYPE_I32: reduce_rows_int32_t(job, begin, end); break;
-    case EG_DTYPE_I64: reduce_rows_int64_t(job, begin, end); break;
-    default: break;
+    case EG_DTYPE_F32:
+        reduce_rows_float(job, begin, end);
+        break;
+    case EG_DTYPE_F64:
+        reduce_rows_double(job, begin, end);
+        break;
+    case EG_DTYPE_I32:
+        reduce_rows_int32_t(job, begin, end);
+        break;
+    case EG_DTYPE_I64:
+        reduce_rows_int64_t(job, begin, end);
+        break;
+    default:
+        break;
     }
 }
 
@@ -197,8 +215,8 @@ static void column_range(void *context, int64_t begin, int64_t end) {
 eg_status eg__cpu_reduce(const eg__kernel_call *call);
 eg_status eg__cpu_reduce(const eg__kernel_call *call) {
     reduce_plan plan;
-    eg_status status = plan_reduction(call->inputs[0], call->attrs->n_axes, call->attrs->axes,
-                                      &plan);
+    eg_status status =
+        plan_reduction(call->inputs[0], call->attrs->n_axes, call->attrs->axes, &plan);
     if (status != EG_OK) return status;
     reduce_job job = {call->op, &plan, eg__data(call->output)};
     int64_t groups = plan.outer * plan.inner;
@@ -244,8 +262,8 @@ eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
 /* ---- softmax and log_softmax along one axis ---- */
 
 #define SOFTMAX_ROWS(T)                                                                            \
-    static void softmax_##T(const T *x, T *y, int64_t outer, int64_t r, int64_t inner, bool log_) \
-    {                                                                                              \
+    static void softmax_##T(const T *x, T *y, int64_t outer, int64_t r, int64_t inner,             \
+                            bool log_) {                                                           \
         for (int64_t o = 0; o < outer; o++)                                                        \
             for (int64_t i = 0; i < inner; i++) {                                                  \
                 const T *xr = x + o * r * inner + i;                                               \
@@ -293,14 +311,17 @@ eg_status eg__cpu_softmax(const eg__kernel_call *call) {
 static int64_t load_label(const eg_tensor *labels, const char *base, int64_t b) {
     int64_t offset = b * labels->strides[0];
     switch (labels->dtype) {
-    case EG_DTYPE_I32: return ((const int32_t *)base)[offset];
-    case EG_DTYPE_I64: return ((const int64_t *)base)[offset];
-    default: return ((const uint8_t *)base)[offset];
+    case EG_DTYPE_I32:
+        return ((const int32_t *)base)[offset];
+    case EG_DTYPE_I64:
+        return ((const int64_t *)base)[offset];
+    default:
+        return ((const uint8_t *)base)[offset];
     }
 }
 
 #define XENT_ROWS(T)                                                                               \
-    static eg_status xent_##T(const eg_tensor *logits, const eg_tensor *labels, T *loss) {        \
+    static eg_status xent_##T(const eg_tensor *logits, const eg_tensor *labels, T *loss) {         \
         int64_t batch = logits->shape[0], classes = logits->shape[1];                              \
         const T *x = eg__data(logits);                                                             \
         const char *label_base = eg__data(labels);                                                 \
