@@ -26,6 +26,7 @@ typedef struct train_options {
     const char *mode;         /* eager, lazy or graph */
     const char *logdir;       /* TensorBoard event files, or NULL */
     const char *profile_path; /* Chrome trace, or NULL */
+    bool augment;             /* random flips and crops of the training images */
 } train_options;
 
 static void print_help(void) {
@@ -54,6 +55,7 @@ static void print_help(void) {
            "                       are exactly those of the uninterrupted run\n"
            "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
            "                       lazily (fused, memory on demand) or traced once and replayed\n"
+           "  --augment            random horizontal flips and padded crops of training images\n"
            "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
            "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
            "  --help               this text\n");
@@ -76,6 +78,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         MODE,
         LOGDIR,
         PROFILE,
+        AUGMENT,
         HELP
     };
     static const struct option options[] = {
@@ -94,6 +97,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"mode", required_argument, NULL, MODE},
         {"logdir", required_argument, NULL, LOGDIR},
         {"profile", required_argument, NULL, PROFILE},
+        {"augment", no_argument, NULL, AUGMENT},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
@@ -123,6 +127,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
             break;
         case PROFILE:
             o->profile_path = optarg;
+            break;
+        case AUGMENT:
+            o->augment = true;
             break;
         case HIDDEN:
             if (!mlp_parse_hidden(optarg, &o->model))
@@ -381,7 +388,7 @@ int cli_train(int argc, char **argv) {
     if (o.profile_path && eg_profiler_start(EG_PROFILE_OPS | EG_PROFILE_TRACE) != EG_OK) goto done;
     /* Batches in train.c's historical order (cli_shuffle_order): results do not depend on
      * whether the pipeline or the step loop made them. */
-    batches = cli_training_pipeline(&train, o.batch_size, o.seed, false, (int)epochs_done + 1);
+    batches = cli_training_pipeline(&train, o.batch_size, o.seed, o.augment, (int)epochs_done + 1);
     if (!batches) goto done;
     for (int epoch = (int)epochs_done + 1; epoch <= o.epochs; epoch++) {
         eg_dataset_iterator_free(epoch_batches);

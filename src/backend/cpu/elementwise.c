@@ -332,10 +332,10 @@ eg_status eg__cpu_compare(const eg__kernel_call *call) {
  * selection itself (relu's gradient is a where). */
 #define WHERE_TYPED(T)                                                                             \
     do {                                                                                           \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            *(T *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1])                          \
-                                          ? *(const T *)(p[2] + i * s[2])                          \
-                                          : *(const T *)(p[3] + i * s[3]);                         \
+        for (int64_t i = 0; i < n; i++) { /* both loaded: a select, not a branch */               \
+            T a = *(const T *)(p[2] + i * s[2]), b = *(const T *)(p[3] + i * s[3]);                \
+            *(T *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1]) ? a : b;                 \
+        }                                                                                          \
     } while (0)
 
 static void where_inner(void *context, int64_t n, char **p, const int64_t *s) {

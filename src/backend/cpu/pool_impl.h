@@ -39,13 +39,13 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
                         T v = xp[c * xsc];
                         acc[c * step] = v > acc[c * step] ? v : acc[c * step];
                     }
-                } else {
+                } else { /* selects, not branches: random data would mispredict */
+                    int64_t at = i * g->x.w + j;
                     for (int64_t c = 0; c < C; c++) {
                         T v = xp[c * xsc];
-                        if (v > acc[c]) {
-                            acc[c] = v;
-                            index[c] = i * g->x.w + j;
-                        }
+                        bool wins = v > acc[c];
+                        acc[c] = wins ? v : acc[c];
+                        index[c] = wins ? at : index[c];
                     }
                 }
             }
@@ -98,12 +98,12 @@ static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const 
             for (int64_t i = i0; i < i1; i++) {
                 for (int64_t j = i == i0 ? j0 + 1 : j0; j < j1; j++) {
                     const T *xp = xb + i * g->x.sh + j * g->x.sw;
+                    int64_t at = i * d->sh + j * d->sw;
                     for (int64_t c = 0; c < C; c++) {
                         T v = xp[c * xsc];
-                        if (v > best[c]) {
-                            best[c] = v;
-                            index[c] = i * d->sh + j * d->sw;
-                        }
+                        bool wins = v > best[c];
+                        best[c] = wins ? v : best[c];
+                        index[c] = wins ? at : index[c];
                     }
                 }
             }
