@@ -102,10 +102,11 @@ int main(int argc, char **argv) {
     }
     eg_set_num_threads(threads);
     static const layer layers[] = {
+        /* tools/eagle/cnn.c's convolutions, all 'same' */
         {"conv1", 28, 28, 1, 3, 32, EG_PADDING_SAME},
-        {"conv2", 28, 28, 32, 3, 32, EG_PADDING_VALID},
-        {"conv3", 13, 13, 32, 3, 64, EG_PADDING_VALID},
-        {"conv4", 11, 11, 64, 3, 64, EG_PADDING_VALID},
+        {"conv2", 28, 28, 32, 3, 32, EG_PADDING_SAME},
+        {"conv3", 14, 14, 32, 3, 64, EG_PADDING_SAME},
+        {"conv4", 14, 14, 64, 3, 64, EG_PADDING_SAME},
     };
     printf("eagle conv2d, batch %lld, NHWC f32, %d thread(s), %d repeats, %s\n", (long long)batch,
            threads, repeats, eg_blas_info());

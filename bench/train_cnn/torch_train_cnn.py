@@ -22,9 +22,9 @@ def conv_block(c_in, c_out, padding):
 
 def build():
     model = nn.Sequential(
-        *conv_block(1, 32, 1), *conv_block(32, 32, 0), nn.MaxPool2d(2), nn.Dropout(0.25),
-        *conv_block(32, 64, 0), *conv_block(64, 64, 0), nn.MaxPool2d(2), nn.Dropout(0.25),
-        nn.Flatten(), nn.Linear(1024, 256, bias=False), nn.BatchNorm1d(256, eps=1e-3, momentum=0.01),
+        *conv_block(1, 32, 1), *conv_block(32, 32, 1), nn.MaxPool2d(2), nn.Dropout(0.25),
+        *conv_block(32, 64, 1), *conv_block(64, 64, 1), nn.MaxPool2d(2), nn.Dropout(0.25),
+        nn.Flatten(), nn.Linear(3136, 256, bias=False), nn.BatchNorm1d(256, eps=1e-3, momentum=0.01),
         nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
     for m in model:
         if isinstance(m, (nn.Conv2d, nn.Linear)):

@@ -20,11 +20,11 @@ eg_model *cnn_build(void) {
     eg_dense_options hidden = eg_dense_options_default();
     hidden.use_bias = false;
     eg_status s = conv_block(model, 32, EG_PADDING_SAME);
-    if (s == EG_OK) s = conv_block(model, 32, EG_PADDING_VALID);
+    if (s == EG_OK) s = conv_block(model, 32, EG_PADDING_SAME);
     if (s == EG_OK) s = eg_sequential_add(model, eg_max_pool2d_new(2, 0, EG_PADDING_VALID));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dropout_new(0.25, NULL));
-    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_VALID);
-    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_VALID);
+    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_SAME);
+    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_SAME);
     if (s == EG_OK) s = eg_sequential_add(model, eg_max_pool2d_new(2, 0, EG_PADDING_VALID));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dropout_new(0.25, NULL));
     if (s == EG_OK) s = eg_sequential_add(model, eg_flatten_new(NULL));

@@ -17,14 +17,18 @@ typedef struct pool_geometry {
 } pool_geometry;
 
 #define T       float
+#define IDX     int32_t
 #define NAME(x) x##_f32
 #include "backend/cpu/pool_impl.h"
 #undef T
+#undef IDX
 #undef NAME
 #define T       double
+#define IDX     int64_t
 #define NAME(x) x##_f64
 #include "backend/cpu/pool_impl.h"
 #undef T
+#undef IDX
 #undef NAME
 
 static pool_geometry geometry(const eg_tensor *x, const eg_tensor *y, const eg__attrs *attrs) {
@@ -86,7 +90,8 @@ static void backward_tasks(void *context, int64_t begin, int64_t end) {
     char *best = (char *)s + (size_t)g->x.c * 8;
     for (int64_t b = begin; b < end; b++) {
         if (j->dtype == EG_DTYPE_F32)
-            pool_backward_image_f32(g, j->x, j->dy, j->y, index, (float *)best, b, j->is_max);
+            pool_backward_image_f32(g, j->x, j->dy, j->y, (int32_t *)index, (float *)best, b,
+                                    j->is_max);
         else
             pool_backward_image_f64(g, j->x, j->dy, j->y, index, (double *)best, b, j->is_max);
     }
@@ -140,6 +145,9 @@ eg_status eg__cpu_max_pool2d_argmax(const eg__kernel_call *call) {
 eg_status eg__cpu_max_pool2d_backward(const eg__kernel_call *call);
 eg_status eg__cpu_max_pool2d_backward(const eg__kernel_call *call) {
     const eg_tensor *x = call->inputs[0], *dy = call->inputs[1];
+    if (x->dtype == EG_DTYPE_F32 && x->n_elems / (x->shape[0] ? x->shape[0] : 1) > INT32_MAX)
+        return eg__error(EG_ERR_UNSUPPORTED,
+                         "max_pool2d_backward: f32 images of more than 2^31 elements each");
     pool_geometry g = geometry(x, dy, call->attrs);
     g.dx = eg__image_of(call->output, g.channels_first);
     pool_job job = {.g = &g, .dtype = x->dtype, .x = eg__data(x), .dy = eg__data(dy)};

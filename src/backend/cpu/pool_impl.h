@@ -1,5 +1,6 @@
-/* The pooling loops for one element type, included by pool.c with T (float or double) and
- * NAME(x) (x##_f32 or x##_f64) defined. Windows hold at least one input element (the op's
+/* The pooling loops for one element type, included by pool.c with T (float or double), IDX (an
+ * integer as wide as T, so that the max-gradient's select loops vectorize) and NAME(x) (x##_f32
+ * or x##_f64) defined. Windows hold at least one input element (the op's
  * inference requires padding < the pool size); padding never wins a max and is not counted in a
  * mean. */
 
@@ -66,40 +67,54 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
 }
 
 /* The gradient of image b: dx (zeroed here, contiguous) gets dy at each window's first maximum
- * (is_max; index/best: C scratch entries) or dy / count at every element of the window. */
+ * (is_max; index/best: C scratch entries) or dy / count at every element of the window. The
+ * geometry is copied into locals: stores through index (int64_t) could otherwise alias it and
+ * force reloads in the inner loops. */
 static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const T *dy, T *dx,
-                                      int64_t *index, T *best, int64_t b, bool is_max) {
-    const eg__image *d = &g->dx;
-    T *dxb = dx + b * d->sn;
-    memset(dxb, 0, sizeof(T) * (size_t)(d->h * d->w * d->c));
-    int64_t C = g->x.c, xsc = g->x.sc;
+                                      IDX *restrict index, T *restrict best, int64_t b,
+                                      bool is_max) {
+    const int64_t C = g->x.c, xsc = g->x.sc, xsh = g->x.sh, xsw = g->x.sw;
+    const int64_t dsh = g->dx.sh, dsw = g->dx.sw, dsc = g->dx.sc;
+    const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc, out_h = g->y.h, out_w = g->y.w;
+    T *restrict dxb = dx + b * g->dx.sn;
+    memset(dxb, 0, sizeof(T) * (size_t)(g->dx.h * g->dx.w * g->dx.c));
     const T *xb = is_max ? x + b * g->x.sn : NULL;
-    for (int64_t oh = 0; oh < g->y.h; oh++) {
-        for (int64_t ow = 0; ow < g->y.w; ow++) {
+    const T *dyb = dy + b * g->y.sn;
+    for (int64_t oh = 0; oh < out_h; oh++) {
+        for (int64_t ow = 0; ow < out_w; ow++) {
             int64_t i0, i1, j0, j1;
             NAME(window)(g, oh, ow, &i0, &i1, &j0, &j1);
-            const T *grad = dy + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
-            int64_t gsc = g->y.sc;
+            const T *grad = dyb + oh * ysh + ow * ysw;
             if (!is_max) {
                 T count = (T)((i1 - i0) * (j1 - j0));
-                for (int64_t c = 0; c < C; c++) best[c] = grad[c * gsc] / count;
+                for (int64_t c = 0; c < C; c++) best[c] = grad[c * ysc] / count;
                 for (int64_t i = i0; i < i1; i++)
                     for (int64_t j = j0; j < j1; j++) {
-                        T *dp = dxb + i * d->sh + j * d->sw;
-                        for (int64_t c = 0; c < C; c++) dp[c * d->sc] += best[c];
+                        T *dp = dxb + i * dsh + j * dsw;
+                        for (int64_t c = 0; c < C; c++) dp[c * dsc] += best[c];
                     }
                 continue;
             }
-            const T *first = xb + i0 * g->x.sh + j0 * g->x.sw;
+            const T *first = xb + i0 * xsh + j0 * xsw;
+            IDX first_at = (IDX)(i0 * dsh + j0 * dsw);
             for (int64_t c = 0; c < C; c++) {
                 best[c] = first[c * xsc];
-                index[c] = i0 * d->sh + j0 * d->sw;
+                index[c] = first_at;
             }
             for (int64_t i = i0; i < i1; i++) {
                 for (int64_t j = i == i0 ? j0 + 1 : j0; j < j1; j++) {
-                    const T *xp = xb + i * g->x.sh + j * g->x.sw;
-                    int64_t at = i * d->sh + j * d->sw;
-                    for (int64_t c = 0; c < C; c++) {
+                    const T *xp = xb + i * xsh + j * xsw;
+                    IDX at = (IDX)(i * dsh + j * dsw);
+                    if (xsc == 1) { /* NHWC: unit stride, so the selects vectorize */
+                        for (int64_t c = 0; c < C; c++) {
+                            T v = xp[c], old = best[c];
+                            IDX was = index[c];
+                            best[c] = v > old ? v : old;
+                            index[c] = v > old ? at : was;
+                        }
+                        continue;
+                    }
+                    for (int64_t c = 0; c < C; c++) { /* selects, not branches */
                         T v = xp[c * xsc];
                         bool wins = v > best[c];
                         best[c] = wins ? v : best[c];
@@ -107,7 +122,7 @@ static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const 
                     }
                 }
             }
-            for (int64_t c = 0; c < C; c++) dxb[index[c] + c * d->sc] += grad[c * gsc];
+            for (int64_t c = 0; c < C; c++) dxb[index[c] + c * dsc] += grad[c * ysc];
         }
     }
 }
