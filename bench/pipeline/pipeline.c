@@ -163,7 +163,7 @@ static double train_epoch(const mlp_data *train, feed how, int epoch, double *wa
     cli_shuffle_order(order, train->n, 42, epoch);
     eg_dataset *ds = how == FEED_INLINE
                          ? NULL
-                         : cli_training_pipeline(train, BATCH, 42, how == FEED_AUGMENTED, epoch);
+                         : cli_training_pipeline(train, BATCH, 42, how == FEED_AUGMENTED, false, epoch);
     eg_dataset_iterator *it = ds ? eg_dataset_iterator_new(ds) : NULL;
     check(how == FEED_INLINE || it != NULL, "pipeline");
     int64_t steps = (train->n + BATCH - 1) / BATCH;

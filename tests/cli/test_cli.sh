@@ -28,6 +28,9 @@ check "bad number -> 2" bash -c 'out=$("$0" train --epochs zero 2>&1); [ $? -eq 
 check "bad hidden list -> 2" expect_exit 2 "$eagle" train --hidden 64,,3
 check "bad optimizer -> 2" expect_exit 2 "$eagle" train --optimizer lbfgs
 check "bad mode -> 2" expect_exit 2 "$eagle" train --mode turbo
+check "bad model -> 2" expect_exit 2 "$eagle" train --model resnet
+check "--model cnn with --hidden -> 2" expect_exit 2 "$eagle" train --model cnn --hidden 64
+check "--model cnn in graph mode -> 2" expect_exit 2 "$eagle" train --model cnn --mode graph
 check "bench without a name -> 2" expect_exit 2 "$eagle" bench
 check "eval without file -> 2" expect_exit 2 "$eagle" eval
 check "info extra arg -> 2" expect_exit 2 "$eagle" info extra
@@ -99,6 +102,26 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     check "--resume of a file without training state -> 1" \
         bash -c 'out=$("$0" train --limit 3000 --resume "$1" 2>&1); [ $? -eq 1 ] && grep -q "cannot be resumed" <<<"$out"' \
         "$eagle" "$tmp/plain.safetensors"
+
+    # The CNN: lazy mode gives eager's log (dropout included); --resume continues exactly (batch
+    # normalization's moving statistics, the cosine schedule and the dropout masks too); eval
+    # reads all of it back.
+    cnn() { "$eagle" train --model cnn --limit 192 --test-limit 300 --seed 3 --threads 2 "$@" 2>&1; }
+    cnn_straight=$(cnn --epochs 2 --save "$tmp/cnn-straight.safetensors")
+    cnn --epochs 2 --stop-after 1 --save "$tmp/cnn-half.safetensors" >/dev/null
+    cnn_resumed=$(cnn --resume "$tmp/cnn-half.safetensors" --save "$tmp/cnn-resumed.safetensors")
+    check "cnn: --resume gives the uninterrupted run's checkpoint, byte for byte" \
+        cmp "$tmp/cnn-straight.safetensors" "$tmp/cnn-resumed.safetensors"
+    cnn_epoch2() { epoch2_of "$cnn_straight"; }
+    check "cnn: --resume after epoch 1: epoch 2 identical" \
+        bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$(epoch2_of "$cnn_straight")" "$(epoch2_of "$cnn_resumed")"
+    cnn_accuracy=$(grep "test accuracy" <<<"$cnn_straight" | tail -1 | awk '{print $3}')
+    check "cnn: eval of the checkpoint reproduces the test accuracy $cnn_accuracy" \
+        bash -c 'out=$("$0" eval --limit 300 "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/cnn-straight.safetensors" "$cnn_accuracy"
+    cnn_eager=$(numbers_of "$(cnn --epochs 1)")
+    cnn_lazy=$(numbers_of "$(cnn --epochs 1 --mode lazy)")
+    check "cnn: --mode lazy gives eager's training log" \
+        bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$cnn_eager" "$cnn_lazy"
 else
     echo "FAIL Fashion-MNIST not installed at $data (scripts/install-deps.sh installs it)"
     failures=$((failures + 1))

@@ -115,7 +115,13 @@ eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     mlp_step_state *s = user;
     int n_vars;
     eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n_vars);
-    eg_tensor *grads[2 * (MLP_MAX_HIDDEN + 1)];
+    eg_tensor *grads[MODEL_MAX_VARIABLES];
+    if (!vars) return eg_last_status();
+    if (n_vars > MODEL_MAX_VARIABLES) {
+        fprintf(stderr, "eagle: a model of %d trainable variables is more than a step takes\n",
+                n_vars);
+        return EG_ERR_INVALID_ARGUMENT;
+    }
     eg_profiler_range_push("forward");
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *logits = eg_model_call(s->model, in[0], true);

@@ -6,6 +6,9 @@
 #include <eagle.h>
 
 #define MLP_MAX_HIDDEN 8
+/* The most trainable variables a model of `eagle train` has (the MLP 2 * (MLP_MAX_HIDDEN + 1),
+ * the CNN 17); every variable, trainable or not, the CNN 27. */
+#define MODEL_MAX_VARIABLES 64
 
 typedef struct mlp_config {
     int n_hidden;
@@ -42,7 +45,8 @@ typedef struct mlp_step_state {
     eg_optimizer *optimizer;
 } mlp_step_state;
 
-/* One training step on in[0] = x (B, 784) f32 and in[1] = labels (B,): forward, loss, tape
+/* One training step on in[0] = x (B, 784) f32 (for the CNN (B, 28, 28, 1)) and in[1] = labels
+ * (B,) of a model with at most MODEL_MAX_VARIABLES trainable variables: forward, loss, tape
  * gradient, optimizer update; out[0] = the mean loss, out[1] = the number of correct
  * predictions (both 0-d). user is an mlp_step_state. The same function runs in every mode:
  * called directly (eager), between eg_lazy_begin/end (lazy) or traced by eg_function (graph).

@@ -34,6 +34,7 @@ typedef struct pipeline_source {
     int64_t batch_size;
     uint64_t seed;
     int first_epoch;
+    bool images; /* x as (B, 28, 28, 1) rather than (B, 784) */
     eg_image_flip_options flip;
     eg_image_crop_options crop;
 } pipeline_source;
@@ -72,15 +73,25 @@ static void source_destroy(void *context) {
     free(context);
 }
 
-/* (indices) -> (x, y): exactly mlp_batch. */
+/* x as the model takes it: (n, 784) or (n, 28, 28, 1); a view of the same elements. */
+static eg_tensor *model_input(const pipeline_source *s, eg_tensor *x, int64_t n) {
+    int64_t flat[2] = {n, 784}, image[4] = {n, 28, 28, 1};
+    return s->images ? eg_reshape(x, 4, image) : eg_reshape(x, 2, flat);
+}
+
+/* (indices) -> (x, y): exactly mlp_batch (cnn_batch with images). */
 static eg_status make_batch(const eg_element *in, eg_element *out, const eg_dataset_call_info *info,
                             void *context) {
     (void)info;
     const pipeline_source *s = context;
     const eg_tensor *indices = in->tensors[0];
+    int64_t n = eg_tensor_dim(indices, 0);
+    eg_tensor *x;
     out->n_tensors = 2;
-    return mlp_batch(s->train, eg_tensor_data(indices), eg_tensor_dim(indices, 0), &out->tensors[0],
-                     &out->tensors[1]);
+    eg_status status = mlp_batch(s->train, eg_tensor_data(indices), n, &x, &out->tensors[1]);
+    if (status != EG_OK) return status;
+    out->tensors[0] = model_input(s, x, n);
+    return out->tensors[0] ? EG_OK : eg_last_status();
 }
 
 /* (indices) -> (x, y) like mlp_batch, the images flipped and shifted at random before the
@@ -96,22 +107,23 @@ static eg_status make_augmented_batch(const eg_element *in, eg_element *out,
     eg_status status = eg_image_random_flip(&images, &flipped, info, &s->flip);
     if (status == EG_OK) status = eg_image_random_crop(&flipped, &cropped, info, &s->crop);
     if (status != EG_OK) return status;
-    int64_t flat[2] = {eg_tensor_dim(indices, 0), 784};
     out->n_tensors = 2;
     out->tensors[0] =
-        eg_reshape(eg_mul_scalar(eg_cast(cropped.tensors[0], EG_DTYPE_F32), 1.0 / 255.0), 2, flat);
+        model_input(s, eg_mul_scalar(eg_cast(cropped.tensors[0], EG_DTYPE_F32), 1.0 / 255.0),
+                    eg_tensor_dim(indices, 0));
     out->tensors[1] = cropped.tensors[1];
     return out->tensors[0] ? EG_OK : eg_last_status();
 }
 
 eg_dataset *cli_training_pipeline(const mlp_data *train, int64_t batch_size, uint64_t seed,
-                                  bool augment, int first_epoch) {
+                                  bool augment, bool images, int first_epoch) {
     pipeline_source *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     *s = (pipeline_source){.train = train,
                            .batch_size = batch_size,
                            .seed = seed,
                            .first_epoch = first_epoch,
+                           .images = images,
                            .flip = {.seed = seed ^ 0xF11Bu, .probability = 0.5, .batched = true},
                            .crop = {.seed = seed ^ 0xC809u, .padding = 2, .batched = true}};
     eg_dataset_generator generator = {source_start, source_next, source_finish, source_destroy, s};

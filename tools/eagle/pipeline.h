@@ -4,7 +4,7 @@
  * Wiring into train.c (per epoch, one iterator; the batch's tensors belong to the step's scope):
  *
  *     eg_dataset *batches = cli_training_pipeline(&train, o.batch_size, o.seed, false,
- *                                                 (int)epochs_done + 1);
+ *                                                 false, (int)epochs_done + 1);
  *     for (int epoch = (int)epochs_done + 1; epoch <= o.epochs; epoch++) {
  *         eg_dataset_iterator *it = eg_dataset_iterator_new(batches);
  *         for (int64_t step = 0; step < steps; step++) {
@@ -30,7 +30,8 @@
 
 #include "mlp.h"
 
-/* A dataset of training batches (x f32 (B, 784) = pixels / 255, y u8 (B,)), the last one smaller
+/* A dataset of training batches (x f32 (B, 784) = pixels / 255, or (B, 28, 28, 1) when images,
+ * y u8 (B,)), the last one smaller
  * when batch_size does not divide train->n. Its k-th iterator (k = 0, 1, ...) yields epoch
  * first_epoch + k: the examples in the order cli_shuffle_order(order, n, seed, epoch) gives, which
  * is train.c's shuffle(). Without augment each batch is bitwise identical to mlp_batch() of those
@@ -41,7 +42,7 @@
  * with an AUTOTUNE buffer). `train` is
  * borrowed: it must outlive the dataset and its iterators. NULL with the library's error. */
 eg_dataset *cli_training_pipeline(const mlp_data *train, int64_t batch_size, uint64_t seed,
-                                  bool augment, int first_epoch);
+                                  bool augment, bool images, int first_epoch);
 
 /* Fisher-Yates with splitmix64: the order depends only on the seed and the epoch (the function
  * train.c calls shuffle()). */

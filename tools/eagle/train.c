@@ -1,16 +1,25 @@
 /* eagle train: the seed example — Dense(64, relu) -> Dense(10), sparse categorical
- * cross-entropy from logits, Adam, batches of 32 — on Fashion-MNIST. */
+ * cross-entropy from logits, Adam, batches of 32 — or the CNN of cnn.h on Fashion-MNIST. */
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cnn.h"
 #include "mlp.h"
 #include "pipeline.h"
 #include "train_state.h"
 
 /* Options that --resume takes from the checkpoint unless given (then they must agree). */
-enum { GIVEN_HIDDEN = 1, GIVEN_OPTIMIZER = 2, GIVEN_LR = 4, GIVEN_BATCH = 8, GIVEN_SEED = 16 };
+enum {
+    GIVEN_HIDDEN = 1,
+    GIVEN_OPTIMIZER = 2,
+    GIVEN_LR = 4,
+    GIVEN_BATCH = 8,
+    GIVEN_SEED = 16,
+    GIVEN_MODEL = 32,
+    GIVEN_EPOCHS = 64
+};
 
 typedef struct train_options {
     const char *data_dir;
@@ -18,8 +27,10 @@ typedef struct train_options {
     const char *resume_path;
     bool save_every_epoch;
     const char *optimizer;
+    const char *model_kind; /* "mlp" or "cnn" */
     mlp_config model;
-    long epochs, batch_size, threads, limit;
+    long epochs, batch_size, threads, limit, test_limit;
+    long stop_after; /* end after this epoch (0: run to --epochs) */
     unsigned long long seed;
     double learning_rate;     /* < 0: the optimizer's Keras default */
     unsigned given;           /* GIVEN_* bits */
@@ -32,33 +43,52 @@ typedef struct train_options {
 static void print_help(void) {
     printf("usage: eagle train [options]\n"
            "\n"
-           "Trains an MLP on Fashion-MNIST and reports test accuracy after each epoch.\n"
-           "Defaults reproduce TensorFlow's eager example: Dense(64, relu) -> Dense(10), Adam,\n"
-           "batches of 32.\n"
+           "Trains a model on Fashion-MNIST and reports test accuracy after each epoch.\n"
+           "The MLP's defaults reproduce TensorFlow's eager example: Dense(64, relu) ->\n"
+           "Dense(10), Adam, batches of 32. The CNN: two blocks of two 3x3 convolutions with\n"
+           "batch normalization and ReLU, max pooling and dropout, then Dense(256) and\n"
+           "Dense(10); Adam with a cosine-decaying learning rate, batches of 64.\n"
            "\n"
            "options:\n"
+           "  --model NAME         mlp (default) or cnn\n"
            "  --data DIR           data directory (default " EG_FASHION_MNIST_DIR ")\n"
-           "  --hidden LIST        hidden layer sizes, e.g. 64 or 512,512 (default 64)\n"
-           "  --epochs N           passes over the training set (default 5)\n"
-           "  --batch-size N       examples per step (default 32)\n"
-           "  --learning-rate X    (default: the optimizer's Keras default)\n"
+           "  --hidden LIST        the MLP's hidden layer sizes, e.g. 64 or 512,512 (default 64)\n"
+           "  --epochs N           passes over the training set (default: mlp 5, cnn %d)\n"
+           "  --batch-size N       examples per step (default: mlp 32, cnn %d)\n"
+           "  --learning-rate X    (default: the optimizer's Keras default); the CNN's decays\n"
+           "                       from it to 0 along a cosine over the run\n"
            "  --optimizer NAME     adam, adamw, sgd or rmsprop (default adam)\n"
            "  --threads N          CPU threads (default EG_NUM_THREADS or the core count)\n"
            "  --seed N             initialisation and shuffling seed (default 42)\n"
            "  --limit N            train on the first N examples only\n"
+           "  --test-limit N       evaluate on the first N test examples only\n"
            "  --save FILE          write a checkpoint at the end: the weights (which 'eagle eval'\n"
            "                       reads), the optimizer's state and the run's settings\n"
            "  --save-every-epoch   also write the --save checkpoint after every epoch\n"
+           "  --stop-after N       end the run after epoch N as if interrupted there; --resume\n"
+           "                       continues it (the learning-rate schedule spans --epochs)\n"
            "  --resume FILE        continue the run saved in FILE at its next epoch, up to\n"
-           "                       --epochs in all; model, optimizer, learning rate, batch size\n"
-           "                       and seed come from FILE (flags given must agree). The losses\n"
-           "                       are exactly those of the uninterrupted run\n"
+           "                       --epochs in all (default: the saved run's); model, optimizer,\n"
+           "                       learning rate, batch size and seed come from FILE (flags\n"
+           "                       given must agree). The losses are exactly those of the\n"
+           "                       uninterrupted run\n"
            "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
            "                       lazily (fused, memory on demand) or traced once and replayed\n"
            "  --augment            random horizontal flips and padded crops of training images\n"
            "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
            "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
-           "  --help               this text\n");
+           "  --help               this text\n",
+           CNN_DEFAULT_EPOCHS, CNN_DEFAULT_BATCH_SIZE);
+}
+
+/* The CNN's own defaults for what was not given; --hidden is the MLP's only. */
+static int apply_model_defaults(train_options *o) {
+    if (strcmp(o->model_kind, "cnn")) return CLI_OK;
+    if (o->given & GIVEN_HIDDEN)
+        return cli_usage_error("train", "--hidden sets the MLP's layers; --model cnn has its own");
+    if (!(o->given & GIVEN_EPOCHS)) o->epochs = CNN_DEFAULT_EPOCHS;
+    if (!(o->given & GIVEN_BATCH)) o->batch_size = CNN_DEFAULT_BATCH_SIZE;
+    return CLI_OK;
 }
 
 static int parse_options(int argc, char **argv, train_options *o) {
@@ -79,6 +109,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
         LOGDIR,
         PROFILE,
         AUGMENT,
+        MODEL,
+        TEST_LIMIT,
+        STOP_AFTER,
         HELP
     };
     static const struct option options[] = {
@@ -98,9 +131,13 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"logdir", required_argument, NULL, LOGDIR},
         {"profile", required_argument, NULL, PROFILE},
         {"augment", no_argument, NULL, AUGMENT},
+        {"model", required_argument, NULL, MODEL},
+        {"test-limit", required_argument, NULL, TEST_LIMIT},
+        {"stop-after", required_argument, NULL, STOP_AFTER},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
+                         .model_kind = "mlp",
                          .model = {1, {64}},
                          .epochs = 5,
                          .batch_size = 32,
@@ -131,6 +168,12 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case AUGMENT:
             o->augment = true;
             break;
+        case MODEL:
+            if (strcmp(optarg, "mlp") && strcmp(optarg, "cnn"))
+                return cli_usage_error("train", "--model expects mlp or cnn, got '%s'", optarg);
+            o->model_kind = optarg;
+            o->given |= GIVEN_MODEL;
+            break;
         case HIDDEN:
             if (!mlp_parse_hidden(optarg, &o->model))
                 return cli_usage_error("train",
@@ -142,6 +185,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case EPOCHS:
             if (!cli_parse_int("train", "--epochs", optarg, 1, 100000, &o->epochs))
                 return CLI_USAGE;
+            o->given |= GIVEN_EPOCHS;
             break;
         case BATCH:
             if (!cli_parse_int("train", "--batch-size", optarg, 1, 1 << 20, &o->batch_size))
@@ -176,6 +220,14 @@ static int parse_options(int argc, char **argv, train_options *o) {
             if (!cli_parse_int("train", "--limit", optarg, 1, 1L << 40, &o->limit))
                 return CLI_USAGE;
             break;
+        case TEST_LIMIT:
+            if (!cli_parse_int("train", "--test-limit", optarg, 1, 1L << 40, &o->test_limit))
+                return CLI_USAGE;
+            break;
+        case STOP_AFTER:
+            if (!cli_parse_int("train", "--stop-after", optarg, 1, 100000, &o->stop_after))
+                return CLI_USAGE;
+            break;
         case SAVE:
             o->save_path = optarg;
             break;
@@ -196,10 +248,10 @@ static int parse_options(int argc, char **argv, train_options *o) {
     if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
     if (o->save_every_epoch && !o->save_path)
         return cli_usage_error("train", "--save-every-epoch needs --save FILE");
-    return CLI_OK;
+    return apply_model_defaults(o);
 }
 
-static eg_optimizer *make_optimizer(const train_options *o) {
+static eg_optimizer *make_constant_optimizer(const train_options *o) {
     if (!strcmp(o->optimizer, "sgd")) {
         eg_sgd_options options = eg_sgd_options_default();
         if (o->learning_rate > 0) options.learning_rate = eg_schedule_constant(o->learning_rate);
@@ -216,12 +268,40 @@ static eg_optimizer *make_optimizer(const train_options *o) {
     return adamw ? eg_adamw_new(&options) : eg_adam_new(&options);
 }
 
+/* The optimizer with its Keras defaults or --learning-rate; with decay_steps > 0 the rate then
+ * falls from there to 0 along a cosine over decay_steps updates. *initial_rate gets the rate of
+ * the first update (what a checkpoint records). */
+static eg_optimizer *make_optimizer(const train_options *o, int64_t decay_steps,
+                                    double *initial_rate) {
+    eg_optimizer *optimizer = make_constant_optimizer(o);
+    if (!optimizer) return NULL;
+    *initial_rate = eg_optimizer_learning_rate(optimizer);
+    if (decay_steps > 0 &&
+        eg_optimizer_set_learning_rate(
+            optimizer, eg_schedule_cosine_decay(*initial_rate, decay_steps, 0.0)) != EG_OK) {
+        eg_optimizer_free(optimizer);
+        return NULL;
+    }
+    return optimizer;
+}
+
 /* One step: forward, loss, tape gradient, optimizer update. Returns the batch loss and hits. */
 typedef struct stepper {
     const char *mode;
     mlp_step_state state;
     eg_function *graph; /* graph mode */
+    uint64_t seed;
 } stepper;
+
+/* The default generator's seed for update number `iteration`: what a step draws (dropout masks)
+ * depends on the run's seed and the step only, so a resumed run draws what the uninterrupted one
+ * did (splitmix64 of the pair). */
+static uint64_t step_seed(uint64_t seed, int64_t iteration) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)iteration * 0xD1B54A32D192ED03ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 /* One step on the next batch of the input pipeline (which prepares batches on other cores while
  * this one trains); *n_out receives the batch size. */
@@ -241,6 +321,7 @@ static eg_status train_step(stepper *st, eg_dataset_iterator *batches, int64_t *
     }
     const eg_tensor *in[2] = {batch.tensors[0], batch.tensors[1]};
     if (status == EG_OK) *n_out = eg_tensor_dim(in[0], 0);
+    eg_manual_seed(step_seed(st->seed, eg_optimizer_iterations(st->state.optimizer)));
     if (status == EG_OK) {
         if (!strcmp(st->mode, "graph")) {
             status = eg_function_call(st->graph, in, out);
@@ -283,13 +364,17 @@ static eg_status log_epoch(eg_summary_writer *w, eg_model *model, int epoch, dou
 }
 
 static eg_status save_checkpoint(eg_model *model, const eg_optimizer *optimizer,
-                                 const train_options *o, int64_t train_examples, long epoch) {
+                                 const train_options *o, double initial_rate, int64_t decay_steps,
+                                 int64_t train_examples, long epoch) {
     train_meta meta = {.model = o->model,
-                       .learning_rate = eg_optimizer_learning_rate(optimizer),
+                       .learning_rate = initial_rate,
+                       .decay_steps = decay_steps,
                        .batch_size = o->batch_size,
                        .seed = o->seed,
                        .train_examples = train_examples,
-                       .epoch = epoch};
+                       .epoch = epoch,
+                       .epochs = o->epochs};
+    snprintf(meta.model_kind, sizeof meta.model_kind, "%s", o->model_kind);
     return train_state_save(o->save_path, model, optimizer, &meta);
 }
 
@@ -298,8 +383,11 @@ static int adopt_settings(train_options *o, const train_meta *m) {
     char saved[128], given[128];
     mlp_format_hidden(&m->model, saved, sizeof saved);
     mlp_format_hidden(&o->model, given, sizeof given);
+    bool cnn = !strcmp(m->model_kind, "cnn");
+    if (cnn) snprintf(saved, sizeof saved, "none (cnn)");
     const char *conflict =
-        (o->given & GIVEN_HIDDEN) && strcmp(saved, given)                    ? "--hidden"
+        (o->given & GIVEN_MODEL) && strcmp(o->model_kind, m->model_kind)     ? "--model"
+        : (o->given & GIVEN_HIDDEN) && strcmp(saved, given)                  ? "--hidden"
         : (o->given & GIVEN_OPTIMIZER) && strcmp(o->optimizer, m->optimizer) ? "--optimizer"
         : (o->given & GIVEN_LR) && o->learning_rate != m->learning_rate      ? "--learning-rate"
         : (o->given & GIVEN_BATCH) && o->batch_size != m->batch_size         ? "--batch-size"
@@ -312,6 +400,8 @@ static int adopt_settings(train_options *o, const train_meta *m) {
                                "that run",
                                conflict, o->resume_path, saved, m->optimizer, m->learning_rate,
                                m->batch_size, m->seed);
+    o->model_kind = cnn ? "cnn" : "mlp";
+    if (!(o->given & GIVEN_EPOCHS) && m->epochs > 0) o->epochs = m->epochs;
     o->model = m->model;
     o->optimizer = m->optimizer;
     o->learning_rate = m->learning_rate;
@@ -350,9 +440,18 @@ int cli_train(int argc, char **argv) {
     eg_summary_writer *summary = NULL;
     eg_model *model = NULL;
     eg_optimizer *optimizer = NULL;
+    bool cnn = !strcmp(o.model_kind, "cnn");
+    eg_status (*evaluate)(eg_model *, const mlp_data *, double *, double *) =
+        cnn ? cnn_evaluate : mlp_evaluate;
     int rc = CLI_FAILURE;
+    if (cnn && !strcmp(o.mode, "graph")) {
+        /* A traced step would freeze the dropout masks drawn while tracing. */
+        fprintf(stderr, "eagle train: --model cnn runs in eager or lazy mode; graph mode would "
+                        "replay its dropout masks unchanged\n");
+        return CLI_USAGE;
+    }
     if (!mlp_data_load(o.data_dir, true, o.limit, &train) ||
-        !mlp_data_load(o.data_dir, false, 0, &test))
+        !mlp_data_load(o.data_dir, false, o.test_limit, &test))
         goto done;
     if (resume && train.n != resumed.train_examples) {
         fprintf(stderr,
@@ -361,10 +460,17 @@ int cli_train(int argc, char **argv) {
                 o.resume_path, (long long)resumed.train_examples, (long long)train.n);
         goto done;
     }
-    model = mlp_build(&o.model);
-    optimizer = model ? make_optimizer(&o) : NULL;
+    int64_t steps = (train.n + o.batch_size - 1) / o.batch_size;
+    /* The CNN's rate decays over the whole run (--epochs), also across --stop-after/--resume. */
+    int64_t decay_steps = cnn ? o.epochs * steps : 0;
+    if (o.resume_path && resumed.decay_steps != decay_steps)
+        printf("note: the learning-rate schedule of %s spanned %lld steps; it now spans %lld\n",
+               o.resume_path, (long long)resumed.decay_steps, (long long)decay_steps);
+    double initial_rate = 0;
+    model = cnn ? cnn_build() : mlp_build(&o.model);
+    optimizer = model ? make_optimizer(&o, decay_steps, &initial_rate) : NULL;
     if (!model || !optimizer) goto done;
-    st = (stepper){o.mode, {model, optimizer}, NULL};
+    st = (stepper){o.mode, {model, optimizer}, NULL, o.seed};
     if (!strcmp(o.mode, "graph") &&
         !(st.graph = eg_function_new("train_step", mlp_step, 2, 2, &st.state)))
         goto done;
@@ -374,23 +480,25 @@ int cli_train(int argc, char **argv) {
         eg_safetensors_close(resume);
         resume = NULL;
     }
-    printf("eagle %s: %lld training / %lld test examples, %d thread(s), optimizer %s, %s mode\n",
-           eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(),
-           eg_optimizer_name(optimizer), o.mode);
+    printf("eagle %s: %lld training / %lld test examples, %d thread(s), %s, optimizer %s%s, %s "
+           "mode\n",
+           eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(), o.model_kind,
+           eg_optimizer_name(optimizer), decay_steps > 0 ? " (cosine decay)" : "", o.mode);
     if (o.resume_path)
         printf("resumed from %s after epoch %ld (%lld steps)\n", o.resume_path, resumed.epoch,
                (long long)resumed.iterations);
     eg_model_summary(model, stdout);
 
-    int64_t steps = (train.n + o.batch_size - 1) / o.batch_size;
     double train_seconds = 0;
     long epochs_done = o.resume_path ? resumed.epoch : 0, epochs_run = 0;
     if (o.profile_path && eg_profiler_start(EG_PROFILE_OPS | EG_PROFILE_TRACE) != EG_OK) goto done;
     /* Batches in train.c's historical order (cli_shuffle_order): results do not depend on
      * whether the pipeline or the step loop made them. */
-    batches = cli_training_pipeline(&train, o.batch_size, o.seed, o.augment, (int)epochs_done + 1);
+    batches =
+        cli_training_pipeline(&train, o.batch_size, o.seed, o.augment, cnn, (int)epochs_done + 1);
     if (!batches) goto done;
-    for (int epoch = (int)epochs_done + 1; epoch <= o.epochs; epoch++) {
+    long last_epoch = o.stop_after && o.stop_after < o.epochs ? o.stop_after : o.epochs;
+    for (int epoch = (int)epochs_done + 1; epoch <= last_epoch; epoch++) {
         eg_dataset_iterator_free(epoch_batches);
         epoch_batches = eg_dataset_iterator_new(batches);
         if (!epoch_batches) goto done;
@@ -415,7 +523,7 @@ int cli_train(int argc, char **argv) {
         cli_progress_end(&progress, seen, eg_metric_mean_result(&loss_mean), hits / (double)seen);
         double test_accuracy, test_loss;
         if (o.profile_path) eg_profiler_pause();
-        if (mlp_evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
+        if (evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
         if (o.profile_path) eg_profiler_resume();
         printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
         if (summary && log_epoch(summary, model, epoch, eg_metric_mean_result(&loss_mean),
@@ -425,7 +533,9 @@ int cli_train(int argc, char **argv) {
         epochs_done = epoch;
         epochs_run++;
         if (o.save_every_epoch) {
-            if (save_checkpoint(model, optimizer, &o, train.n, epochs_done) != EG_OK) goto done;
+            if (save_checkpoint(model, optimizer, &o, initial_rate, decay_steps, train.n,
+                                epochs_done) != EG_OK)
+                goto done;
             printf("  saved checkpoint %s\n", o.save_path);
             fflush(stdout);
         }
@@ -433,7 +543,9 @@ int cli_train(int argc, char **argv) {
     printf("trained %ld epoch(s) in %.2f s: %.0f samples/s\n", epochs_run, train_seconds,
            train_seconds > 0 ? (double)(train.n * epochs_run) / train_seconds : 0.0);
     if (o.save_path && !(o.save_every_epoch && epochs_run > 0)) {
-        if (save_checkpoint(model, optimizer, &o, train.n, epochs_done) != EG_OK) goto done;
+        if (save_checkpoint(model, optimizer, &o, initial_rate, decay_steps, train.n,
+                            epochs_done) != EG_OK)
+            goto done;
         printf("saved checkpoint to %s\n", o.save_path);
     }
     if (o.profile_path) {

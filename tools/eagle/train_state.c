@@ -6,7 +6,7 @@
 
 #include "train_state.h"
 
-enum { MAX_VARIABLES = 2 * (MLP_MAX_HIDDEN + 1), MAX_SLOTS = 3, NAME_SIZE = 256 };
+enum { MAX_VARIABLES = MODEL_MAX_VARIABLES, MAX_SLOTS = 3, NAME_SIZE = 256 };
 
 static void slot_tensor_name(char *buf, const eg_tensor *variable, const char *slot) {
     snprintf(buf, NAME_SIZE, "optimizer/%s/%s", eg_variable_name(variable), slot);
@@ -14,11 +14,12 @@ static void slot_tensor_name(char *buf, const eg_tensor *variable, const char *s
 
 eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer *optimizer,
                            const train_meta *meta) {
-    int n_vars;
+    int n_all, n_vars;
+    eg_tensor *const *all = eg_model_variables(model, &n_all);
     eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
-    if (!vars) return eg_last_status();
-    if (n_vars > MAX_VARIABLES) {
-        fprintf(stderr, "eagle train: %d variables is more than a checkpoint holds\n", n_vars);
+    if (!all || !vars) return eg_last_status();
+    if (n_all > MAX_VARIABLES) {
+        fprintf(stderr, "eagle train: %d variables is more than a checkpoint holds\n", n_all);
         return EG_ERR_INVALID_ARGUMENT;
     }
     enum { MAX_TENSORS = MAX_VARIABLES * (1 + MAX_SLOTS) };
@@ -26,9 +27,9 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
     const char *names[MAX_TENSORS];
     const eg_tensor *tensors[MAX_TENSORS];
     int n = 0;
-    for (int i = 0; i < n_vars; i++) {
-        names[n] = eg_variable_name(vars[i]);
-        tensors[n++] = vars[i];
+    for (int i = 0; i < n_all; i++) {
+        names[n] = eg_variable_name(all[i]);
+        tensors[n++] = all[i];
     }
     int n_slots = eg_optimizer_slot_count(optimizer);
     for (int i = 0; i < n_vars; i++)
@@ -41,24 +42,39 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
             tensors[n++] = value;
         }
 
-    char hidden[128], learning_rate[32], batch_size[32], seed[32], examples[32], epoch[32],
-        iterations[32];
-    mlp_format_hidden(&meta->model, hidden, sizeof hidden);
+    char hidden[128], learning_rate[32], decay_steps[32], batch_size[32], seed[32], examples[32],
+        epoch[32], epochs[32], iterations[32];
+    bool mlp = !strcmp(meta->model_kind, "mlp");
+    if (mlp)
+        mlp_format_hidden(&meta->model, hidden, sizeof hidden);
+    else
+        hidden[0] = '\0';
     snprintf(learning_rate, sizeof learning_rate, "%.17g", meta->learning_rate);
+    snprintf(decay_steps, sizeof decay_steps, "%lld", (long long)meta->decay_steps);
     snprintf(batch_size, sizeof batch_size, "%ld", meta->batch_size);
     snprintf(seed, sizeof seed, "%llu", meta->seed);
     snprintf(examples, sizeof examples, "%lld", (long long)meta->train_examples);
     snprintf(epoch, sizeof epoch, "%ld", meta->epoch);
+    snprintf(epochs, sizeof epochs, "%ld", meta->epochs);
     snprintf(iterations, sizeof iterations, "%lld", (long long)eg_optimizer_iterations(optimizer));
     const char *keys[] = {
-        "eagle.model",         "eagle.hidden",     "eagle.optimizer", "eagle.optimizer.iterations",
-        "eagle.learning_rate", "eagle.batch_size", "eagle.seed",      "eagle.train_examples",
-        "eagle.epoch"};
-    const char *values[] = {"mlp",      hidden,        eg_optimizer_name(optimizer),
-                            iterations, learning_rate, batch_size,
-                            seed,       examples,      epoch};
-    return eg_safetensors_save(path, n, names, tensors, (int)(sizeof keys / sizeof keys[0]), keys,
-                               values);
+        "eagle.model",         "eagle.optimizer",      "eagle.optimizer.iterations",
+        "eagle.learning_rate", "eagle.decay_steps",    "eagle.batch_size",
+        "eagle.seed",          "eagle.train_examples", "eagle.epoch",
+        "eagle.epochs",        "eagle.hidden"};
+    const char *values[] = {meta->model_kind,
+                            eg_optimizer_name(optimizer),
+                            iterations,
+                            learning_rate,
+                            decay_steps,
+                            batch_size,
+                            seed,
+                            examples,
+                            epoch,
+                            epochs,
+                            hidden};
+    int n_keys = (int)(sizeof keys / sizeof keys[0]) - (mlp ? 0 : 1);
+    return eg_safetensors_save(path, n, names, tensors, n_keys, keys, values);
 }
 
 /* The metadata value for key parsed as an integer in [min, max]; false (after printing) when
@@ -91,8 +107,9 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
     const char *hidden = eg_safetensors_metadata(file, "eagle.hidden");
     const char *optimizer = eg_safetensors_metadata(file, "eagle.optimizer");
     const char *learning_rate = eg_safetensors_metadata(file, "eagle.learning_rate");
-    if (!kind || strcmp(kind, "mlp") || !hidden || !mlp_parse_hidden(hidden, &meta->model) ||
-        !optimizer || !learning_rate) {
+    bool mlp = kind && !strcmp(kind, "mlp"), cnn = kind && !strcmp(kind, "cnn");
+    if (!(cnn || (mlp && hidden && mlp_parse_hidden(hidden, &meta->model))) || !optimizer ||
+        !learning_rate) {
         fprintf(stderr,
                 "eagle train: %s cannot be resumed: no eagle.model / eagle.hidden / "
                 "eagle.optimizer / eagle.learning_rate metadata (was it written by 'eagle train "
@@ -100,6 +117,7 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
                 path);
         return false;
     }
+    snprintf(meta->model_kind, sizeof meta->model_kind, "%s", kind);
     if (strcmp(optimizer, "adam") && strcmp(optimizer, "adamw") && strcmp(optimizer, "sgd") &&
         strcmp(optimizer, "rmsprop")) {
         fprintf(stderr, "eagle train: %s: unknown optimizer '%s'\n", path, optimizer);
@@ -112,7 +130,16 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
         fprintf(stderr, "eagle train: %s: bad eagle.learning_rate '%s'\n", path, learning_rate);
         return false;
     }
-    long long batch_size, seed, examples, epoch, iterations;
+    long long batch_size, seed, examples, epoch, iterations, decay_steps = 0;
+    if (eg_safetensors_metadata(file, "eagle.decay_steps") && /* absent: an older constant run */
+        !read_integer(file, path, "eagle.decay_steps", 0, 1LL << 50, &decay_steps))
+        return false;
+    meta->decay_steps = decay_steps;
+    long long epochs = 0;
+    if (eg_safetensors_metadata(file, "eagle.epochs") &&
+        !read_integer(file, path, "eagle.epochs", 1, 100000, &epochs))
+        return false;
+    meta->epochs = (long)epochs;
     if (!read_integer(file, path, "eagle.batch_size", 1, 1 << 20, &batch_size) ||
         !read_integer(file, path, "eagle.seed", 0, 0x7fffffffLL, &seed) ||
         !read_integer(file, path, "eagle.train_examples", 1, 1LL << 40, &examples) ||
@@ -129,15 +156,18 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
 
 eg_status train_state_restore(const eg_safetensors *file, eg_model *model, eg_optimizer *optimizer,
                               const train_meta *meta) {
-    int n_vars;
+    int n_all, n_vars;
+    eg_tensor *const *all = eg_model_variables(model, &n_all);
     eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
-    if (!vars) return eg_last_status();
+    if (!all || !vars) return eg_last_status();
     eg_status status = EG_OK;
     int n_slots = eg_optimizer_slot_count(optimizer);
     eg_scope_begin();
+    for (int i = 0; i < n_all && status == EG_OK; i++) {
+        eg_tensor *value = eg_safetensors_get(file, eg_variable_name(all[i]));
+        status = value ? eg_assign(all[i], value) : eg_last_status();
+    }
     for (int i = 0; i < n_vars && status == EG_OK; i++) {
-        eg_tensor *value = eg_safetensors_get(file, eg_variable_name(vars[i]));
-        status = value ? eg_assign(vars[i], value) : eg_last_status();
         for (int k = 0; k < n_slots && status == EG_OK; k++) {
             const char *slot = eg_optimizer_slot_name(optimizer, k);
             char name[NAME_SIZE];
@@ -148,7 +178,7 @@ eg_status train_state_restore(const eg_safetensors *file, eg_model *model, eg_op
                 status = EG_ERR_FORMAT;
                 break;
             }
-            value = eg_safetensors_get(file, name);
+            eg_tensor *value = eg_safetensors_get(file, name);
             status =
                 value ? eg_optimizer_set_slot(optimizer, vars[i], slot, value) : eg_last_status();
         }
