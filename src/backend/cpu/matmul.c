@@ -17,6 +17,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "eagle/nn.h"
 #include "eagle/runtime.h"
 
 static char blas_description[256];
@@ -255,4 +256,25 @@ eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bia
 eg_status eg__cpu_matmul(const eg__kernel_call *call);
 eg_status eg__cpu_matmul(const eg__kernel_call *call) {
     return eg__cpu_matmul_fused(call, NULL, EG__OP_COUNT);
+}
+
+/* x: (M, K), kernel: (K, N), bias: (N,) -> activation(x · kernel + bias): (M, N) */
+eg_status eg__cpu_dense(const eg__kernel_call *call);
+eg_status eg__cpu_dense(const eg__kernel_call *call) {
+    static const eg__op activations[] = {
+        [EG_ACTIVATION_NONE] = EG__OP_COUNT,
+        [EG_ACTIVATION_RELU] = EG__OP_RELU,
+        [EG_ACTIVATION_SIGMOID] = EG__OP_SIGMOID,
+        [EG_ACTIVATION_TANH] = EG__OP_TANH,
+    };
+    int64_t activation = call->attrs->ints[0];
+    if (activation < 0 || activation > EG_ACTIVATION_TANH)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "dense: activation %lld cannot be fused",
+                         (long long)activation);
+    /* the product alone: the same call as matmul's (no transposes) */
+    eg__attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    eg__kernel_call product = *call;
+    product.attrs = &attrs;
+    return eg__cpu_matmul_fused(&product, call->inputs[2], activations[activation]);
 }

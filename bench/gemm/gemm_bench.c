@@ -1,0 +1,227 @@
+/* One GEMM library on square sizes and the exact shapes of the two MLPs' training steps (f32,
+ * row-major, C = op(A)·op(B)), 1 and 2 threads. Built once per library by run.sh (the libraries
+ * export clashing BLAS symbols, so each gets its own binary), selected by -DLIB_<NAME>:
+ *   LIB_EAGLE     eg_matmul_ex (whatever kernel Eagle picked; EG_MATMUL=openblas forces the
+ *                 old OpenBLAS-per-tile path), op overhead included
+ *   LIB_OPENBLAS  cblas_sgemm, OpenBLAS's own threading
+ *   LIB_BLIS      bli_sgemm (BLIS, OpenMP build)
+ *   LIB_XSMM      libxsmm_sgemm (JIT kernels for small shapes, BLAS fallback above them)
+ *   LIB_DNNL      dnnl_sgemm (oneDNN, OpenMP build)
+ * Prints one line per shape x thread count: median wall-clock GFLOP/s over the repetitions, the
+ * same as % of the FMA peak of that many cores, and GFLOP/s per CPU-second of the process (the
+ * machine is shared: this is what one core delivered while it ran; spinning threads count). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if !defined(LIB_EAGLE) && !defined(LIB_OPENBLAS) && !defined(LIB_BLIS) && !defined(LIB_XSMM) &&   \
+    !defined(LIB_DNNL)
+#define LIB_EAGLE 1 /* the build's bench_gemm */
+#endif
+
+#if defined(LIB_EAGLE)
+#include <eagle.h>
+#define LIB_NAME (getenv("EG_MATMUL") ? "eagle-openblas-tiles" : "eagle")
+#elif defined(LIB_OPENBLAS)
+#include <cblas.h>
+#define LIB_NAME "openblas"
+#elif defined(LIB_BLIS)
+#include <blis.h>
+#define LIB_NAME "blis"
+#elif defined(LIB_XSMM)
+#include <libxsmm.h>
+#define LIB_NAME "libxsmm"
+#elif defined(LIB_DNNL)
+#include <dnnl.h>
+#include <omp.h>
+#define LIB_NAME "onednn"
+#endif
+
+static double peak_per_core = 101.0; /* GFLOP/s, f32 FMA, one core of this machine */
+
+typedef struct shape {
+    const char *name;
+    int m, n, k;
+    int ta, tb; /* op(A) = A^T / op(B) = B^T */
+} shape;
+
+static double now(clockid_t clock) {
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int compare(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void set_threads(int threads) {
+#if defined(LIB_EAGLE)
+    eg_set_num_threads(threads);
+#elif defined(LIB_OPENBLAS)
+    openblas_set_num_threads(threads);
+#elif defined(LIB_BLIS)
+    bli_thread_set_num_threads(threads);
+#elif defined(LIB_DNNL)
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+}
+
+#if defined(LIB_EAGLE)
+static eg_tensor *ta_, *tb_;
+#endif
+
+/* Row-major A is m x k (k x m when ta), B is k x n (n x k when tb). */
+static void setup(const shape *s, const float *a, const float *b) {
+#if defined(LIB_EAGLE)
+    int64_t sa[2] = {s->ta ? s->k : s->m, s->ta ? s->m : s->k};
+    int64_t sb[2] = {s->tb ? s->n : s->k, s->tb ? s->k : s->n};
+    ta_ = eg_tensor_from_data(a, EG_DTYPE_F32, 2, sa);
+    tb_ = eg_tensor_from_data(b, EG_DTYPE_F32, 2, sb);
+    if (!ta_ || !tb_) {
+        fprintf(stderr, "gemm_bench: %s\n", eg_last_error());
+        exit(1);
+    }
+#else
+    (void)s, (void)a, (void)b;
+#endif
+}
+
+static void teardown(void) {
+#if defined(LIB_EAGLE)
+    eg_release(ta_);
+    eg_release(tb_);
+#endif
+}
+
+static void gemm(const shape *s, const float *a, const float *b, float *c) {
+#if defined(LIB_EAGLE)
+    (void)a, (void)b, (void)c;
+    eg_tensor *r = eg_matmul_ex(ta_, tb_, s->ta, s->tb);
+    if (!r) {
+        fprintf(stderr, "gemm_bench: %s\n", eg_last_error());
+        exit(1);
+    }
+    eg_release(r);
+#else
+    int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+#endif
+#if defined(LIB_OPENBLAS)
+    cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
+                s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c, s->n);
+#elif defined(LIB_BLIS)
+    float one = 1.0f, zero = 0.0f;
+    bli_sgemm(s->ta ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+              s->tb ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, s->m, s->n, s->k, &one, (float *)a, lda,
+              1, (float *)b, ldb, 1, &zero, c, s->n, 1);
+#elif defined(LIB_XSMM)
+    /* column-major: C^T = op(B)^T · op(A)^T */
+    float one = 1.0f, zero = 0.0f;
+    char tb = s->tb ? 'T' : 'N', ta = s->ta ? 'T' : 'N';
+    libxsmm_blasint m = s->n, n = s->m, k = s->k, la = ldb, lb = lda, lc = s->n;
+    libxsmm_sgemm(&tb, &ta, &m, &n, &k, &one, b, &la, a, &lb, &zero, c, &lc);
+#elif defined(LIB_DNNL)
+    dnnl_sgemm(s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f,
+               c, s->n);
+#endif
+}
+
+static void run(const shape *s, int threads, double min_seconds) {
+    size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
+    for (size_t i = 0; i < na; i++) a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
+    for (size_t i = 0; i < nb; i++) b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+    setup(s, a, b);
+    set_threads(threads);
+    double flops = 2.0 * s->m * s->n * s->k;
+    /* repetitions per sample: about 20 ms of work each */
+    int reps = (int)(20e-3 * peak_per_core * 1e9 / flops) + 1;
+    for (int i = 0; i < reps; i++) gemm(s, a, b, c); /* warm up */
+    double samples[64];
+    int n_samples = 0;
+    double cpu0 = now(CLOCK_PROCESS_CPUTIME_ID), wall0 = now(CLOCK_MONOTONIC);
+    while (n_samples < 64 && (n_samples < 5 || now(CLOCK_MONOTONIC) - wall0 < min_seconds)) {
+        double t0 = now(CLOCK_MONOTONIC);
+        for (int i = 0; i < reps; i++) gemm(s, a, b, c);
+        samples[n_samples++] = now(CLOCK_MONOTONIC) - t0;
+    }
+    double cpu = now(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    qsort(samples, (size_t)n_samples, sizeof *samples, compare);
+    double wall = samples[n_samples / 2];
+    double gflops = flops * reps / wall * 1e-9;
+    double cpu_gflops = flops * reps * n_samples / cpu * 1e-9;
+    printf("%-9s %-22s %5d %5d %5d  %s%s  %d  %8.1f  %5.1f%%  %8.1f  %5.1f%%\n", LIB_NAME, s->name,
+           s->m, s->n, s->k, s->ta ? "T" : "N", s->tb ? "T" : "N", threads, gflops,
+           100.0 * gflops / (peak_per_core * threads), cpu_gflops,
+           100.0 * cpu_gflops / peak_per_core);
+    fflush(stdout);
+    teardown();
+    free(a);
+    free(b);
+    free(c);
+}
+
+int main(int argc, char **argv) {
+    double min_seconds = 0.3;
+    const char *threads_list = "1,2";
+    int square_only = 0, mlp_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            min_seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads_list = argv[++i];
+        else if (!strcmp(argv[i], "--peak") && i + 1 < argc)
+            peak_per_core = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--square"))
+            square_only = 1;
+        else if (!strcmp(argv[i], "--mlp"))
+            mlp_only = 1;
+        else {
+            fprintf(stderr,
+                    "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--square|--mlp]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    static const shape mlp[] = {
+        /* 784-64-10, batch 32 */
+        {"s.fwd1 x.W1", 32, 64, 784, 0, 0},
+        {"s.fwd2 h.W2", 32, 10, 64, 0, 0},
+        {"s.dW2 hT.dY", 64, 10, 32, 1, 0},
+        {"s.dh dY.W2T", 32, 64, 10, 0, 1},
+        {"s.dW1 xT.dH", 784, 64, 32, 1, 0},
+        /* 784-512-512-10, batch 128 */
+        {"L.fwd1 x.W1", 128, 512, 784, 0, 0},
+        {"L.fwd2 h1.W2", 128, 512, 512, 0, 0},
+        {"L.fwd3 h2.W3", 128, 10, 512, 0, 0},
+        {"L.dW3 h2T.dY", 512, 10, 128, 1, 0},
+        {"L.dh2 dY.W3T", 128, 512, 10, 0, 1},
+        {"L.dW2 h1T.dH2", 512, 512, 128, 1, 0},
+        {"L.dh1 dH2.W2T", 128, 512, 512, 0, 1},
+        {"L.dW1 xT.dH1", 784, 512, 128, 1, 0},
+    };
+    printf("%-9s %-22s %5s %5s %5s  %s  %s  %8s  %6s  %8s  %6s\n", "library", "shape", "M", "N",
+           "K", "op", "t", "GFLOP/s", "%peak", "GF/cpu-s", "%peak");
+    for (const char *t = threads_list; *t;) {
+        int threads = atoi(t);
+        if (!mlp_only)
+            for (int n = 64; n <= 2048; n *= 2) {
+                char name[32];
+                snprintf(name, sizeof name, "square %d", n);
+                shape s = {name, n, n, n, 0, 0};
+                run(&s, threads, min_seconds);
+            }
+        if (!square_only)
+            for (size_t i = 0; i < sizeof mlp / sizeof *mlp; i++)
+                run(&mlp[i], threads, min_seconds);
+        const char *comma = strchr(t, ',');
+        if (!comma) break;
+        t = comma + 1;
+    }
+    return 0;
+}
