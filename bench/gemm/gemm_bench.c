@@ -166,6 +166,43 @@ static void run(const shape *s, int threads, double min_seconds) {
     free(c);
 }
 
+#if defined(LIB_EAGLE)
+/* The Dense layer's forward pass fused (eg_dense: bias and relu in the GEMM's epilogue) and
+ * unfused (matmul, add, relu: two more passes over the output), CPU time per call. */
+static void run_dense(int m, int k, int n, int threads, double min_seconds) {
+    eg_set_num_threads(threads);
+    int64_t xs[2] = {m, k}, ws[2] = {k, n}, bs[1] = {n};
+    eg_tensor *x = eg_random_uniform(NULL, EG_DTYPE_F32, 2, xs, -1, 1);
+    eg_tensor *w = eg_random_uniform(NULL, EG_DTYPE_F32, 2, ws, -0.1, 0.1);
+    eg_tensor *b = eg_random_uniform(NULL, EG_DTYPE_F32, 1, bs, -0.1, 0.1);
+    double per_call[2] = {0, 0};
+    for (int round = 0; round < 6; round++) { /* alternate to share the machine's noise */
+        int fused = round % 2;
+        double cpu0 = now(CLOCK_PROCESS_CPUTIME_ID), wall0 = now(CLOCK_MONOTONIC);
+        int calls = 0;
+        while (now(CLOCK_MONOTONIC) - wall0 < min_seconds || calls < 10) {
+            eg_scope_begin();
+            eg_tensor *y =
+                fused ? eg_dense(x, w, b, EG_ACTIVATION_RELU) : eg_relu(eg_add(eg_matmul(x, w), b));
+            if (!y) {
+                fprintf(stderr, "gemm_bench: %s\n", eg_last_error());
+                exit(1);
+            }
+            eg_scope_end();
+            calls++;
+        }
+        double t = (now(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / calls;
+        if (round < 2 || t < per_call[fused]) per_call[fused] = t;
+    }
+    printf("dense relu %dx%dx%d, %d thread(s): unfused %.1f us, fused %.1f us CPU per call "
+           "(best of 3): fused/unfused %.3f\n",
+           m, k, n, threads, 1e6 * per_call[0], 1e6 * per_call[1], per_call[1] / per_call[0]);
+    eg_release(x);
+    eg_release(w);
+    eg_release(b);
+}
+#endif
+
 int main(int argc, char **argv) {
     double min_seconds = 0.3;
     const char *threads_list = "1,2";
@@ -181,6 +218,15 @@ int main(int argc, char **argv) {
             square_only = 1;
         else if (!strcmp(argv[i], "--mlp"))
             mlp_only = 1;
+#if defined(LIB_EAGLE)
+        else if (!strcmp(argv[i], "--dense")) {
+            /* the two MLPs' hidden layers, batch 32 and 128 */
+            run_dense(32, 784, 64, 1, min_seconds);
+            run_dense(128, 784, 512, 1, min_seconds);
+            run_dense(128, 512, 512, 1, min_seconds);
+            return 0;
+        }
+#endif
         else {
             fprintf(stderr,
                     "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--square|--mlp]\n",

@@ -3,9 +3,10 @@
 # BLIS, libxsmm and oneDNN (Debian 12 packages, bench/gemm/setup.sh), on square n = 64..2048 and
 # the exact shapes of the 784-64-10 (batch 32, "s.") and 784-512-512-10 (batch 128, "L.") MLPs'
 # forward and backward passes, 1 and 2 threads.
-#   bench/gemm/run.sh [--libs LIST] [--threads 1,2] [--seconds S] [--square|--mlp]
+#   bench/gemm/run.sh [--libs LIST] [--threads 1,2] [--seconds S] [--square|--mlp|--dense]
 #     --libs LIST   of eagle,eagle-openblas-tiles,openblas,blis,libxsmm,onednn (default all)
 #     --seconds S   minimum timing per shape (default 0.3; at least 5 samples of ~20 ms)
+#     --dense       instead: Eagle's Dense forward (relu) fused vs unfused, CPU time per call
 # Columns: median wall GFLOP/s and % of the FMA peak of that many cores (101 GFLOP/s each, --peak
 # to change), then GFLOP/s per CPU-second of the process and % of one core's peak (the steadier
 # figure on a shared machine; libraries whose threads spin count their spinning).
@@ -19,7 +20,8 @@ while [ $# -gt 0 ]; do
     --libs) libs=$2; shift 2 ;;
     --threads|--seconds|--peak) pass+=("$1" "$2"); shift 2 ;;
     --square|--mlp) pass+=("$1"); shift ;;
-    -h|--help) sed -n '2,13p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dense) libs=eagle; pass+=("$1"); shift ;;
+    -h|--help) sed -n '2,14p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +38,7 @@ cp build/release/bench/bench_gemm "$bin/eagle"
   /usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so -fopenmp -lm
 "${cc[@]}" -DLIB_XSMM "$src" -o "$bin/libxsmm" /usr/lib/libxsmm.a -lopenblas -ldl -lm -lpthread
 "${cc[@]}" -DLIB_DNNL -fopenmp "$src" -o "$bin/onednn" -ldnnl
+echo "$(nproc) cores; $(uptime)"
 for lib in ${libs//,/ }; do
   case $lib in
     eagle) "$bin/eagle" "${pass[@]}" ;;
@@ -47,3 +50,4 @@ for lib in ${libs//,/ }; do
     *) echo "run.sh: unknown library '$lib'" >&2; exit 2 ;;
   esac
 done
+echo "bench/gemm/summarize.py < this output: medians per shape, ratios to OpenBLAS"

@@ -161,6 +161,7 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, float *
     __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
     for (int64_t p = 0; p < kc; p++) {
         __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
         __m256 x = _mm256_broadcast_ss(a);
