@@ -11,10 +11,12 @@
  * same as % of the FMA peak of that many cores, and GFLOP/s per CPU-second of the process (the
  * machine is shared: this is what one core delivered while it ran; spinning threads count). */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if !defined(LIB_EAGLE) && !defined(LIB_OPENBLAS) && !defined(LIB_BLIS) && !defined(LIB_XSMM) &&   \
     !defined(LIB_DNNL)
@@ -167,6 +169,129 @@ static void run(const shape *s, int threads, double min_seconds) {
 }
 
 #if defined(LIB_EAGLE)
+#include <cblas.h>
+void openblas_set_num_threads(int n);
+
+/* Eagle's matmul and OpenBLAS's sgemm (which the library links anyway) on one shape in the same
+ * process, alternating, one thread: the ratio of their best CPU times per call is the steadiest
+ * comparison a shared machine allows. */
+static void run_versus(const shape *s, double min_seconds) {
+    size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
+    for (size_t i = 0; i < na; i++) a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
+    for (size_t i = 0; i < nb; i++) b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+    setup(s, a, b);
+    eg_set_num_threads(1);
+    openblas_set_num_threads(1);
+    int lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    double flops = 2.0 * s->m * s->n * s->k, best[2] = {1e30, 1e30};
+    int reps = (int)(5e-3 * peak_per_core * 1e9 / flops) + 1;
+    for (int round = 0; round < 20; round++) {
+        int blas = round % 2;
+        double wall0 = now(CLOCK_MONOTONIC);
+        while (now(CLOCK_MONOTONIC) - wall0 < min_seconds / 10) {
+            double cpu0 = now(CLOCK_PROCESS_CPUTIME_ID);
+            for (int i = 0; i < reps; i++) {
+                if (blas)
+                    cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans,
+                                s->tb ? CblasTrans : CblasNoTrans, s->m, s->n, s->k, 1.0f, a, lda,
+                                b, ldb, 0.0f, c, s->n);
+                else
+                    gemm(s, a, b, c);
+            }
+            double t = (now(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / reps;
+            if (t < best[blas]) best[blas] = t;
+        }
+    }
+    printf("%-22s %5d %5d %5d  %s%s  eagle %6.1f  openblas %6.1f GFLOP/s (best CPU time)  "
+           "eagle/openblas %.2f\n",
+           s->name, s->m, s->n, s->k, s->ta ? "T" : "N", s->tb ? "T" : "N", flops / best[0] * 1e-9,
+           flops / best[1] * 1e-9, best[1] / best[0]);
+    fflush(stdout);
+    teardown();
+    free(a);
+    free(b);
+    free(c);
+}
+
+/* CPU seconds each thread of this process has used (utime + stime of
+ * /proc/self/task/<tid>/stat, in clock ticks), by thread id: tids[i], seconds[i], up to max
+ * threads; returns how many. */
+static int thread_cpu(long *tids, double *seconds, int max) {
+    DIR *dir = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *entry;
+    while (dir && n < max && (entry = readdir(dir))) {
+        if (entry->d_name[0] == '.') continue;
+        char path[300], text[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", entry->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[len] = 0;
+        char *p = strrchr(text, ')');
+        unsigned long utime = 0, stime = 0;
+        /* after ")": state, then fields 4..13, then utime (14) and stime (15) */
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                        &stime) == 2) {
+            tids[n] = atol(entry->d_name);
+            seconds[n++] = (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+        }
+    }
+    if (dir) closedir(dir);
+    return n;
+}
+
+/* The 784-512-512-10 MLP's products of one training step (batch 128): three dense forwards
+ * (fused bias + relu, relu, none) and the five backward products, repeated; 1 then 2 threads.
+ * Prints CPU time per step of each thread: with 2 threads the busiest thread's time bounds the
+ * step on an idle machine, so 1-thread total / 2-thread busiest is the speedup 2 cores give,
+ * without needing the (shared) machine to be idle. */
+static void run_mlp_step(double min_seconds) {
+    static const int64_t shapes[3][2] = {{784, 512}, {512, 512}, {512, 10}};
+    int64_t xs[2] = {128, 784};
+    eg_tensor *x = eg_random_uniform(NULL, EG_DTYPE_F32, 2, xs, -1, 1), *w[3], *b[3], *h[4];
+    for (int l = 0; l < 3; l++) {
+        w[l] = eg_random_uniform(NULL, EG_DTYPE_F32, 2, shapes[l], -0.05, 0.05);
+        b[l] = eg_random_uniform(NULL, EG_DTYPE_F32, 1, &shapes[l][1], -0.05, 0.05);
+    }
+    for (int threads = 1; threads <= 2; threads++) {
+        eg_set_num_threads(threads);
+        long before_tids[8], after_tids[8];
+        double before[8] = {0}, after[8] = {0};
+        int steps = 0;
+        int n_before = thread_cpu(before_tids, before, 8);
+        double wall0 = now(CLOCK_MONOTONIC);
+        while (now(CLOCK_MONOTONIC) - wall0 < min_seconds || steps < 20) {
+            eg_scope_begin();
+            h[0] = x;
+            for (int l = 0; l < 3; l++)
+                h[l + 1] =
+                    eg_dense(h[l], w[l], b[l], l < 2 ? EG_ACTIVATION_RELU : EG_ACTIVATION_NONE);
+            eg_tensor *g = h[3]; /* stands in for the loss gradient */
+            for (int l = 2; l >= 0; l--) {
+                eg_matmul_ex(h[l], g, true, false);                /* dW = h^T . g */
+                if (l > 0) g = eg_matmul_ex(g, w[l], false, true); /* dh = g . W^T */
+            }
+            eg_scope_end();
+            steps++;
+        }
+        int n = thread_cpu(after_tids, after, 8);
+        double total = 0, busiest = 0;
+        for (int i = 0; i < n; i++) {
+            double used = after[i];
+            for (int j = 0; j < n_before; j++)
+                if (before_tids[j] == after_tids[i]) used -= before[j];
+            total += used;
+            if (used > busiest) busiest = used;
+        }
+        printf("784-512-512-10 products, %d thread(s): %d steps, CPU per step %.2f ms total, "
+               "%.2f ms busiest thread\n",
+               threads, steps, 1e3 * total / steps, 1e3 * busiest / steps);
+    }
+}
+
 /* The Dense layer's forward pass fused (eg_dense: bias and relu in the GEMM's epilogue) and
  * unfused (matmul, add, relu: two more passes over the output), CPU time per call. */
 static void run_dense(int m, int k, int n, int threads, double min_seconds) {
@@ -206,7 +331,7 @@ static void run_dense(int m, int k, int n, int threads, double min_seconds) {
 int main(int argc, char **argv) {
     double min_seconds = 0.3;
     const char *threads_list = "1,2";
-    int square_only = 0, mlp_only = 0;
+    int square_only = 0, mlp_only = 0, versus = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             min_seconds = atof(argv[++i]);
@@ -219,7 +344,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mlp"))
             mlp_only = 1;
 #if defined(LIB_EAGLE)
-        else if (!strcmp(argv[i], "--dense")) {
+        else if (!strcmp(argv[i], "--versus"))
+            versus = 1;
+        else if (!strcmp(argv[i], "--mlp-step")) {
+            run_mlp_step(min_seconds);
+            return 0;
+        } else if (!strcmp(argv[i], "--dense")) {
             /* the two MLPs' hidden layers, batch 32 and 128 */
             run_dense(32, 784, 64, 1, min_seconds);
             run_dense(128, 784, 512, 1, min_seconds);
@@ -251,6 +381,17 @@ int main(int argc, char **argv) {
         {"L.dh1 dH2.W2T", 128, 512, 512, 0, 1},
         {"L.dW1 xT.dH1", 784, 512, 128, 1, 0},
     };
+    if (versus) {
+        for (int n = 64; n <= 2048 && !mlp_only; n *= 2) {
+            char name[32];
+            snprintf(name, sizeof name, "square %d", n);
+            shape s = {name, n, n, n, 0, 0};
+            run_versus(&s, min_seconds);
+        }
+        for (size_t i = 0; i < sizeof mlp / sizeof *mlp && !square_only; i++)
+            run_versus(&mlp[i], min_seconds);
+        return 0;
+    }
     printf("%-9s %-22s %5s %5s %5s  %s  %s  %8s  %6s  %8s  %6s\n", "library", "shape", "M", "N",
            "K", "op", "t", "GFLOP/s", "%peak", "GF/cpu-s", "%peak");
     for (const char *t = threads_list; *t;) {

@@ -105,6 +105,34 @@ static buffers *thread_buffers(void) {
     return b;
 }
 
+/* Transposes 8 rows of 8 floats at src (row stride ld; rows past `rows` read as zeros) into
+ * dst (row stride dst_ld): dst[i][j] = src[j][i], storing the first `width` floats of each
+ * row of dst (8, or 6 for an A micro-panel, through a mask). */
+AVX2 static inline void transpose_8x8(const float *src, int64_t ld, int rows, float *dst,
+                                      int64_t dst_ld, int width) {
+    __m256 r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = i < rows ? _mm256_loadu_ps(src + i * ld) : _mm256_setzero_ps();
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    __m256 o[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+                   _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+                   _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+                   _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+    if (width == 8) {
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_ld, o[i]);
+    } else {
+        __m256i mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+        for (int i = 0; i < 8; i++) _mm256_maskstore_ps(dst + i * dst_ld, mask, o[i]);
+    }
+}
+
 /* op(A)[i0.., p0..] (mc x kc) into MR-row micro-panels, each kc x MR, zero-padded. */
 AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                         float *out) {
@@ -116,6 +144,11 @@ AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p
                 const float *s = src + p * g->a_col;
                 for (int r = 0; r < MR; r++) out[p * MR + r] = s[r];
             }
+        } else if (g->a_col == 1 && rows == MR) { /* row-major op(A): 8 x 6 transposes */
+            int64_t p = 0;
+            for (; p + 8 <= kc; p += 8) transpose_8x8(src + p, g->a_row, MR, out + p * MR, MR, MR);
+            for (; p < kc; p++)
+                for (int r = 0; r < MR; r++) out[p * MR + r] = src[r * g->a_row + p];
         } else {
             for (int64_t r = 0; r < rows; r++) {
                 const float *s = src + r * g->a_row;
@@ -140,6 +173,14 @@ AVX2 static void pack_b(const eg__gemm_f32 *g, int64_t p0, int64_t kc, int64_t j
                 _mm256_store_ps(out + p * NR, _mm256_loadu_ps(s));
                 _mm256_store_ps(out + p * NR + 8, _mm256_loadu_ps(s + 8));
             }
+        } else if (g->b_row == 1 && cols == NR) { /* op(B) = a row-major matrix^T */
+            int64_t p = 0;
+            for (; p + 8 <= kc; p += 8) {
+                transpose_8x8(src + p, g->b_col, 8, out + p * NR, NR, 8);
+                transpose_8x8(src + 8 * g->b_col + p, g->b_col, 8, out + p * NR + 8, NR, 8);
+            }
+            for (; p < kc; p++)
+                for (int j = 0; j < NR; j++) out[p * NR + j] = src[j * g->b_col + p];
         } else {
             for (int64_t j = 0; j < cols; j++) {
                 const float *s = src + j * g->b_col;
@@ -155,6 +196,11 @@ AVX2 static void pack_b(const eg__gemm_f32 *g, int64_t p0, int64_t kc, int64_t j
 /* c (6 x 16, row stride ldc) = [c +] a-panel · b-panel over kc. */
 AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                              bool accumulate) {
+    /* C's rows are far apart (often a power of two): start loading them now, not at the end */
+    for (int r = 0; r < MR; r++) {
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + r * ldc + NR - 1), _MM_HINT_T0);
+    }
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
     __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
     __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();

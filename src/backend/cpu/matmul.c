@@ -235,7 +235,9 @@ eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bia
     job.trans_b = call->attrs->transpose_b != b_op.transposed;
     int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
     eg_status status = EG_OK;
-    if (out->dtype == EG_DTYPE_F32 && eg__gemm_f32_available()) {
+    /* Products narrower than one micro-tile (the 10 logits) would waste most of each tile:
+     * OpenBLAS does those (bench/gemm: 1.6x faster at n = 10). */
+    if (out->dtype == EG_DTYPE_F32 && job.n >= EG_GEMM_NR && eg__gemm_f32_available()) {
         plan_parts(&job, batches);
         eg__parallel_for(batches * job.parts_m * job.parts_n, 1, own_parts, &job);
         if (atomic_load(&job.failed))
