@@ -331,7 +331,7 @@ static void run_dense(int m, int k, int n, int threads, double min_seconds) {
 int main(int argc, char **argv) {
     double min_seconds = 0.3;
     const char *threads_list = "1,2";
-    int square_only = 0, mlp_only = 0, versus = 0;
+    int square_only = 0, mlp_only = 0, versus = 0, mode = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             min_seconds = atof(argv[++i]);
@@ -346,20 +346,15 @@ int main(int argc, char **argv) {
 #if defined(LIB_EAGLE)
         else if (!strcmp(argv[i], "--versus"))
             versus = 1;
-        else if (!strcmp(argv[i], "--mlp-step")) {
-            run_mlp_step(min_seconds);
-            return 0;
-        } else if (!strcmp(argv[i], "--dense")) {
-            /* the two MLPs' hidden layers, batch 32 and 128 */
-            run_dense(32, 784, 64, 1, min_seconds);
-            run_dense(128, 784, 512, 1, min_seconds);
-            run_dense(128, 512, 512, 1, min_seconds);
-            return 0;
-        }
+        else if (!strcmp(argv[i], "--mlp-step"))
+            mode = 1;
+        else if (!strcmp(argv[i], "--dense"))
+            mode = 2;
 #endif
         else {
             fprintf(stderr,
-                    "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--square|--mlp]\n",
+                    "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--square|--mlp]"
+                    " [--versus|--mlp-step|--dense (Eagle's binary)]\n",
                     argv[0]);
             return 2;
         }
@@ -381,6 +376,17 @@ int main(int argc, char **argv) {
         {"L.dh1 dH2.W2T", 128, 512, 512, 0, 1},
         {"L.dW1 xT.dH1", 784, 512, 128, 1, 0},
     };
+#if defined(LIB_EAGLE)
+    if (mode == 1) {
+        run_mlp_step(min_seconds);
+        return 0;
+    }
+    if (mode == 2) { /* the two MLPs' hidden layers, batch 32 and 128 */
+        run_dense(32, 784, 64, 1, min_seconds);
+        run_dense(128, 784, 512, 1, min_seconds);
+        run_dense(128, 512, 512, 1, min_seconds);
+        return 0;
+    }
     if (versus) {
         for (int n = 64; n <= 2048 && !mlp_only; n *= 2) {
             char name[32];
@@ -392,6 +398,8 @@ int main(int argc, char **argv) {
             run_versus(&mlp[i], min_seconds);
         return 0;
     }
+#endif
+    (void)mode, (void)versus;
     printf("%-9s %-22s %5s %5s %5s  %s  %s  %8s  %6s  %8s  %6s\n", "library", "shape", "M", "N",
            "K", "op", "t", "GFLOP/s", "%peak", "GF/cpu-s", "%peak");
     for (const char *t = threads_list; *t;) {
