@@ -88,7 +88,8 @@ static void test_dense_equals_unfused(void **state) {
     check(EG_DTYPE_F32, 5, 3, 7);      /* smaller than one micro-tile */
     check(EG_DTYPE_F32, 37, 300, 45);  /* partial tiles, two k blocks */
     check(EG_DTYPE_F32, 128, 784, 64); /* the MLP's first layer (4 k blocks) */
-    check(EG_DTYPE_F32, 130, 40, 300); /* OpenBLAS tiles' edges too */
+    check(EG_DTYPE_F32, 130, 40, 300); /* several OpenBLAS tiles (test_dense_openblas) */
+    check(EG_DTYPE_F32, 128, 64, 10);  /* narrow: OpenBLAS tiles with the epilogue */
     check(EG_DTYPE_F64, 37, 300, 45);
     check(EG_DTYPE_F32, 4, 0, 5); /* k = 0: act(b) */
 }

@@ -23,7 +23,8 @@
 static char blas_description[256];
 
 static void describe_blas(void) {
-    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s", openblas_get_config());
+    snprintf(blas_description, sizeof blas_description, "%s%s", openblas_get_config(),
+             eg__gemm_f32_available() ? "; f32 matmul: Eagle's AVX2/FMA GEMM" : "");
 }
 
 #define TILE_ROWS 64
