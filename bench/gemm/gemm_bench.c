@@ -42,6 +42,7 @@
 #endif
 
 static double peak_per_core = 101.0; /* GFLOP/s, f32 FMA, one core of this machine */
+static double sample_ms = 20;        /* work per timing sample at peak */
 
 typedef struct shape {
     const char *name;
@@ -141,8 +142,8 @@ static void run(const shape *s, int threads, double min_seconds) {
     setup(s, a, b);
     set_threads(threads);
     double flops = 2.0 * s->m * s->n * s->k;
-    /* repetitions per sample: about 20 ms of work each */
-    int reps = (int)(20e-3 * peak_per_core * 1e9 / flops) + 1;
+    /* repetitions per sample: about sample_ms of work each */
+    int reps = (int)(sample_ms * 1e-3 * peak_per_core * 1e9 / flops) + 1;
     for (int i = 0; i < reps; i++) gemm(s, a, b, c); /* warm up */
     double samples[64];
     int n_samples = 0;
@@ -337,6 +338,8 @@ int main(int argc, char **argv) {
             min_seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads_list = argv[++i];
+        else if (!strcmp(argv[i], "--sample-ms") && i + 1 < argc)
+            sample_ms = atof(argv[++i]);
         else if (!strcmp(argv[i], "--peak") && i + 1 < argc)
             peak_per_core = atof(argv[++i]);
         else if (!strcmp(argv[i], "--square"))
@@ -353,7 +356,8 @@ int main(int argc, char **argv) {
 #endif
         else {
             fprintf(stderr,
-                    "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--square|--mlp]"
+                    "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--sample-ms MS] "
+                    "[--square|--mlp]"
                     " [--versus|--mlp-step|--dense (Eagle's binary)]\n",
                     argv[0]);
             return 2;

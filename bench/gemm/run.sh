@@ -5,7 +5,8 @@
 # forward and backward passes, 1 and 2 threads.
 #   bench/gemm/run.sh [--libs LIST] [--threads 1,2] [--seconds S] [--square|--mlp|--dense]
 #     --libs LIST   of eagle,eagle-openblas-tiles,openblas,blis,libxsmm,onednn (default all)
-#     --seconds S   minimum timing per shape (default 0.3; at least 5 samples of ~20 ms)
+#     --seconds S   minimum timing per shape (default 0.3; at least 5 samples)
+#     --sample-ms M work per sample at peak speed (default 20; less on a crowded machine)
 #     --dense       instead: Eagle's Dense forward (relu) fused vs unfused, CPU time per call
 # Columns: median wall GFLOP/s and % of the FMA peak of that many cores (101 GFLOP/s each, --peak
 # to change), then GFLOP/s per CPU-second of the process and % of one core's peak (the steadier
@@ -18,7 +19,7 @@ libs="eagle,eagle-openblas-tiles,openblas,blis,libxsmm,onednn" pass=()
 while [ $# -gt 0 ]; do
   case $1 in
     --libs) libs=$2; shift 2 ;;
-    --threads|--seconds|--peak) pass+=("$1" "$2"); shift 2 ;;
+    --threads|--seconds|--peak|--sample-ms) pass+=("$1" "$2"); shift 2 ;;
     --square|--mlp) pass+=("$1"); shift ;;
     --dense) libs=eagle; pass+=("$1"); shift ;;
     -h|--help) sed -n '2,14p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
