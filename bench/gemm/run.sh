@@ -10,7 +10,8 @@
 #     --dense       instead: Eagle's Dense forward (relu) fused vs unfused, CPU time per call
 # Columns: median wall GFLOP/s and % of the FMA peak of that many cores (101 GFLOP/s each, --peak
 # to change), then GFLOP/s per CPU-second of the process and % of one core's peak (the steadier
-# figure on a shared machine; libraries whose threads spin count their spinning).
+# figure on a shared machine; libraries whose threads spin count their spinning, so the OpenMP
+# ones run with OMP_WAIT_POLICY=passive).
 # libxsmm runs single-threaded (its BLAS interface JITs small shapes, hands large ones to BLAS).
 set -euo pipefail
 self=$(realpath "$0")
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --threads|--seconds|--peak|--sample-ms) pass+=("$1" "$2"); shift 2 ;;
     --square|--mlp) pass+=("$1"); shift ;;
     --dense) libs=eagle; pass+=("$1"); shift ;;
-    -h|--help) sed -n '2,14p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -45,7 +46,7 @@ for lib in ${libs//,/ }; do
     eagle) "$bin/eagle" "${pass[@]}" ;;
     eagle-openblas-tiles) EG_MATMUL=openblas "$bin/eagle" "${pass[@]}" ;;
     openblas) "$bin/openblas" "${pass[@]}" ;;
-    blis) "$bin/blis" "${pass[@]}" ;;
+    blis) OMP_WAIT_POLICY=passive "$bin/blis" "${pass[@]}" ;;
     libxsmm) "$bin/libxsmm" --threads 1 "${pass[@]}" ;;
     onednn) OMP_WAIT_POLICY=passive "$bin/onednn" "${pass[@]}" ;;
     *) echo "run.sh: unknown library '$lib'" >&2; exit 2 ;;
