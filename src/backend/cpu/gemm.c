@@ -19,11 +19,12 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 
-#define MR EG_GEMM_MR
-#define NR EG_GEMM_NR
-#define KC 256 /* k per block: an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
-#define MC 144 /* rows per packed A block: 144 x 256 floats = 144 KiB, in L2 */
-#define NC 512 /* columns per packed B panel: 512 KiB, in L3; a C block of MC x NC stays in L2 */
+#define MR                EG_GEMM_MR
+#define NR                EG_GEMM_NR
+#define KC                256 /* k per block: an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
+#define MC                144 /* rows per packed A block: 144 x 256 floats = 144 KiB, in L2 */
+#define NC                512 /* columns per packed B panel: 512 KiB, in L3; a C block of MC x NC stays in L2 */
+#define DIRECT_B_MAX_ROWS 48 /* rows of C up to which B is used unpacked (row-major B only) */
 
 void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64_t cols, int64_t j0,
                        const char *bias, int64_t bias_stride, eg__op activation) {
@@ -194,8 +195,8 @@ AVX2 static void pack_b(const eg__gemm_f32 *g, int64_t p0, int64_t kc, int64_t j
 }
 
 /* c (6 x 16, row stride ldc) = [c +] a-panel · b-panel over kc. */
-AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                             bool accumulate) {
+AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t b_stride, float *c,
+                             int64_t ldc, bool accumulate) {
     /* C's rows are far apart (often a power of two): start loading them now, not at the end */
     for (int r = 0; r < MR; r++) {
         _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
@@ -209,7 +210,7 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, float *
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; p++) {
-        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         __m256 x = _mm256_broadcast_ss(a);
         c00 = _mm256_fmadd_ps(x, b0, c00);
         c01 = _mm256_fmadd_ps(x, b1, c01);
@@ -229,7 +230,7 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, float *
         c50 = _mm256_fmadd_ps(x, b0, c50);
         c51 = _mm256_fmadd_ps(x, b1, c51);
         a += MR;
-        b += NR;
+        b += b_stride;
     }
 #define STORE_ROW(r, lo, hi)                                                                       \
     do {                                                                                           \
@@ -250,23 +251,33 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, float *
 #undef STORE_ROW
 }
 
-/* C[i0.., j0..] (mc x nc) [+]= packed A block · packed B panel. Edge tiles go through a local
- * tile and the same additions, so an element's bits do not depend on whether it is at an edge. */
-AVX2 static void macro_kernel(const eg__gemm_f32 *g, const float *ap, const float *bp, int64_t i0,
-                              int64_t mc, int64_t j0, int64_t nc, int64_t kc, bool accumulate) {
+/* C[i0.., j0..] (mc x nc) [+]= packed A block · B panel: packed, or when direct, B's own rows
+ * (k = p0..) for full micro-panels and the packed last one (at bp) for a partial one. Edge tiles
+ * go through a local tile and the same additions, so an element's bits do not depend on whether
+ * it is at an edge, nor on whether B was packed. */
+AVX2 static void macro_kernel(const eg__gemm_f32 *g, const float *ap, const float *bp, bool direct,
+                              int64_t i0, int64_t mc, int64_t j0, int64_t nc, int64_t p0,
+                              int64_t kc, bool accumulate) {
     for (int64_t jr = 0; jr < nc; jr += NR) {
         int64_t cols = nc - jr < NR ? nc - jr : NR;
         const float *b = bp + jr * kc;
+        int64_t b_stride = NR;
+        if (direct && cols == NR) {
+            b = g->b + p0 * g->b_row + (j0 + jr);
+            b_stride = g->b_row;
+        } else if (direct) {
+            b = bp;
+        }
         for (int64_t ir = 0; ir < mc; ir += MR) {
             int64_t rows = mc - ir < MR ? mc - ir : MR;
             const float *a = ap + ir * kc;
             float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
             if (rows == MR && cols == NR) {
-                kernel_6x16(kc, a, b, c, g->ldc, accumulate);
+                kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
                 continue;
             }
             float tile[MR * NR] __attribute__((aligned(32)));
-            kernel_6x16(kc, a, b, tile, NR, false);
+            kernel_6x16(kc, a, b, b_stride, tile, NR, false);
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t j = 0; j < cols; j++)
                     c[r * g->ldc + j] =
@@ -294,15 +305,21 @@ bool eg__gemm_f32_range(const eg__gemm_f32 *g, int64_t m0, int64_t m1, int64_t n
     /* k blocks of equal size that depend on k alone: the summation order is fixed by the
      * problem, not by the range or the thread. */
     int64_t k_blocks = (g->k + KC - 1) / KC, kb = (g->k + k_blocks - 1) / k_blocks;
+    /* With few rows each B micro-panel serves few A micro-panels: packing B would cost about
+     * as much as the products, so a row-major B is read where it lies. */
+    bool direct = g->b_col == 1 && m1 - m0 <= DIRECT_B_MAX_ROWS;
     for (int64_t jc = n0; jc < n1; jc += NC) {
         int64_t nc = n1 - jc < NC ? n1 - jc : NC;
         for (int64_t block = 0; block < k_blocks; block++) {
             int64_t p0 = block * kb, kc = g->k - p0 < kb ? g->k - p0 : kb;
-            pack_b(g, p0, kc, jc, nc, buf->b);
+            if (direct) /* only a partial last micro-panel needs packing (zero padding) */
+                pack_b(g, p0, kc, jc + nc / NR * NR, nc % NR, buf->b);
+            else
+                pack_b(g, p0, kc, jc, nc, buf->b);
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = m1 - ic < MC ? m1 - ic : MC;
                 pack_a(g, ic, mc, p0, kc, buf->a);
-                macro_kernel(g, buf->a, buf->b, ic, mc, jc, nc, kc, block > 0);
+                macro_kernel(g, buf->a, buf->b, direct, ic, mc, jc, nc, p0, kc, block > 0);
                 if (block == k_blocks - 1 && has_epilogue(g))
                     eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + ic * g->ldc + jc), g->ldc, mc,
                                       nc, jc, (const char *)g->bias, g->bias_stride, g->activation);
