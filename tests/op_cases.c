@@ -32,6 +32,7 @@
  *   global_avg_pool2d  p[0] = data_format, p[1] = keepdims */
 #include <string.h>
 
+#include "eagle/nn.h"
 #include "op_cases.h"
 #include "op_reference.h"
 
@@ -368,6 +369,10 @@ static int apply_relu_backward(const oc_case *c, const eg_tensor *const *in, eg_
     (void)c;
     static const eg__attrs no_attrs;
     return one(eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs), out);
+}
+
+static int apply_dense(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    return one(eg_dense(in[0], in[1], in[2], (eg_activation)c->p[0]), out);
 }
 
 static int apply_mul_add(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
@@ -841,6 +846,13 @@ const oc_case oc_cases[] = {
          IN("F 4,3:T a", "F 4 n")),
     CASE(RELU_BACKWARD, "relu_backward with zeros", relu_backward, relu_backward,
          IN("F 3,3 z", "F 3,3 n"), .flags = OC_FORWARD_ONLY),
+    CASE(DENSE, "dense (3,4) x (4,5) + (5)", dense, dense, IN("F 3,4 n", "F 4,5 n", "F 5 n")),
+    CASE(DENSE, "dense relu", dense, dense, IN("F 3,4 n", "F 4,5 n", "F 5 n"),
+         P(EG_ACTIVATION_RELU)),
+    CASE(DENSE, "dense sigmoid of views", dense, dense, IN("F 4,3:T n", "F 5,4:T n", "F 10:S n"),
+         P(EG_ACTIVATION_SIGMOID)),
+    CASE(DENSE, "dense tanh, 17 units (a partial tile)", dense, dense,
+         IN("F 7,3 n", "F 3,17 n", "F 17 n"), P(EG_ACTIVATION_TANH)),
     CASE(MUL_ADD, "mul_add (3,4) * (4) + (4)", mul_add, mul_add, IN("F 3,4 n", "F 4 n", "F 4 n")),
     CASE(MUL_ADD, "mul_add same shapes", mul_add, mul_add, IN("F 2,3 n", "F 2,3 n", "F 2,3 n")),
     CASE(MUL_ADD, "mul_add of views with a 0-d scale", mul_add, mul_add,

@@ -960,6 +960,35 @@ int oc_ref_zero_padding2d(const oc_case *c, const oc_ref *in, oc_ref *out) {
 
 /* ---- normalization ---- */
 
+/* activation(x · w + b), p[0] an eg_activation (none, relu, sigmoid, tanh) */
+int oc_ref_dense(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    const oc_ref *x = &in[0], *w = &in[1], *b = &in[2];
+    int64_t m = x->shape[0], k = x->shape[1], n = w->shape[1];
+    int64_t shape[2] = {m, n};
+    oc_ref_init(out, x->dtype, 2, shape);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++) s += x->data[i * k + p] * w->data[p * n + j];
+            s += b->data[j];
+            switch (c->p[0]) {
+            case 1:
+                s = s > 0 ? s : 0;
+                break;
+            case 2:
+                s = 1 / (1 + exp(-s));
+                break;
+            case 3:
+                s = tanh(s);
+                break;
+            default:
+                break;
+            }
+            out->data[i * n + j] = s;
+        }
+    return 1;
+}
+
 int oc_ref_mul_add(const oc_case *c, const oc_ref *in, oc_ref *out) {
     (void)c;
     const oc_ref *ops[3] = {&in[0], &in[1], &in[2]};

@@ -15,6 +15,7 @@ int oc_ref_reduce(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_arg_reduce(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_softmax(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_matmul(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_dense(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_reshape(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_squeeze(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_unsqueeze(const oc_case *c, const oc_ref *in, oc_ref *out);

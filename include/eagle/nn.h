@@ -95,6 +95,13 @@ const char *eg_activation_name(eg_activation activation);
 /* activation(x) as a new tensor (NONE: a new reference to the same values, as a view). NULL with
  * an error for an invalid activation or a failed op. */
 eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x);
+/* activation(x · kernel + bias) as one op (a Dense layer's forward pass): x (M, K), kernel
+ * (K, N), bias (N,), all f32 or all f64; activation NONE, RELU, SIGMOID or TANH. The bias and the
+ * activation are applied to each tile of the product while it is in cache; values and gradients
+ * are bitwise those of eg_activation_apply(activation, eg_add(eg_matmul(x, kernel), bias)). New
+ * reference, NULL with an error for other shapes, dtypes or activations. */
+eg_tensor *eg_dense(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias,
+                    eg_activation activation);
 
 /* Opaque layer. */
 typedef struct eg_layer eg_layer;
@@ -422,6 +429,7 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #if !defined(EG_NO_CALLSITE)
 #define eg_initializer_generate(...) EG_CALLSITE_(eg_initializer_generate(__VA_ARGS__))
 #define eg_activation_apply(...)     EG_CALLSITE_(eg_activation_apply(__VA_ARGS__))
+#define eg_dense(...)                EG_CALLSITE_(eg_dense(__VA_ARGS__))
 #define eg_dense_new(...)            EG_CALLSITE_(eg_dense_new(__VA_ARGS__))
 #define eg_dense_new_ex(...)         EG_CALLSITE_(eg_dense_new_ex(__VA_ARGS__))
 #define eg_conv2d_new(...)            EG_CALLSITE_(eg_conv2d_new(__VA_ARGS__))

@@ -19,7 +19,9 @@ const char *eg_version(void);
 const char *eg_build_info(void);
 
 /* The BLAS library behind matmul and its configuration, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH
- * NO_AFFINITY Haswell MAX_THREADS=64". Static storage. */
+ * NO_AFFINITY Haswell MAX_THREADS=64", followed by "; f32 matmul: Eagle's AVX2/FMA GEMM" where
+ * this CPU runs Eagle's own f32 kernel (f64 and narrow products stay on OpenBLAS). Static
+ * storage. */
 const char *eg_blas_info(void);
 
 /* Threads used by CPU kernels. The default is EG_NUM_THREADS from the environment, else the

@@ -303,6 +303,13 @@ static eg_tensor *call_dense(eg_layer *layer, const eg_tensor *x) {
                   eg_layer_name(layer), eg_dtype_name(x->dtype), eg_dtype_name(kernel->dtype));
         return NULL;
     }
+    eg_activation act = layer->activation;
+    /* x: (B, D_in), kernel: (D_in, D_out), bias: (D_out,) -> (B, D_out) in one op whose kernel
+     * applies the bias and activation to the product's tiles while they are in cache */
+    if (bias && x->n_dims == 2 &&
+        (act == EG_ACTIVATION_NONE || act == EG_ACTIVATION_RELU || act == EG_ACTIVATION_SIGMOID ||
+         act == EG_ACTIVATION_TANH))
+        return eg_dense(x, kernel, bias, act);
     eg__temps temps = {0};
     /* x: (..., D_in), kernel: (D_in, D_out) -> (..., D_out) */
     eg_tensor *y = eg__temp(&temps, eg_matmul(x, kernel));

@@ -15,6 +15,7 @@ KERNEL(arg_reduce)
 KERNEL(softmax)
 KERNEL(sparse_softmax_cross_entropy)
 KERNEL(matmul)
+KERNEL(dense)
 KERNEL(concat)
 KERNEL(gather)
 KERNEL(scatter_add)
@@ -80,6 +81,7 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_SOFTMAX] = eg__cpu_softmax,
     [EG__OP_LOG_SOFTMAX] = eg__cpu_softmax,
     [EG__OP_MATMUL] = eg__cpu_matmul,
+    [EG__OP_DENSE] = eg__cpu_dense,
     [EG__OP_RESHAPE] = eg__cpu_copy,
     [EG__OP_PERMUTE] = eg__cpu_copy,
     [EG__OP_SLICE] = eg__cpu_copy,

@@ -1,25 +1,30 @@
-/* CPU matmul through BLAS (OpenBLAS). Strided views whose last two axes have a unit stride on
- * either side are passed as they are (a transposed view becomes a transpose flag), so the
- * backward pass's A^T·G and G·B^T make no copies.
+/* CPU matmul: Eagle's own f32 GEMM (gemm.c) where the CPU has AVX2/FMA, OpenBLAS otherwise and
+ * for f64. Strided views whose last two axes have a unit stride on either side are passed as they
+ * are (a transposed view becomes a transpose flag), so the backward pass's A^T·G and G·B^T make
+ * no copies.
  *
- * Results must not depend on the number of threads, and OpenBLAS's own threading blocks the
- * K axis differently for different thread counts (so the bits change). BLAS therefore always
- * runs single-threaded, on fixed TILE_ROWS x TILE_COLS tiles of the output that Eagle's thread
- * pool shares out: every tile is the same call whichever thread makes it. */
+ * Results must not depend on the number of threads. Eagle's GEMM gives every element the same
+ * bits however C is split, so it splits C into one part per thread. OpenBLAS's own threading
+ * blocks the K axis differently for different thread counts (so the bits change): it always runs
+ * single-threaded, on fixed TILE_ROWS x TILE_COLS tiles of the output that Eagle's thread pool
+ * shares out, every tile the same call whichever thread makes it. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "eagle/nn.h"
 #include "eagle/runtime.h"
 
 static char blas_description[256];
 
 static void describe_blas(void) {
-    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s",
-             openblas_get_config());
+    snprintf(blas_description, sizeof blas_description, "%s%s", openblas_get_config(),
+             eg__gemm_f32_available() ? "; f32 matmul: Eagle's AVX2/FMA GEMM" : "");
 }
 
 #define TILE_ROWS 64
@@ -88,11 +93,17 @@ typedef struct matmul_job {
     eg_tensor *out;
     int64_t lda, ldb, m, n, k, row_tiles, col_tiles;
     bool trans_a, trans_b;
+    /* epilogue: bias (a 1-d tensor of n elements, or NULL) and activation (EG__OP_COUNT: none) */
+    const eg_tensor *bias;
+    eg__op activation;
+    /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
+    int64_t parts_m, parts_n, part_rows, part_cols;
+    atomic_bool failed;
 } matmul_job;
 
 /* Tasks are (batch, row tile, column tile) in row-major order. */
-static void matmul_tiles(void *context, int64_t begin, int64_t end) {
-    const matmul_job *j = context;
+static void blas_tiles(void *context, int64_t begin, int64_t end) {
+    matmul_job *j = context;
     int64_t per_batch = j->row_tiles * j->col_tiles;
     size_t size = eg_dtype_size(j->out->dtype);
     for (int64_t task = begin; task < end; task++) {
@@ -110,21 +121,87 @@ static void matmul_tiles(void *context, int64_t begin, int64_t end) {
         if (j->k == 0) {
             for (int r = 0; r < rows; r++)
                 memset(c + (size_t)(r * j->n) * size, 0, (size_t)cols * size);
-            continue;
+        } else {
+            enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
+            enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
+            if (j->out->dtype == EG_DTYPE_F32)
+                cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
+                            (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c,
+                            (int)j->n);
+            else
+                cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
+                            (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c,
+                            (int)j->n);
         }
-        enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
-        enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
-        if (j->out->dtype == EG_DTYPE_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
-                        (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c, (int)j->n);
-        else
-            cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
-                        (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c, (int)j->n);
+        /* the epilogue while the tile is still in cache */
+        if (j->bias || j->activation != EG__OP_COUNT)
+            eg__gemm_epilogue(j->out->dtype, c, j->n, rows, cols, j0,
+                              j->bias ? (const char *)eg__data(j->bias) : NULL,
+                              j->bias ? j->bias->strides[0] : 0, j->activation);
     }
 }
 
-eg_status eg__cpu_matmul(const eg__kernel_call *call);
-eg_status eg__cpu_matmul(const eg__kernel_call *call) {
+/* Tasks are (batch, row part, column part) in row-major order. */
+static void own_parts(void *context, int64_t begin, int64_t end) {
+    matmul_job *j = context;
+    int64_t per_batch = j->parts_m * j->parts_n;
+    for (int64_t task = begin; task < end; task++) {
+        int64_t batch = task / per_batch, part = task % per_batch;
+        int64_t m0 = part / j->parts_n * j->part_rows, n0 = part % j->parts_n * j->part_cols;
+        int64_t m1 = m0 + j->part_rows < j->m ? m0 + j->part_rows : j->m;
+        int64_t n1 = n0 + j->part_cols < j->n ? n0 + j->part_cols : j->n;
+        eg__gemm_f32 g = {
+            .m = j->m,
+            .n = j->n,
+            .k = j->k,
+            .a = (const float *)eg__data(j->a) + batch_offset(j->a, j->out, batch),
+            .a_row = j->trans_a ? 1 : j->lda,
+            .a_col = j->trans_a ? j->lda : 1,
+            .b = (const float *)eg__data(j->b) + batch_offset(j->b, j->out, batch),
+            .b_row = j->trans_b ? 1 : j->ldb,
+            .b_col = j->trans_b ? j->ldb : 1,
+            .c = (float *)eg__data(j->out) + batch * j->m * j->n,
+            .ldc = j->n,
+            .bias = j->bias ? (const float *)eg__data(j->bias) : NULL,
+            .bias_stride = j->bias ? j->bias->strides[0] : 0,
+            .activation = j->activation,
+        };
+        if (!eg__gemm_f32_range(&g, m0, m1, n0, n1)) atomic_store(&j->failed, true);
+    }
+}
+
+/* Multiply-adds below which Eagle's GEMM stays on one thread. */
+#define MIN_PART_WORK (1 << 18)
+
+/* Cuts each batch element into parts for the threads. The bits do not depend on the cut (see
+ * gemm.h), so it may follow the thread count: one part per thread, along the longer side of C
+ * counted in micro-tiles, so that the parts repack as little of A or B as possible. */
+static void plan_parts(matmul_job *j, int64_t batches) {
+    int64_t threads = eg__num_threads();
+    int64_t work = j->m * j->n * (j->k > 0 ? j->k : 1);
+    int64_t parts = threads / (batches > 0 ? batches : 1);
+    if (parts > work / MIN_PART_WORK) parts = work / MIN_PART_WORK;
+    if (parts < 1) parts = 1;
+    int64_t tiles_m = (j->m + EG_GEMM_MR - 1) / EG_GEMM_MR;
+    int64_t tiles_n = (j->n + EG_GEMM_NR - 1) / EG_GEMM_NR;
+    j->parts_m = j->parts_n = 1;
+    if (tiles_n >= tiles_m) {
+        if (parts > tiles_n) parts = tiles_n;
+        j->part_cols = (tiles_n + parts - 1) / parts * EG_GEMM_NR;
+        j->part_rows = j->m;
+        j->parts_n = (j->n + j->part_cols - 1) / j->part_cols;
+    } else {
+        if (parts > tiles_m) parts = tiles_m;
+        j->part_rows = (tiles_m + parts - 1) / parts * EG_GEMM_MR;
+        j->part_cols = j->n;
+        j->parts_m = (j->m + j->part_rows - 1) / j->part_rows;
+    }
+    if (j->part_rows < 1) j->part_rows = 1;
+    if (j->part_cols < 1) j->part_cols = 1;
+}
+
+eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bias,
+                               eg__op activation) {
     pthread_once(&blas_once, blas_single_thread);
     const eg_tensor *a_in = call->inputs[0], *b_in = call->inputs[1];
     eg_tensor *out = call->output;
@@ -144,20 +221,63 @@ eg_status eg__cpu_matmul(const eg__kernel_call *call) {
         blas_view(b, &b_op);
     }
     const eg_tensor *A = a ? a : a_in, *B = b ? b : b_in;
-    matmul_job job = {.a = A, .b = B, .out = out, .lda = a_op.leading, .ldb = b_op.leading};
+    matmul_job job = {.a = A,
+                      .b = B,
+                      .out = out,
+                      .lda = a_op.leading,
+                      .ldb = b_op.leading,
+                      .bias = bias,
+                      .activation = activation};
+    atomic_init(&job.failed, false);
     job.m = out->shape[out->n_dims - 2];
     job.n = out->shape[out->n_dims - 1];
     job.k = A->shape[A->n_dims - (call->attrs->transpose_a ? 2 : 1)];
     job.trans_a = call->attrs->transpose_a != a_op.transposed;
     job.trans_b = call->attrs->transpose_b != b_op.transposed;
-    job.row_tiles = (job.m + TILE_ROWS - 1) / TILE_ROWS;
-    job.col_tiles = (job.n + TILE_COLS - 1) / TILE_COLS;
     int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
-    int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
-                        (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
-    eg__parallel_for(batches * job.row_tiles * job.col_tiles,
-                     MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, matmul_tiles, &job);
+    eg_status status = EG_OK;
+    /* Products narrower than one micro-tile (the 10 logits) would waste most of each tile:
+     * OpenBLAS does those (bench/gemm: 1.6x faster at n = 10). */
+    if (out->dtype == EG_DTYPE_F32 && job.n >= EG_GEMM_NR && eg__gemm_f32_available()) {
+        plan_parts(&job, batches);
+        eg__parallel_for(batches * job.parts_m * job.parts_n, 1, own_parts, &job);
+        if (atomic_load(&job.failed))
+            status = eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
+    } else {
+        job.row_tiles = (job.m + TILE_ROWS - 1) / TILE_ROWS;
+        job.col_tiles = (job.n + TILE_COLS - 1) / TILE_COLS;
+        int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
+                            (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
+        eg__parallel_for(batches * job.row_tiles * job.col_tiles,
+                         MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, blas_tiles, &job);
+    }
     eg__unref(a);
     eg__unref(b);
-    return EG_OK;
+    return status;
+}
+
+eg_status eg__cpu_matmul(const eg__kernel_call *call);
+eg_status eg__cpu_matmul(const eg__kernel_call *call) {
+    return eg__cpu_matmul_fused(call, NULL, EG__OP_COUNT);
+}
+
+/* x: (M, K), kernel: (K, N), bias: (N,) -> activation(x · kernel + bias): (M, N) */
+eg_status eg__cpu_dense(const eg__kernel_call *call);
+eg_status eg__cpu_dense(const eg__kernel_call *call) {
+    static const eg__op activations[] = {
+        [EG_ACTIVATION_NONE] = EG__OP_COUNT,
+        [EG_ACTIVATION_RELU] = EG__OP_RELU,
+        [EG_ACTIVATION_SIGMOID] = EG__OP_SIGMOID,
+        [EG_ACTIVATION_TANH] = EG__OP_TANH,
+    };
+    int64_t activation = call->attrs->ints[0];
+    if (activation < 0 || activation > EG_ACTIVATION_TANH)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "dense: activation %lld cannot be fused",
+                         (long long)activation);
+    /* the product alone: the same call as matmul's (no transposes) */
+    eg__attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    eg__kernel_call product = *call;
+    product.attrs = &attrs;
+    return eg__cpu_matmul_fused(&product, call->inputs[2], activations[activation]);
 }

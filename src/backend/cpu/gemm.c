@@ -1,0 +1,343 @@
+/* Eagle's own f32 GEMM: the BLIS/Goto structure (B packed into KC x NC panels, A into MC x KC
+ * blocks, a 6x16 AVX2/FMA micro-kernel holding its tile of C in 12 registers).
+ *
+ * Why our own rather than OpenBLAS (bench/gemm has the numbers): OpenBLAS's threading changes
+ * the bits with the thread count, and running it single-threaded per output tile repacks B for
+ * every tile, which costs most at the training shapes (M = 32..128). Here every element's value
+ * depends only on the problem — k is cut into blocks that depend on k alone, each summed by the
+ * micro-kernel in order and added to C in order — so any split of C among threads gives the same
+ * bits, and the threads can split wherever it suits the shape. The epilogue (bias + activation)
+ * runs on each block of C right after its last k block, while the block is still in cache.
+ *
+ * The AVX2 code is compiled with target attributes and only entered after cpuid says the CPU
+ * has AVX2 and FMA: the library itself stays baseline x86-64 and runs anywhere (matmul.c then
+ * uses OpenBLAS). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/kernels.h"
+
+#define MR                EG_GEMM_MR
+#define NR                EG_GEMM_NR
+#define KC                256 /* k per block: an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
+#define MC                144 /* rows per packed A block: 144 x 256 floats = 144 KiB, in L2 */
+#define NC                512 /* columns per packed B panel: 512 KiB, in L3; a C block of MC x NC stays in L2 */
+#define DIRECT_B_MAX_ROWS 48 /* rows of C up to which B is used unpacked (row-major B only) */
+
+void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64_t cols, int64_t j0,
+                       const char *bias, int64_t bias_stride, eg__op activation) {
+    size_t size = eg_dtype_size(dtype);
+    eg__attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    for (int64_t r = 0; r < rows; r++) {
+        char *row = c + (size_t)(r * ldc) * size;
+        if (bias) {
+            char *inputs[2] = {row, (char *)bias + (size_t)(j0 * bias_stride) * size};
+            int64_t strides[2] = {(int64_t)size, bias_stride * (int64_t)size};
+            eg__cpu_elementwise_flat(EG__OP_ADD, &attrs, dtype, dtype, 2, cols, row, inputs,
+                                     strides);
+        }
+        if (activation != EG__OP_COUNT) {
+            char *inputs[1] = {row};
+            int64_t strides[1] = {(int64_t)size};
+            eg__cpu_elementwise_flat(activation, &attrs, dtype, dtype, 1, cols, row, inputs,
+                                     strides);
+        }
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+static bool detect(void) {
+    const char *env = getenv("EG_MATMUL");
+    if (env && strcmp(env, "openblas") == 0) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static bool available;
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+static void run_detect(void) {
+    available = detect();
+}
+
+bool eg__gemm_f32_available(void) {
+    pthread_once(&detect_once, run_detect);
+    return available;
+}
+
+/* Packing buffers, one pair per thread, freed when the thread exits. */
+typedef struct buffers {
+    float *a, *b;
+} buffers;
+
+static pthread_key_t buffers_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static bool key_ok;
+
+static void free_buffers(void *p) {
+    buffers *b = p;
+    free(b->a);
+    free(b->b);
+    free(b);
+}
+static void make_key(void) {
+    key_ok = pthread_key_create(&buffers_key, free_buffers) == 0;
+}
+
+static buffers *thread_buffers(void) {
+    pthread_once(&key_once, make_key);
+    if (!key_ok) return NULL;
+    buffers *b = pthread_getspecific(buffers_key);
+    if (b) return b;
+    b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->a = aligned_alloc(64, (size_t)MC * KC * sizeof(float));
+    b->b = aligned_alloc(64, (size_t)KC * NC * sizeof(float));
+    if (!b->a || !b->b || pthread_setspecific(buffers_key, b) != 0) {
+        free_buffers(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Transposes 8 rows of 8 floats at src (row stride ld; rows past `rows` read as zeros) into
+ * dst (row stride dst_ld): dst[i][j] = src[j][i], storing the first `width` floats of each
+ * row of dst (8, or 6 for an A micro-panel, through a mask). */
+AVX2 static inline void transpose_8x8(const float *src, int64_t ld, int rows, float *dst,
+                                      int64_t dst_ld, int width) {
+    __m256 r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = i < rows ? _mm256_loadu_ps(src + i * ld) : _mm256_setzero_ps();
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    __m256 o[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+                   _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+                   _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+                   _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+    if (width == 8) {
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + i * dst_ld, o[i]);
+    } else {
+        __m256i mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+        for (int i = 0; i < 8; i++) _mm256_maskstore_ps(dst + i * dst_ld, mask, o[i]);
+    }
+}
+
+/* op(A)[i0.., p0..] (mc x kc) into MR-row micro-panels, each kc x MR, zero-padded. */
+AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                        float *out) {
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+        int64_t rows = mc - ir < MR ? mc - ir : MR;
+        const float *src = g->a + (i0 + ir) * g->a_row + p0 * g->a_col;
+        if (g->a_row == 1 && rows == MR) { /* op(A) column-major: a row of a panel is contiguous */
+            for (int64_t p = 0; p < kc; p++) {
+                const float *s = src + p * g->a_col;
+                for (int r = 0; r < MR; r++) out[p * MR + r] = s[r];
+            }
+        } else if (g->a_col == 1 && rows == MR) { /* row-major op(A): 8 x 6 transposes */
+            int64_t p = 0;
+            for (; p + 8 <= kc; p += 8) transpose_8x8(src + p, g->a_row, MR, out + p * MR, MR, MR);
+            for (; p < kc; p++)
+                for (int r = 0; r < MR; r++) out[p * MR + r] = src[r * g->a_row + p];
+        } else {
+            for (int64_t r = 0; r < rows; r++) {
+                const float *s = src + r * g->a_row;
+                for (int64_t p = 0; p < kc; p++) out[p * MR + r] = s[p * g->a_col];
+            }
+            for (int64_t r = rows; r < MR; r++)
+                for (int64_t p = 0; p < kc; p++) out[p * MR + r] = 0.0f;
+        }
+        out += kc * MR;
+    }
+}
+
+/* op(B)[p0.., j0..] (kc x nc) into NR-column micro-panels, each kc x NR, zero-padded. */
+AVX2 static void pack_b(const eg__gemm_f32 *g, int64_t p0, int64_t kc, int64_t j0, int64_t nc,
+                        float *out) {
+    for (int64_t jr = 0; jr < nc; jr += NR) {
+        int64_t cols = nc - jr < NR ? nc - jr : NR;
+        const float *src = g->b + p0 * g->b_row + (j0 + jr) * g->b_col;
+        if (g->b_col == 1 && cols == NR) {
+            for (int64_t p = 0; p < kc; p++) {
+                const float *s = src + p * g->b_row;
+                _mm256_store_ps(out + p * NR, _mm256_loadu_ps(s));
+                _mm256_store_ps(out + p * NR + 8, _mm256_loadu_ps(s + 8));
+            }
+        } else if (g->b_row == 1 && cols == NR) { /* op(B) = a row-major matrix^T */
+            int64_t p = 0;
+            for (; p + 8 <= kc; p += 8) {
+                transpose_8x8(src + p, g->b_col, 8, out + p * NR, NR, 8);
+                transpose_8x8(src + 8 * g->b_col + p, g->b_col, 8, out + p * NR + 8, NR, 8);
+            }
+            for (; p < kc; p++)
+                for (int j = 0; j < NR; j++) out[p * NR + j] = src[j * g->b_col + p];
+        } else {
+            for (int64_t j = 0; j < cols; j++) {
+                const float *s = src + j * g->b_col;
+                for (int64_t p = 0; p < kc; p++) out[p * NR + j] = s[p * g->b_row];
+            }
+            for (int64_t j = cols; j < NR; j++)
+                for (int64_t p = 0; p < kc; p++) out[p * NR + j] = 0.0f;
+        }
+        out += kc * NR;
+    }
+}
+
+/* c (6 x 16, row stride ldc) = [c +] a-panel · b-panel over kc. */
+AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t b_stride, float *c,
+                             int64_t ldc, bool accumulate) {
+    /* C's rows are far apart (often a power of two): start loading them now, not at the end */
+    for (int r = 0; r < MR; r++) {
+        _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + r * ldc + NR - 1), _MM_HINT_T0);
+    }
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        __m256 x = _mm256_broadcast_ss(a);
+        c00 = _mm256_fmadd_ps(x, b0, c00);
+        c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(a + 1);
+        c10 = _mm256_fmadd_ps(x, b0, c10);
+        c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(a + 2);
+        c20 = _mm256_fmadd_ps(x, b0, c20);
+        c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(a + 3);
+        c30 = _mm256_fmadd_ps(x, b0, c30);
+        c31 = _mm256_fmadd_ps(x, b1, c31);
+        x = _mm256_broadcast_ss(a + 4);
+        c40 = _mm256_fmadd_ps(x, b0, c40);
+        c41 = _mm256_fmadd_ps(x, b1, c41);
+        x = _mm256_broadcast_ss(a + 5);
+        c50 = _mm256_fmadd_ps(x, b0, c50);
+        c51 = _mm256_fmadd_ps(x, b1, c51);
+        a += MR;
+        b += b_stride;
+    }
+#define STORE_ROW(r, lo, hi)                                                                       \
+    do {                                                                                           \
+        float *row = c + (r)*ldc;                                                                  \
+        if (accumulate) {                                                                          \
+            lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);                                          \
+            hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), hi);                                      \
+        }                                                                                          \
+        _mm256_storeu_ps(row, lo);                                                                 \
+        _mm256_storeu_ps(row + 8, hi);                                                             \
+    } while (0)
+    STORE_ROW(0, c00, c01);
+    STORE_ROW(1, c10, c11);
+    STORE_ROW(2, c20, c21);
+    STORE_ROW(3, c30, c31);
+    STORE_ROW(4, c40, c41);
+    STORE_ROW(5, c50, c51);
+#undef STORE_ROW
+}
+
+/* C[i0.., j0..] (mc x nc) [+]= packed A block · B panel: packed, or when direct, B's own rows
+ * (k = p0..) for full micro-panels and the packed last one (at bp) for a partial one. Edge tiles
+ * go through a local tile and the same additions, so an element's bits do not depend on whether
+ * it is at an edge, nor on whether B was packed. */
+AVX2 static void macro_kernel(const eg__gemm_f32 *g, const float *ap, const float *bp, bool direct,
+                              int64_t i0, int64_t mc, int64_t j0, int64_t nc, int64_t p0,
+                              int64_t kc, bool accumulate) {
+    for (int64_t jr = 0; jr < nc; jr += NR) {
+        int64_t cols = nc - jr < NR ? nc - jr : NR;
+        const float *b = bp + jr * kc;
+        int64_t b_stride = NR;
+        if (direct && cols == NR) {
+            b = g->b + p0 * g->b_row + (j0 + jr);
+            b_stride = g->b_row;
+        } else if (direct) {
+            b = bp;
+        }
+        for (int64_t ir = 0; ir < mc; ir += MR) {
+            int64_t rows = mc - ir < MR ? mc - ir : MR;
+            const float *a = ap + ir * kc;
+            float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
+            if (rows == MR && cols == NR) {
+                kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
+                continue;
+            }
+            float tile[MR * NR] __attribute__((aligned(32)));
+            kernel_6x16(kc, a, b, b_stride, tile, NR, false);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t j = 0; j < cols; j++)
+                    c[r * g->ldc + j] =
+                        accumulate ? c[r * g->ldc + j] + tile[r * NR + j] : tile[r * NR + j];
+        }
+    }
+}
+
+static bool has_epilogue(const eg__gemm_f32 *g) {
+    return g->bias || g->activation != EG__OP_COUNT;
+}
+
+bool eg__gemm_f32_range(const eg__gemm_f32 *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    if (m0 >= m1 || n0 >= n1) return true;
+    if (g->k == 0) {
+        for (int64_t i = m0; i < m1; i++)
+            memset(g->c + i * g->ldc + n0, 0, (size_t)(n1 - n0) * sizeof(float));
+        if (has_epilogue(g))
+            eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + m0 * g->ldc + n0), g->ldc, m1 - m0,
+                              n1 - n0, n0, (const char *)g->bias, g->bias_stride, g->activation);
+        return true;
+    }
+    buffers *buf = thread_buffers();
+    if (!buf) return false;
+    /* k blocks of equal size that depend on k alone: the summation order is fixed by the
+     * problem, not by the range or the thread. */
+    int64_t k_blocks = (g->k + KC - 1) / KC, kb = (g->k + k_blocks - 1) / k_blocks;
+    /* With few rows each B micro-panel serves few A micro-panels: packing B would cost about
+     * as much as the products, so a row-major B is read where it lies. */
+    bool direct = g->b_col == 1 && m1 - m0 <= DIRECT_B_MAX_ROWS;
+    for (int64_t jc = n0; jc < n1; jc += NC) {
+        int64_t nc = n1 - jc < NC ? n1 - jc : NC;
+        for (int64_t block = 0; block < k_blocks; block++) {
+            int64_t p0 = block * kb, kc = g->k - p0 < kb ? g->k - p0 : kb;
+            if (direct) /* only a partial last micro-panel needs packing (zero padding) */
+                pack_b(g, p0, kc, jc + nc / NR * NR, nc % NR, buf->b);
+            else
+                pack_b(g, p0, kc, jc, nc, buf->b);
+            for (int64_t ic = m0; ic < m1; ic += MC) {
+                int64_t mc = m1 - ic < MC ? m1 - ic : MC;
+                pack_a(g, ic, mc, p0, kc, buf->a);
+                macro_kernel(g, buf->a, buf->b, direct, ic, mc, jc, nc, p0, kc, block > 0);
+                if (block == k_blocks - 1 && has_epilogue(g))
+                    eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + ic * g->ldc + jc), g->ldc, mc,
+                                      nc, jc, (const char *)g->bias, g->bias_stride, g->activation);
+            }
+        }
+    }
+    return true;
+}
+
+#else /* not x86-64: OpenBLAS does every product */
+
+bool eg__gemm_f32_available(void) {
+    return false;
+}
+
+bool eg__gemm_f32_range(const eg__gemm_f32 *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    (void)g, (void)m0, (void)m1, (void)n0, (void)n1;
+    return false;
+}
+
+#endif
