@@ -2,12 +2,18 @@
  * convolution) and with respect to the filter, for NHWC and NCHW images of any strides and HWIO
  * filters, f32 and f64.
  *
- * The main path is im2col + GEMM (OpenBLAS, single-threaded like matmul.c): a tile of output
- * pixels is unrolled into a (pixels, KH*KW*C_in/groups) column matrix and multiplied with the
- * filter viewed as a (KH*KW*C_in/groups, C_out) matrix. For small kernels (few input channels:
- * the first layer of a CNN) a direct kernel of our own (AVX2/FMA, f32, NHWC) is faster than a
- * GEMM with a tiny inner dimension; bench/conv measures both, and conv_use_direct() holds the
- * rule the measurements gave.
+ * Three algorithms, chosen per call (conv_use_avx2, conv_use_direct; bench/conv measures them):
+ * - Eagle's own implicit GEMM for AVX2 + FMA (conv_avx2.c: 6 x 16 register blocks over padded
+ *   input bands), for f32 NHWC with at least 8 output channels per group, on CPUs that have
+ *   AVX2 and FMA (checked at run time: the library is built for baseline x86-64). The fastest on
+ *   every layer of the CNN, forward, input gradient (stride 1: a flipped-filter forward) and
+ *   filter gradient alike.
+ * - im2col + GEMM (OpenBLAS, single-threaded like matmul.c): a tile of output pixels is unrolled
+ *   into a (pixels, KH*KW*C_in/groups) column matrix and multiplied with the filter viewed as a
+ *   (KH*KW*C_in/groups, C_out) matrix. Everything else: f64, NCHW, few output channels, CPUs
+ *   without AVX2, and the input gradient of strided convolutions (col2im).
+ * - A small direct AVX2 kernel (one output pixel at a time), kept for comparison
+ *   (eg__conv_set_algorithm(2)); the implicit GEMM superseded it.
  *
  * Results never depend on the thread count: work is cut into fixed tiles (TILE_PIXELS output
  * pixels of one image; for the filter gradient, EG_CONV_FILTER_CHUNKS fixed groups of images whose
@@ -34,8 +40,9 @@
 #define COL_BUDGET    65536
 #define MIN_TILE_ROWS 64
 #define MAX_TILE_ROWS 4096
-/* The direct kernels (forward and filter gradient) handle K = KH*KW*C_in/groups up to this
- * (bench/conv: they beat im2col+GEMM for the 3x3x1 first layer, lose from 3x3x32 on). */
+/* Without the implicit GEMM, the direct kernels (forward and filter gradient) handle K =
+ * KH*KW*C_in/groups up to this (bench/conv: they beat im2col+GEMM for the 3x3x1 first layer,
+ * lose from 3x3x32 on). */
 #define DIRECT_MAX_K 32
 /* Stride-1 input gradients run as a flipped-filter convolution from this many input channels
  * per group (below, the col2im path's wider GEMM wins). */
@@ -275,14 +282,15 @@ DIRECT_FILTER_ROWS(8)
 
 /* Whether conv_avx2.c's implicit-GEMM kernels compute this convolution's forward and filter
  * gradient: f32 NHWC on a CPU with AVX2 and FMA, with at least 8 output channels per group (the
- * register block is 16 channels wide; fewer would leave most of it idle), and, unless forced,
- * more than DIRECT_MAX_K filter rows (below, the direct kernel wins: bench/conv, conv1). */
+ * register block is 16 channels wide; fewer would leave most of it idle). bench/conv: they beat
+ * im2col + sgemm and the direct kernel on every layer of the CNN, the 3x3x1 first layer included
+ * (forward ~45 GFLOP/s against ~12 for the direct kernel). */
 static bool conv_use_avx2(const conv_geometry *g) {
 #ifdef EG_CONV_X86
     if (forced_algorithm == 1 || forced_algorithm == 2 || g->dtype != EG_DTYPE_F32 || g->first ||
         !eg__conv_avx2_built() || !cpu_has_avx2_fma())
         return false;
-    return forced_algorithm == 4 || (g->og >= 8 && g->k > DIRECT_MAX_K);
+    return forced_algorithm == 4 || g->og >= 8;
 #else
     (void)g;
     return false;

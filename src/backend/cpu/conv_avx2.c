@@ -34,6 +34,8 @@
  * band's padded input stays in L2. */
 #define FORWARD_BAND_PIXELS 128
 #define FILTER_BAND_PIXELS  256
+/* Output pixels of one filter-gradient sweep (see eg__conv_avx2_filter_chunk). */
+#define FILTER_SWEEP_PIXELS 64
 
 bool eg__conv_avx2_built(void) {
     return true;
@@ -181,22 +183,34 @@ typedef struct forward_job {
     atomic_bool failed;
 } forward_job;
 
-/* Tasks: (image, band of output rows). */
+/* Offsets in a padded band of its output pixels (row-major), n_rows rows of the image's width. */
+static void pixel_offsets(const eg__conv_geometry *g, const band_layout *l, int64_t n_rows,
+                          int64_t *offsets) {
+    for (int64_t row = 0, pix = 0; row < n_rows; row++)
+        for (int64_t col = 0; col < g->y.w; col++, pix++)
+            offsets[pix] = row * l->row_step + col * l->col_step;
+}
+
+/* Tasks: (image, band of output rows). Scratch: the padded band, then the pixel offsets. */
 static void forward_tasks(void *context, int64_t begin, int64_t end) {
     forward_job *j = context;
     const eg__conv_geometry *g = j->g;
     const band_layout *l = &j->l;
-    float *pad = aligned_alloc(64, (band_floats(l) * sizeof(float) + 63) / 64 * 64);
-    if (!pad) {
+    size_t pad_bytes = (band_floats(l) * sizeof(float) + 63) / 64 * 64;
+    char *scratch = aligned_alloc(64, pad_bytes + (size_t)(l->rows * g->y.w) * sizeof(int64_t));
+    if (!scratch) {
         atomic_store(&j->failed, true);
         return;
     }
+    float *pad = (float *)scratch;
+    int64_t *offsets = (int64_t *)(scratch + pad_bytes);
     for (int64_t task = begin; task < end; task++) {
         int64_t b = task / l->n_bands, r0 = task % l->n_bands * l->rows;
         int64_t n_rows = g->y.h - r0 < l->rows ? g->y.h - r0 : l->rows;
         pad_band(g, l, j->x, b, r0 * g->stride_h,
                  (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, pad);
         int64_t n_pix = n_rows * g->y.w;
+        pixel_offsets(g, l, n_rows, offsets);
         float *yb = j->y + (b * g->p + r0 * g->y.w) * g->out_c;
         for (int64_t grp = 0; grp < g->groups; grp++)
             for (int64_t ob = 0; ob < j->n_ob; ob++) {
@@ -204,13 +218,11 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
                 int n_ch = g->og - ob * NR < NR ? (int)(g->og - ob * NR) : NR;
                 __m256i m0, m1;
                 channel_masks(n_ch, &m0, &m1);
+                const float *base = pad + grp * g->cg;
                 for (int64_t pix0 = 0; pix0 < n_pix; pix0 += MR) {
                     const float *px[MR];
-                    for (int r = 0; r < MR; r++) {
-                        int64_t pix = pix0 + r < n_pix ? pix0 + r : n_pix - 1;
-                        px[r] = pad + pix / g->y.w * l->row_step + pix % g->y.w * l->col_step +
-                                grp * g->cg;
-                    }
+                    for (int r = 0; r < MR; r++)
+                        px[r] = base + offsets[pix0 + r < n_pix ? pix0 + r : n_pix - 1];
                     int n_valid = n_pix - pix0 < MR ? (int)(n_pix - pix0) : MR;
                     forward_block(px, j->taps, g->kh * g->kw, g->cg, w,
                                   yb + pix0 * g->out_c + grp * g->og + ob * NR, g->out_c, n_valid,
@@ -218,7 +230,7 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
                 }
             }
     }
-    free(pad);
+    free(scratch);
 }
 
 /* Offsets of the filter taps (i, j) in a padded band: ((i * dil_h) * wp + j * dil_w) * c. */
@@ -313,47 +325,55 @@ static void filter_block_masked(const float *const *px, const band_layout *l, in
     filter_block_body(px, l, n_rows, ow, dy, ldy, dw, ldw, n_valid, false, m0, m1);
 }
 
+/* Scratch: the padded band, then the filter rows' offsets in it. */
 size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
     band_layout l = layout_of(g, FILTER_BAND_PIXELS);
-    return band_floats(&l);
+    return (band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2;
 }
 
 void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
                                 float *partial, int64_t b0, int64_t b1, float *scratch) {
     band_layout l = layout_of(g, FILTER_BAND_PIXELS);
+    float *pad = scratch;
+    int64_t *koff = (int64_t *)(scratch + (band_floats(&l) + 15) / 16 * 16);
+    for (int64_t t = 0, kk = 0; t < g->kh * g->kw; t++) /* filter row (tap i, j; channel ch) */
+        for (int64_t ch = 0; ch < g->cg; ch++, kk++)
+            koff[kk] = (t / g->kw * g->dil_h * l.wp + t % g->kw * g->dil_w) * l.c + ch;
     int64_t n_ob = (g->og + NR - 1) / NR;
+    /* Rows of one sweep: its dy rows and the padded input it reads stay in L1 while every block
+     * of filter rows and output channels passes over them. */
+    int64_t sweep_rows = FILTER_SWEEP_PIXELS / g->y.w < 1 ? 1 : FILTER_SWEEP_PIXELS / g->y.w;
     for (int64_t b = b0; b < b1; b++)
         for (int64_t band = 0; band < l.n_bands; band++) {
             int64_t r0 = band * l.rows, n_rows = g->y.h - r0 < l.rows ? g->y.h - r0 : l.rows;
             pad_band(g, &l, x, b, r0 * g->stride_h,
-                     (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, scratch);
-            const float *dyb = dy + (b * g->p + r0 * g->y.w) * g->out_c;
-            for (int64_t grp = 0; grp < g->groups; grp++)
-                for (int64_t k0 = 0; k0 < g->k; k0 += MR) {
-                    /* filter row kk = (tap i, j; channel ch) reads the band at this offset */
-                    const float *px[MR];
-                    for (int r = 0; r < MR; r++) {
-                        int64_t kk = k0 + r < g->k ? k0 + r : g->k - 1;
-                        int64_t t = kk / g->cg, ch = kk % g->cg, i = t / g->kw, jj = t % g->kw;
-                        px[r] = scratch + (i * g->dil_h * l.wp + jj * g->dil_w) * l.c +
-                                grp * g->cg + ch;
-                    }
-                    int n_valid = g->k - k0 < MR ? (int)(g->k - k0) : MR;
-                    float *dw = partial + k0 * g->out_c + grp * g->og;
-                    for (int64_t ob = 0; ob < n_ob; ob++) {
-                        int n_ch = g->og - ob * NR < NR ? (int)(g->og - ob * NR) : NR;
-                        const float *d = dyb + grp * g->og + ob * NR;
-                        if (n_ch == NR) {
-                            filter_block_full(px, &l, n_rows, g->y.w, d, g->out_c, dw + ob * NR,
-                                              g->out_c, n_valid);
-                        } else {
-                            __m256i m0, m1;
-                            channel_masks(n_ch, &m0, &m1);
-                            filter_block_masked(px, &l, n_rows, g->y.w, d, g->out_c, dw + ob * NR,
-                                                g->out_c, n_valid, m0, m1);
+                     (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, pad);
+            for (int64_t s0 = 0; s0 < n_rows; s0 += sweep_rows) {
+                int64_t s_rows = n_rows - s0 < sweep_rows ? n_rows - s0 : sweep_rows;
+                const float *dyb = dy + (b * g->p + (r0 + s0) * g->y.w) * g->out_c;
+                const float *ps = pad + s0 * l.row_step;
+                for (int64_t grp = 0; grp < g->groups; grp++)
+                    for (int64_t k0 = 0; k0 < g->k; k0 += MR) {
+                        const float *px[MR];
+                        for (int r = 0; r < MR; r++)
+                            px[r] = ps + grp * g->cg + koff[k0 + r < g->k ? k0 + r : g->k - 1];
+                        int n_valid = g->k - k0 < MR ? (int)(g->k - k0) : MR;
+                        float *dw = partial + k0 * g->out_c + grp * g->og;
+                        for (int64_t ob = 0; ob < n_ob; ob++) {
+                            int n_ch = g->og - ob * NR < NR ? (int)(g->og - ob * NR) : NR;
+                            const float *d = dyb + grp * g->og + ob * NR;
+                            if (n_ch == NR) {
+                                filter_block_full(px, &l, s_rows, g->y.w, d, g->out_c, dw + ob * NR,
+                                                  g->out_c, n_valid);
+                            } else {
+                                __m256i m0, m1;
+                                channel_masks(n_ch, &m0, &m1);
+                                filter_block_masked(px, &l, s_rows, g->y.w, d, g->out_c,
+                                                    dw + ob * NR, g->out_c, n_valid, m0, m1);
+                            }
                         }
                     }
-                }
+            }
         }
 }
 #else
