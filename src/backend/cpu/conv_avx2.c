@@ -197,7 +197,8 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
     const eg__conv_geometry *g = j->g;
     const band_layout *l = &j->l;
     size_t pad_bytes = (band_floats(l) * sizeof(float) + 63) / 64 * 64;
-    char *scratch = aligned_alloc(64, pad_bytes + (size_t)(l->rows * g->y.w) * sizeof(int64_t));
+    size_t offsets_bytes = ((size_t)(l->rows * g->y.w) * sizeof(int64_t) + 63) / 64 * 64;
+    char *scratch = aligned_alloc(64, pad_bytes + offsets_bytes);
     if (!scratch) {
         atomic_store(&j->failed, true);
         return;
