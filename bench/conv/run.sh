@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Eagle's convolution kernels (its AVX2 implicit GEMM, im2col + OpenBLAS sgemm, the small direct
-# kernel, col2im; forward, input and filter gradients), oneDNN called from C (bench/conv/
+# kernel, col2im; forward, input and filter gradients), oneDNN called from C (bench/conv/onednn/
 # dnnl_conv.c, plain NHWC/HWIO and its preferred blocked layouts) and PyTorch's conv2d (oneDNN
 # inside) on the CNN's layer shapes, side by side.
 #   bench/conv/run.sh [--threads N] [--repeats N] [--no-torch] [--no-onednn]

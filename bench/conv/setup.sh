@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/conv's own peer: oneDNN from Debian (libdnnl-dev), bench-only (the library never links
 # it). Installs it with apt-get when missing (root or sudo needed), then builds the C harness
-# bench/conv/dnnl_conv.c into build/release/bench/dnnl_conv. Idempotent.
+# bench/conv/onednn/dnnl_conv.c into build/release/bench/dnnl_conv. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ ! -f /usr/include/dnnl.h ]; then
@@ -11,4 +11,4 @@ if [ ! -f /usr/include/dnnl.h ]; then
   fi
 fi
 mkdir -p build/release/bench
-cc -O2 -Wall -Wextra -Werror bench/conv/dnnl_conv.c -ldnnl -o build/release/bench/dnnl_conv
+cc -O2 -Wall -Wextra -Werror bench/conv/onednn/dnnl_conv.c -ldnnl -o build/release/bench/dnnl_conv

@@ -5,7 +5,8 @@
  * format_tag_any; the reorders into it are not timed, so this is oneDNN's best case). Prints the
  * same columns as bench_conv. Threads: OMP_NUM_THREADS (oneDNN runs on OpenMP here).
  *   dnnl_conv [--threads N] [--repeats N] [--batch N]
- * Bench-only: built by bench/conv/run.sh when libdnnl-dev is installed (bench/conv/setup.sh). */
+ * Bench-only, built by bench/conv/setup.sh (its own folder keeps it out of bench_conv, which
+ * CMake builds from the C files directly in bench/conv). */
 #define _POSIX_C_SOURCE 200809L
 #include <dnnl.h>
 #include <stdio.h>
