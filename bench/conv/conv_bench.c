@@ -2,8 +2,9 @@
  * the forward convolution, the input gradient and the filter gradient, each with every algorithm
  * (im2col + OpenBLAS sgemm; the small direct AVX2 kernel; col2im for the input gradient; Eagle's
  * AVX2 implicit GEMM, conv_avx2.c) and with the automatic choice. Prints GFLOP/s (2 * multiply-adds
- * per second) by wall time and by process CPU time (the second is steadier on a shared machine;
- * with T threads it is divided by T).
+ * per second) by wall time, by process CPU time (all threads' together, so it is the rate per
+ * busy core; steadier on a shared machine) and by the fastest single call's CPU time ("best",
+ * the least disturbed by other jobs on a loaded machine).
  *   bench_conv [--threads N] [--repeats N] [--batch N] [--only TEXT]
  * --only runs the rows whose "layer variant" name contains TEXT (e.g. "conv2 forward"). */
 #define _POSIX_C_SOURCE 200809L
@@ -47,7 +48,7 @@ static const variant variants[] = {
 };
 
 /* Runs one variant `repeats` times (after one warm-up) and prints its rates. */
-static void run(const layer *l, int64_t batch, const variant *v, int repeats, int threads) {
+static void run(const layer *l, int64_t batch, const variant *v, int repeats) {
     eg_scope_begin();
     eg_generator *gen = eg_generator_new(7);
     int64_t xs[4] = {batch, l->h, l->w, l->c}, ws[4] = {l->k, l->k, l->c, l->o};
@@ -89,8 +90,8 @@ static void run(const layer *l, int64_t batch, const variant *v, int repeats, in
     }
     double flops = 2.0 * (double)eg_tensor_n_elems(y) * (double)(l->k * l->k * l->c) * repeats;
     printf("%-8s %-22s %8.2f ms %8.1f GFLOP/s wall %8.1f GFLOP/s cpu/thread %8.1f best\n", l->name,
-           v->name, 1e3 * wall / repeats, flops / wall * 1e-9, flops / cpu * 1e-9 * threads,
-           flops / repeats / cpu_best * 1e-9 * threads);
+           v->name, 1e3 * wall / repeats, flops / wall * 1e-9, flops / cpu * 1e-9,
+           flops / repeats / cpu_best * 1e-9);
     eg__conv_set_algorithm(0);
     eg_scope_end();
 }
@@ -123,7 +124,7 @@ int main(int argc, char **argv) {
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             char name[64];
             snprintf(name, sizeof name, "%s %s", layers[l].name, variants[v].name);
-            if (!only || strstr(name, only)) run(&layers[l], batch, &variants[v], repeats, threads);
+            if (!only || strstr(name, only)) run(&layers[l], batch, &variants[v], repeats);
         }
     eg_shutdown();
     return 0;

@@ -6,7 +6,8 @@
 #   bench/conv/run.sh [--threads N] [--repeats N] [--no-torch] [--no-onednn]
 # Rates are GFLOP/s (2 * multiply-adds of the forward convolution per second) by wall time, by
 # process CPU time per thread (steadier on a shared machine) and by the fastest single call's CPU
-# time ("best": the least disturbed by other jobs; Eagle and oneDNN only).
+# time ("best": the least disturbed by other jobs; Eagle and oneDNN only). CPU time is summed over
+# threads: every rate is per busy core.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=1 repeats=10 torch=1 onednn=1
@@ -16,7 +17,7 @@ while [ $# -gt 0 ]; do
     --repeats) repeats=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
     --no-onednn) onednn=0; shift ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done

@@ -47,8 +47,8 @@ static dnnl_memory_t memory_for(const dnnl_memory_desc_t *md, dnnl_engine_t engi
     return m;
 }
 
-static void run(const layer *l, long batch, pass p, int blocked, int repeats, int threads,
-                dnnl_engine_t engine, dnnl_stream_t stream) {
+static void run(const layer *l, long batch, pass p, int blocked, int repeats, dnnl_engine_t engine,
+                dnnl_stream_t stream) {
     dnnl_dims_t src_dims = {batch, l->c, l->h, l->w}, wei_dims = {l->o, l->c, 3, 3};
     dnnl_dims_t dst_dims = {batch, l->o, l->h, l->w};
     dnnl_dims_t strides = {1, 1}, pad = {1, 1};
@@ -104,8 +104,8 @@ static void run(const layer *l, long batch, pass p, int blocked, int repeats, in
     char name[64];
     snprintf(name, sizeof name, "%s onednn %s", pass_names[p], blocked ? "blocked" : "plain");
     printf("%-8s %-22s %8.2f ms %8.1f GFLOP/s wall %8.1f GFLOP/s cpu/thread %8.1f best\n", l->name,
-           name, 1e3 * wall / repeats, flops * repeats / wall * 1e-9,
-           flops * repeats / cpu * 1e-9 * threads, flops / cpu_best * 1e-9 * threads);
+           name, 1e3 * wall / repeats, flops * repeats / wall * 1e-9, flops * repeats / cpu * 1e-9,
+           flops / cpu_best * 1e-9);
     fflush(stdout);
     dnnl_primitive_destroy(prim);
     dnnl_memory_destroy(src);
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++)
         for (int p = FORWARD; p <= BACKWARD_WEIGHTS; p++)
             for (int blocked = 0; blocked <= 1; blocked++)
-                run(&layers[l], batch, (pass)p, blocked, repeats, threads, engine, stream);
+                run(&layers[l], batch, (pass)p, blocked, repeats, engine, stream);
     dnnl_stream_destroy(stream);
     dnnl_engine_destroy(engine);
     return 0;
