@@ -288,7 +288,7 @@ DIRECT_FILTER_ROWS(8)
 static bool conv_use_avx2(const conv_geometry *g) {
 #ifdef EG_CONV_X86
     if (forced_algorithm == 1 || forced_algorithm == 2 || g->dtype != EG_DTYPE_F32 || g->first ||
-        g->p == 0 || g->og == 0 || !eg__conv_avx2_built() || !cpu_has_avx2_fma())
+        g->p == 0 || g->og == 0 || !cpu_has_avx2_fma() || !eg__conv_avx2_built())
         return false;
     return forced_algorithm == 4 || g->og >= 8;
 #else

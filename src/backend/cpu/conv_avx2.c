@@ -34,8 +34,9 @@
  * band's padded input stays in L2. */
 #define FORWARD_BAND_PIXELS 128
 #define FILTER_BAND_PIXELS  256
-/* Output pixels of one filter-gradient sweep (see eg__conv_avx2_filter_chunk). */
-#define FILTER_SWEEP_PIXELS 64
+/* Output pixels of one filter-gradient sweep (see eg__conv_avx2_filter_chunk); bench_conv
+ * --batch 8, best call: 128 beat 64 and 256 on conv2-conv4. */
+#define FILTER_SWEEP_PIXELS 128
 
 bool eg__conv_avx2_built(void) {
     return true;

@@ -26,7 +26,8 @@ typedef struct eg__conv_geometry {
  * when eg__conv_cpu_has_avx2_fma() says so. They need f32, NHWC, y (and dy) contiguous NHWC,
  * w contiguous HWIO; x may have any strides. p > 0 and k > 0. ---- */
 
-/* Whether this build has the AVX2 kernels (x86-64 with a compiler that accepts -mavx2 -mfma). */
+/* Whether this build has the AVX2 kernels (x86-64 with a compiler that accepts -mavx2 -mfma).
+ * Call it only after the CPU check too: this file is compiled for AVX2. */
 bool eg__conv_avx2_built(void);
 
 /* y = conv(x, w), in parallel over (image, band of output rows) tasks. EG_OK or out of memory
