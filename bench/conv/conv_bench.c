@@ -1,9 +1,12 @@
 /* Convolution kernels on the CNN's layer shapes (tools/eagle/cnn.c, batch 64, NHWC, f32):
- * forward with each algorithm (im2col + OpenBLAS sgemm, and the direct AVX2 kernel where it
- * applies), the input gradient and the filter gradient. Prints GFLOP/s (2 * multiply-adds per
- * second) by wall time and by process CPU time (the second is steadier on a shared machine;
- * with T threads it is divided by T).
- *   bench_conv [--threads N] [--repeats N] [--batch N] */
+ * the forward convolution, the input gradient and the filter gradient, each with every algorithm
+ * (im2col + OpenBLAS sgemm; the small direct AVX2 kernel; col2im for the input gradient; Eagle's
+ * AVX2 implicit GEMM, conv_avx2.c) and with the automatic choice. Prints GFLOP/s (2 * multiply-adds
+ * per second) by wall time, by process CPU time (all threads' together, so it is the rate per
+ * busy core; steadier on a shared machine) and by the fastest single call's CPU time ("best",
+ * the least disturbed by other jobs on a loaded machine).
+ *   bench_conv [--threads N] [--repeats N] [--batch N] [--only TEXT]
+ * --only runs the rows whose "layer variant" name contains TEXT (e.g. "conv2 forward"). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +16,8 @@
 #include "eagle.h"
 #include "ops/internal.h"
 
-void eg__conv_set_algorithm(int algorithm); /* 0 auto, 1 im2col + GEMM, 2 direct */
+/* 0 auto, 1 im2col + GEMM, 2 direct, 3 col2im input gradient, 4 AVX2 implicit GEMM */
+void eg__conv_set_algorithm(int algorithm);
 
 static double clock_of(clockid_t id) {
     struct timespec t;
@@ -27,20 +31,24 @@ typedef struct layer {
     eg_padding padding;
 } layer;
 
-typedef enum {
-    FORWARD_IM2COL,
-    FORWARD_DIRECT,
-    BACKWARD_INPUT,
-    BACKWARD_INPUT_COL2IM,
-    BACKWARD_FILTER,
-    N_VARIANTS
+typedef enum { FORWARD, BACKWARD_INPUT, BACKWARD_FILTER } pass;
+/* Each pass with each algorithm eg__conv_set_algorithm forces (0: the automatic choice). */
+typedef struct variant {
+    pass what;
+    int algorithm;
+    const char *name;
 } variant;
-static const char *const variant_names[] = {"forward im2col+sgemm", "forward direct",
-                                            "input grad (auto)", "input grad col2im",
-                                            "filter grad"};
+static const variant variants[] = {
+    {FORWARD, 1, "forward im2col+sgemm"},        {FORWARD, 2, "forward direct"},
+    {FORWARD, 4, "forward avx2 igemm"},          {FORWARD, 0, "forward (auto)"},
+    {BACKWARD_INPUT, 1, "input im2col+sgemm"},   {BACKWARD_INPUT, 3, "input col2im"},
+    {BACKWARD_INPUT, 4, "input avx2 igemm"},     {BACKWARD_INPUT, 0, "input (auto)"},
+    {BACKWARD_FILTER, 1, "filter im2col+sgemm"}, {BACKWARD_FILTER, 2, "filter direct"},
+    {BACKWARD_FILTER, 4, "filter avx2 igemm"},   {BACKWARD_FILTER, 0, "filter (auto)"},
+};
 
 /* Runs one variant `repeats` times (after one warm-up) and prints its rates. */
-static void run(const layer *l, int64_t batch, variant v, int repeats, int threads) {
+static void run(const layer *l, int64_t batch, const variant *v, int repeats) {
     eg_scope_begin();
     eg_generator *gen = eg_generator_new(7);
     int64_t xs[4] = {batch, l->h, l->w, l->c}, ws[4] = {l->k, l->k, l->c, l->o};
@@ -54,18 +62,15 @@ static void run(const layer *l, int64_t batch, variant v, int repeats, int threa
     eg__conv2d_attrs(&attrs, &o, xs, ws, "bench");
     attrs.n_dims = 4;
     memcpy(attrs.shape, ws, sizeof ws);
-    eg__conv_set_algorithm(v == FORWARD_IM2COL          ? 1
-                           : v == FORWARD_DIRECT        ? 2
-                           : v == BACKWARD_INPUT_COL2IM ? 3
-                                                        : 0);
-    double wall = 0, cpu = 0;
+    eg__conv_set_algorithm(v->algorithm);
+    double wall = 0, cpu = 0, cpu_best = 1e300;
     for (int r = -1; r < repeats; r++) {
         eg_scope_begin();
         double w0 = clock_of(CLOCK_MONOTONIC), c0 = clock_of(CLOCK_PROCESS_CPUTIME_ID);
         eg_tensor *out = NULL;
-        if (v == FORWARD_IM2COL || v == FORWARD_DIRECT) {
+        if (v->what == FORWARD) {
             out = eg_conv2d(x, w, &o);
-        } else if (v == BACKWARD_INPUT || v == BACKWARD_INPUT_COL2IM) {
+        } else if (v->what == BACKWARD_INPUT) {
             out = eg_conv2d_transpose(dy, w, xs, &o);
         } else {
             const eg_tensor *in[2] = {x, dy};
@@ -77,14 +82,16 @@ static void run(const layer *l, int64_t batch, variant v, int repeats, int threa
         }
         if (r >= 0) {
             wall += clock_of(CLOCK_MONOTONIC) - w0;
-            cpu += clock_of(CLOCK_PROCESS_CPUTIME_ID) - c0;
+            double c = clock_of(CLOCK_PROCESS_CPUTIME_ID) - c0;
+            cpu += c;
+            if (c < cpu_best) cpu_best = c;
         }
         eg_scope_end();
     }
     double flops = 2.0 * (double)eg_tensor_n_elems(y) * (double)(l->k * l->k * l->c) * repeats;
-    printf("%-8s %-22s %8.2f ms %8.1f GFLOP/s wall %8.1f GFLOP/s cpu/thread\n", l->name,
-           variant_names[v], 1e3 * wall / repeats, flops / wall * 1e-9,
-           flops / cpu * 1e-9 * threads);
+    printf("%-8s %-22s %8.2f ms %8.1f GFLOP/s wall %8.1f GFLOP/s cpu/thread %8.1f best\n", l->name,
+           v->name, 1e3 * wall / repeats, flops / wall * 1e-9, flops / cpu * 1e-9,
+           flops / repeats / cpu_best * 1e-9);
     eg__conv_set_algorithm(0);
     eg_scope_end();
 }
@@ -92,6 +99,7 @@ static void run(const layer *l, int64_t batch, variant v, int repeats, int threa
 int main(int argc, char **argv) {
     int threads = 1, repeats = 10;
     int64_t batch = 64;
+    const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
@@ -99,6 +107,8 @@ int main(int argc, char **argv) {
             repeats = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch"))
             batch = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only"))
+            only = argv[i + 1];
     }
     eg_set_num_threads(threads);
     static const layer layers[] = {
@@ -111,7 +121,11 @@ int main(int argc, char **argv) {
     printf("eagle conv2d, batch %lld, NHWC f32, %d thread(s), %d repeats, %s\n", (long long)batch,
            threads, repeats, eg_blas_info());
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++)
-        for (int v = 0; v < N_VARIANTS; v++) run(&layers[l], batch, (variant)v, repeats, threads);
+        for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", layers[l].name, variants[v].name);
+            if (!only || strstr(name, only)) run(&layers[l], batch, &variants[v], repeats);
+        }
     eg_shutdown();
     return 0;
 }

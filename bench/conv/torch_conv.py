@@ -53,7 +53,7 @@ def main():
                 wall, cpu = timed(fn, args.repeats)
                 print(f"{name:8s} {fmt + ' ' + what:26s} {1e3 * wall:8.2f} ms "
                       f"{flops / wall * 1e-9:8.1f} GFLOP/s wall "
-                      f"{flops / cpu * 1e-9 * args.threads:8.1f} GFLOP/s cpu/thread", flush=True)
+                      f"{flops / cpu * 1e-9:8.1f} GFLOP/s cpu/thread", flush=True)
 
 
 if __name__ == "__main__":

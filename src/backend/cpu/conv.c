@@ -2,15 +2,21 @@
  * convolution) and with respect to the filter, for NHWC and NCHW images of any strides and HWIO
  * filters, f32 and f64.
  *
- * The main path is im2col + GEMM (OpenBLAS, single-threaded like matmul.c): a tile of output
- * pixels is unrolled into a (pixels, KH*KW*C_in/groups) column matrix and multiplied with the
- * filter viewed as a (KH*KW*C_in/groups, C_out) matrix. For small kernels (few input channels:
- * the first layer of a CNN) a direct kernel of our own (AVX2/FMA, f32, NHWC) is faster than a
- * GEMM with a tiny inner dimension; bench/conv measures both, and conv_use_direct() holds the
- * rule the measurements gave.
+ * Three algorithms, chosen per call (conv_use_avx2, conv_use_direct; bench/conv measures them):
+ * - Eagle's own implicit GEMM for AVX2 + FMA (conv_avx2.c: 6 x 16 register blocks over padded
+ *   input bands), for f32 NHWC with at least 8 output channels per group, on CPUs that have
+ *   AVX2 and FMA (checked at run time: the library is built for baseline x86-64). The fastest on
+ *   every layer of the CNN, forward, input gradient (stride 1: a flipped-filter forward) and
+ *   filter gradient alike.
+ * - im2col + GEMM (OpenBLAS, single-threaded like matmul.c): a tile of output pixels is unrolled
+ *   into a (pixels, KH*KW*C_in/groups) column matrix and multiplied with the filter viewed as a
+ *   (KH*KW*C_in/groups, C_out) matrix. Everything else: f64, NCHW, few output channels, CPUs
+ *   without AVX2, and the input gradient of strided convolutions (col2im).
+ * - A small direct AVX2 kernel (one output pixel at a time), kept for comparison
+ *   (eg__conv_set_algorithm(2)); the implicit GEMM superseded it.
  *
  * Results never depend on the thread count: work is cut into fixed tiles (TILE_PIXELS output
- * pixels of one image; for the filter gradient, FILTER_CHUNKS fixed groups of images whose
+ * pixels of one image; for the filter gradient, EG_CONV_FILTER_CHUNKS fixed groups of images whose
  * partial sums are added in a fixed order), and each tile is the same computation whichever
  * thread runs it. */
 #include <cblas.h>
@@ -24,6 +30,7 @@
 #define EG_CONV_X86 1
 #endif
 
+#include "backend/cpu/conv_internal.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 
@@ -33,10 +40,9 @@
 #define COL_BUDGET    65536
 #define MIN_TILE_ROWS 64
 #define MAX_TILE_ROWS 4096
-/* The filter gradient sums over images in this many fixed chunks at most (parallel work). */
-#define FILTER_CHUNKS 16
-/* The direct kernels (forward and filter gradient) handle K = KH*KW*C_in/groups up to this
- * (bench/conv: they beat im2col+GEMM for the 3x3x1 first layer, lose from 3x3x32 on). */
+/* Without the implicit GEMM, the direct kernels (forward and filter gradient) handle K =
+ * KH*KW*C_in/groups up to this (bench/conv: they beat im2col+GEMM for the 3x3x1 first layer,
+ * lose from 3x3x32 on). */
 #define DIRECT_MAX_K 32
 /* Stride-1 input gradients run as a flipped-filter convolution from this many input channels
  * per group (below, the col2im path's wider GEMM wins). */
@@ -47,23 +53,16 @@ static void blas_single_thread(void) {
     openblas_set_num_threads(1);
 }
 
-/* 0: choose by shape; 1: always im2col + GEMM; 2: direct where it applies; 3: the input gradient
- * by col2im even at stride 1. For bench/conv and the tests. */
+/* 0: choose by shape; 1: always im2col + GEMM (what a CPU without AVX2 runs); 2: direct where it
+ * applies; 3: the input gradient by col2im even at stride 1; 4: the AVX2 implicit-GEMM kernels
+ * (conv_avx2.c) wherever they apply. For bench/conv and the tests. */
 static int forced_algorithm;
 void eg__conv_set_algorithm(int algorithm);
 void eg__conv_set_algorithm(int algorithm) {
     forced_algorithm = algorithm;
 }
 
-typedef struct conv_geometry {
-    eg__image x, y;            /* the convolution's input and output (y also for dy) */
-    int64_t kh, kw, cg, og, k; /* filter; cg/og channels per group; k = kh * kw * cg */
-    int64_t groups, p, out_c;  /* p = output pixels per image */
-    int64_t stride_h, stride_w, dil_h, dil_w, pad_t, pad_l;
-    bool first; /* NCHW */
-    eg_dtype dtype;
-    size_t esize;
-} conv_geometry;
+typedef eg__conv_geometry conv_geometry;
 
 static conv_geometry geometry(const eg_tensor *x, const eg_tensor *y, const int64_t *w_shape,
                               const eg__attrs *attrs) {
@@ -281,10 +280,28 @@ DIRECT_FILTER_ROWS(8)
 #undef DIRECT_FILTER_ROWS
 #endif
 
+/* Whether conv_avx2.c's implicit-GEMM kernels compute this convolution's forward and filter
+ * gradient: f32 NHWC on a CPU with AVX2 and FMA, with at least 8 output channels per group (the
+ * register block is 16 channels wide; fewer would leave most of it idle). bench/conv: they beat
+ * im2col + sgemm and the direct kernel on every layer of the CNN, the 3x3x1 first layer included
+ * (forward ~45 GFLOP/s against ~12 for the direct kernel). */
+static bool conv_use_avx2(const conv_geometry *g) {
+#ifdef EG_CONV_X86
+    if (forced_algorithm == 1 || forced_algorithm == 2 || g->dtype != EG_DTYPE_F32 || g->first ||
+        g->p == 0 || g->og == 0 || !cpu_has_avx2_fma() || !eg__conv_avx2_built())
+        return false;
+    return forced_algorithm == 4 || g->og >= 8;
+#else
+    (void)g;
+    return false;
+#endif
+}
+
 /* Whether the direct kernels compute this convolution's forward and filter gradient. */
 static bool conv_use_direct(const conv_geometry *g) {
 #ifdef EG_CONV_X86
-    if (forced_algorithm == 1 || g->dtype != EG_DTYPE_F32 || g->first) return false;
+    if (forced_algorithm == 1 || forced_algorithm == 4 || g->dtype != EG_DTYPE_F32 || g->first)
+        return false;
     int nv = (int)(g->og / 8);
     if (g->og % 8 != 0 || (nv != 1 && nv != 2 && nv != 4 && nv != 8) || !cpu_has_avx2_fma())
         return false;
@@ -332,7 +349,7 @@ typedef struct conv_job {
     tiling tiles;
     int64_t chunk_images, n_chunks;
     char *partials;
-    bool direct;
+    bool direct, avx2;
     atomic_bool failed; /* a task found no memory for its scratch space */
 } conv_job;
 
@@ -403,6 +420,8 @@ static eg_status run_forward(const conv_geometry *g, const char *x, const char *
         memset(y, 0, (size_t)(g->y.n * g->p * g->out_c) * g->esize);
         return EG_OK;
     }
+    if (conv_use_avx2(g))
+        return eg__conv_avx2_forward(g, (const float *)x, (const float *)w, (float *)y, what);
     conv_job job = {.g = g, .x = x, .w = w, .y = y};
     job.direct = conv_use_direct(g);
     job.tiles = (tiling){tile_rows(g), g->p, g->first};
@@ -541,13 +560,24 @@ static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
     conv_job *j = context;
     const conv_geometry *g = j->g;
     size_t es = g->esize, partial_elems = (size_t)(g->k * g->out_c);
-    char *col = j->direct ? NULL : col_scratch(j);
-    if (!j->direct && !col) return;
+    char *col = j->direct ? NULL
+                : j->avx2 ? scratch(eg__conv_avx2_filter_scratch(g) * sizeof(float))
+                          : col_scratch(j);
+    if (!j->direct && !col) {
+        atomic_store(&j->failed, true);
+        return;
+    }
     for (int64_t chunk = begin; chunk < end; chunk++) {
         char *partial = j->partials + (size_t)chunk * partial_elems * es;
         memset(partial, 0, partial_elems * es);
         int64_t b_end = (chunk + 1) * j->chunk_images;
         if (b_end > g->x.n) b_end = g->x.n;
+        if (j->avx2) {
+            eg__conv_avx2_filter_chunk(g, (const float *)j->x, (const float *)j->dy,
+                                       (float *)partial, chunk * j->chunk_images, b_end,
+                                       (float *)col);
+            continue;
+        }
 #ifdef EG_CONV_X86
         if (j->direct) {
             const float *x = (const float *)j->x, *dy = (const float *)j->dy;
@@ -631,9 +661,10 @@ eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
     conv_geometry g = geometry(x, dy, dw->shape, call->attrs);
     conv_job job = {.g = &g, .x = eg__data(x), .dy = eg__data(dy)};
     job.tiles = (tiling){tile_rows(&g), g.p, g.first};
-    job.direct = conv_use_direct(&g);
+    job.avx2 = conv_use_avx2(&g);
+    job.direct = !job.avx2 && conv_use_direct(&g);
     atomic_init(&job.failed, false);
-    job.chunk_images = (g.x.n + FILTER_CHUNKS - 1) / FILTER_CHUNKS;
+    job.chunk_images = (g.x.n + EG_CONV_FILTER_CHUNKS - 1) / EG_CONV_FILTER_CHUNKS;
     if (job.chunk_images < 1) job.chunk_images = 1;
     job.n_chunks = (g.x.n + job.chunk_images - 1) / job.chunk_images;
     eg_status status = EG_OK;

@@ -1,0 +1,398 @@
+/* Eagle's own f32 NHWC convolution kernels for AVX2 + FMA: an implicit GEMM with a 6 x 16
+ * register block (12 accumulators of 8 floats), for the forward convolution (and so the stride-1
+ * input gradient, which conv.c runs as a flipped-filter forward) and for the filter gradient.
+ *
+ * This file is compiled with -mavx2 -mfma (CMakeLists.txt); the library itself targets baseline
+ * x86-64, so conv.c calls in here only after checking the CPU at run time.
+ *
+ * Padding costs nothing in the inner loops: each task first copies the input rows its band of
+ * output rows reads into a zero-padded buffer (every tap of every output pixel is then a valid
+ * address), which also turns strides, dilation and strided (non-contiguous) inputs into plain
+ * pointer offsets. The copy is ~1% of the arithmetic for a 3x3 filter.
+ *
+ * Forward: block = 6 output pixels (any 6 of the band, rows may differ) x 16 output channels;
+ * for every tap and input channel, 2 vector loads of the packed filter, 6 broadcasts of the
+ * input, 12 FMAs. Filter gradient: block = 6 filter rows (tap, input channel) x 16 output
+ * channels; for every output pixel of the band, 2 vector loads of dy, 6 broadcasts of the input,
+ * 12 FMAs. Blocks past the end (pixels, filter rows) repeat the last valid row and are not
+ * stored; channel tails use masked loads and stores. Every output value is computed by the same
+ * sequence of operations whichever thread runs it. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/conv_internal.h"
+#include "core/error.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define MR 6  /* rows of the register block: output pixels, or filter rows */
+#define NR 16 /* output channels of the register block (two vectors) */
+/* Output pixels per band (one task of the forward, one step of the filter gradient): enough
+ * that per-block costs (pointer set-up, accumulator loads and stores) vanish, few enough that a
+ * band's padded input stays in L2. */
+#define FORWARD_BAND_PIXELS 128
+#define FILTER_BAND_PIXELS  256
+/* Output pixels of one filter-gradient sweep (see eg__conv_avx2_filter_chunk); bench_conv
+ * --batch 8, best call: 128 beat 64 and 256 on conv2-conv4. */
+#define FILTER_SWEEP_PIXELS 128
+
+bool eg__conv_avx2_built(void) {
+    return true;
+}
+
+typedef struct band_layout {
+    int64_t rows;        /* output rows per band */
+    int64_t n_bands;     /* bands per image */
+    int64_t in_rows_max; /* padded input rows a full band reads */
+    int64_t wp, c;       /* padded columns; channels (all groups) */
+    int64_t row_step;    /* floats between output rows in the padded buffer: stride_h rows */
+    int64_t col_step;    /* floats between output columns: stride_w pixels */
+} band_layout;
+
+static band_layout layout_of(const eg__conv_geometry *g, int64_t band_pixels) {
+    band_layout l;
+    l.rows = band_pixels / g->y.w;
+    if (l.rows < 1) l.rows = 1;
+    if (l.rows > g->y.h) l.rows = g->y.h;
+    l.n_bands = (g->y.h + l.rows - 1) / l.rows;
+    l.in_rows_max = (l.rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1;
+    l.wp = (g->y.w - 1) * g->stride_w + g->dil_w * (g->kw - 1) + 1;
+    l.c = g->x.c;
+    l.row_step = g->stride_h * l.wp * l.c;
+    l.col_step = g->stride_w * l.c;
+    return l;
+}
+
+static size_t band_floats(const band_layout *l) {
+    return (size_t)(l->in_rows_max * l->wp * l->c);
+}
+
+/* pad[(r * wp + col) * c + ch] = x[b, first_row + r - pad_t, col - pad_l, ch] for the n_rows
+ * padded rows from first_row (padded coordinates), 0 outside the image. */
+static void pad_band(const eg__conv_geometry *g, const band_layout *l, const float *x, int64_t b,
+                     int64_t first_row, int64_t n_rows, float *pad) {
+    const eg__image *xi = &g->x;
+    int64_t c = l->c, wp = l->wp;
+    int64_t col_lo = g->pad_l < 0 ? 0 : g->pad_l > wp ? wp : g->pad_l;
+    int64_t col_hi = g->pad_l + xi->w < col_lo ? col_lo
+                     : g->pad_l + xi->w > wp   ? wp
+                                               : g->pad_l + xi->w;
+    bool dense = xi->sc == 1 && xi->sw == c;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *dst = pad + r * wp * c;
+        int64_t ih = first_row + r - g->pad_t;
+        if (ih < 0 || ih >= xi->h || col_hi == col_lo) {
+            memset(dst, 0, (size_t)(wp * c) * sizeof(float));
+            continue;
+        }
+        memset(dst, 0, (size_t)(col_lo * c) * sizeof(float));
+        const float *src = x + b * xi->sn + ih * xi->sh + (col_lo - g->pad_l) * xi->sw;
+        if (dense) {
+            memcpy(dst + col_lo * c, src, (size_t)((col_hi - col_lo) * c) * sizeof(float));
+        } else {
+            for (int64_t col = col_lo; col < col_hi; col++)
+                for (int64_t ch = 0; ch < c; ch++)
+                    dst[col * c + ch] = src[(col - col_lo) * xi->sw + ch * xi->sc];
+        }
+        memset(dst + col_hi * c, 0, (size_t)((wp - col_hi) * c) * sizeof(float));
+    }
+}
+
+/* Masks for the first n (0..16) channels of a block, as two vectors. */
+static inline void channel_masks(int n, __m256i *m0, __m256i *m1) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    *m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes);
+    *m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lanes);
+}
+
+/* The 12 accumulators, named so that they stay in registers. */
+#define ACC_DECLARE                                                                                \
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,       \
+           a30 = a00, a31 = a00, a40 = a00, a41 = a00, a50 = a00, a51 = a00
+#define ACC_ROW(r, bcast, v0, v1)                                                                  \
+    do {                                                                                           \
+        __m256 b_ = (bcast);                                                                       \
+        a##r##0 = _mm256_fmadd_ps(b_, v0, a##r##0);                                                \
+        a##r##1 = _mm256_fmadd_ps(b_, v1, a##r##1);                                                \
+    } while (0)
+
+/* Stores (or adds into, when add) accumulator row r at dst: all 16 channels or the masked ones. */
+static inline void put_row(float *dst, __m256 v0, __m256 v1, bool full, __m256i m0, __m256i m1,
+                           bool add) {
+    if (full) {
+        if (add) {
+            v0 = _mm256_add_ps(_mm256_loadu_ps(dst), v0);
+            v1 = _mm256_add_ps(_mm256_loadu_ps(dst + 8), v1);
+        }
+        _mm256_storeu_ps(dst, v0);
+        _mm256_storeu_ps(dst + 8, v1);
+    } else {
+        if (add) {
+            v0 = _mm256_add_ps(_mm256_maskload_ps(dst, m0), v0);
+            v1 = _mm256_add_ps(_mm256_maskload_ps(dst + 8, m1), v1);
+        }
+        _mm256_maskstore_ps(dst, m0, v0);
+        _mm256_maskstore_ps(dst + 8, m1, v1);
+    }
+}
+
+#define PUT_ROWS(dst_of, full, m0, m1, add, n_valid)                                               \
+    do {                                                                                           \
+        put_row(dst_of(0), a00, a01, full, m0, m1, add);                                           \
+        if (n_valid > 1) put_row(dst_of(1), a10, a11, full, m0, m1, add);                          \
+        if (n_valid > 2) put_row(dst_of(2), a20, a21, full, m0, m1, add);                          \
+        if (n_valid > 3) put_row(dst_of(3), a30, a31, full, m0, m1, add);                          \
+        if (n_valid > 4) put_row(dst_of(4), a40, a41, full, m0, m1, add);                          \
+        if (n_valid > 5) put_row(dst_of(5), a50, a51, full, m0, m1, add);                          \
+    } while (0)
+
+/* ---- forward ---- */
+
+/* y[r][0..16) = sum over taps t and channels ch of px[r][taps[t] + ch] * w[t * cg + ch][0..16)
+ * for the n_valid pixels r (y rows ldy apart); w is the packed (k x 16) block. */
+static void forward_block(const float *const *px, const int64_t *taps, int64_t n_taps, int64_t cg,
+                          const float *w, float *y, int64_t ldy, int n_valid, bool full, __m256i m0,
+                          __m256i m1) {
+    ACC_DECLARE;
+    for (int64_t t = 0; t < n_taps; t++) {
+        const float *p0 = px[0] + taps[t], *p1 = px[1] + taps[t], *p2 = px[2] + taps[t];
+        const float *p3 = px[3] + taps[t], *p4 = px[4] + taps[t], *p5 = px[5] + taps[t];
+        for (int64_t ch = 0; ch < cg; ch++, w += NR) {
+            __m256 w0 = _mm256_load_ps(w), w1 = _mm256_load_ps(w + 8);
+            ACC_ROW(0, _mm256_broadcast_ss(p0 + ch), w0, w1);
+            ACC_ROW(1, _mm256_broadcast_ss(p1 + ch), w0, w1);
+            ACC_ROW(2, _mm256_broadcast_ss(p2 + ch), w0, w1);
+            ACC_ROW(3, _mm256_broadcast_ss(p3 + ch), w0, w1);
+            ACC_ROW(4, _mm256_broadcast_ss(p4 + ch), w0, w1);
+            ACC_ROW(5, _mm256_broadcast_ss(p5 + ch), w0, w1);
+        }
+    }
+#define Y_ROW(r) (y + (r)*ldy)
+    PUT_ROWS(Y_ROW, full, m0, m1, false, n_valid);
+#undef Y_ROW
+}
+
+typedef struct forward_job {
+    const eg__conv_geometry *g;
+    band_layout l;
+    const float *x, *wpack;
+    float *y;
+    const int64_t *taps;
+    int64_t n_ob; /* 16-channel blocks per group */
+    atomic_bool failed;
+} forward_job;
+
+/* Offsets in a padded band of its output pixels (row-major), n_rows rows of the image's width. */
+static void pixel_offsets(const eg__conv_geometry *g, const band_layout *l, int64_t n_rows,
+                          int64_t *offsets) {
+    for (int64_t row = 0, pix = 0; row < n_rows; row++)
+        for (int64_t col = 0; col < g->y.w; col++, pix++)
+            offsets[pix] = row * l->row_step + col * l->col_step;
+}
+
+/* Tasks: (image, band of output rows). Scratch: the padded band, then the pixel offsets. */
+static void forward_tasks(void *context, int64_t begin, int64_t end) {
+    forward_job *j = context;
+    const eg__conv_geometry *g = j->g;
+    const band_layout *l = &j->l;
+    size_t pad_bytes = (band_floats(l) * sizeof(float) + 63) / 64 * 64;
+    size_t offsets_bytes = ((size_t)(l->rows * g->y.w) * sizeof(int64_t) + 63) / 64 * 64;
+    char *scratch = aligned_alloc(64, pad_bytes + offsets_bytes);
+    if (!scratch) {
+        atomic_store(&j->failed, true);
+        return;
+    }
+    float *pad = (float *)scratch;
+    int64_t *offsets = (int64_t *)(scratch + pad_bytes);
+    for (int64_t task = begin; task < end; task++) {
+        int64_t b = task / l->n_bands, r0 = task % l->n_bands * l->rows;
+        int64_t n_rows = g->y.h - r0 < l->rows ? g->y.h - r0 : l->rows;
+        pad_band(g, l, j->x, b, r0 * g->stride_h,
+                 (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, pad);
+        int64_t n_pix = n_rows * g->y.w;
+        pixel_offsets(g, l, n_rows, offsets);
+        float *yb = j->y + (b * g->p + r0 * g->y.w) * g->out_c;
+        for (int64_t grp = 0; grp < g->groups; grp++)
+            for (int64_t ob = 0; ob < j->n_ob; ob++) {
+                const float *w = j->wpack + (grp * j->n_ob + ob) * g->k * NR;
+                int n_ch = g->og - ob * NR < NR ? (int)(g->og - ob * NR) : NR;
+                __m256i m0, m1;
+                channel_masks(n_ch, &m0, &m1);
+                const float *base = pad + grp * g->cg;
+                for (int64_t pix0 = 0; pix0 < n_pix; pix0 += MR) {
+                    const float *px[MR];
+                    for (int r = 0; r < MR; r++)
+                        px[r] = base + offsets[pix0 + r < n_pix ? pix0 + r : n_pix - 1];
+                    int n_valid = n_pix - pix0 < MR ? (int)(n_pix - pix0) : MR;
+                    forward_block(px, j->taps, g->kh * g->kw, g->cg, w,
+                                  yb + pix0 * g->out_c + grp * g->og + ob * NR, g->out_c, n_valid,
+                                  n_ch == NR, m0, m1);
+                }
+            }
+    }
+    free(scratch);
+}
+
+/* Offsets of the filter taps (i, j) in a padded band: ((i * dil_h) * wp + j * dil_w) * c. */
+static int64_t *tap_offsets(const eg__conv_geometry *g, const band_layout *l) {
+    int64_t *taps = malloc((size_t)(g->kh * g->kw) * sizeof *taps);
+    if (!taps) return NULL;
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t jj = 0; jj < g->kw; jj++)
+            taps[i * g->kw + jj] = (i * g->dil_h * l->wp + jj * g->dil_w) * l->c;
+    return taps;
+}
+
+eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, const float *w,
+                                float *y, const char *what) {
+    forward_job job = {.g = g, .x = x, .y = y};
+    job.l = layout_of(g, FORWARD_BAND_PIXELS);
+    job.n_ob = (g->og + NR - 1) / NR;
+    /* The filter packed per group and 16-channel block: (k x 16), zeros past og. */
+    size_t pack_floats = (size_t)(g->groups * job.n_ob * g->k * NR);
+    float *wpack = aligned_alloc(64, (pack_floats * sizeof(float) + 63) / 64 * 64);
+    int64_t *taps = tap_offsets(g, &job.l);
+    if (!wpack || !taps) {
+        free(wpack);
+        free(taps);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
+    }
+    for (int64_t grp = 0; grp < g->groups; grp++)
+        for (int64_t ob = 0; ob < job.n_ob; ob++) {
+            float *dst = wpack + (grp * job.n_ob + ob) * g->k * NR;
+            int64_t o0 = grp * g->og + ob * NR, n = g->og - ob * NR < NR ? g->og - ob * NR : NR;
+            for (int64_t kk = 0; kk < g->k; kk++, dst += NR) {
+                memcpy(dst, w + kk * g->out_c + o0, (size_t)n * sizeof(float));
+                memset(dst + n, 0, (size_t)(NR - n) * sizeof(float));
+            }
+        }
+    job.wpack = wpack;
+    job.taps = taps;
+    atomic_init(&job.failed, false);
+    eg__parallel_for(g->x.n * job.l.n_bands, 1, forward_tasks, &job);
+    free(wpack);
+    free(taps);
+    if (atomic_load(&job.failed))
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
+    return EG_OK;
+}
+
+/* ---- filter gradient ---- */
+
+/* dw[r][0..16) += sum over the band's pixels (n_rows output rows of ow pixels) of
+ * px[r][pixel offset] * dy[pixel][0..16), for the n_valid filter rows r (dw rows ldw apart). */
+static inline __attribute__((always_inline)) void
+filter_block_body(const float *const *px, const band_layout *l, int64_t n_rows, int64_t ow,
+                  const float *dy, int64_t ldy, float *dw, int64_t ldw, int n_valid, bool full,
+                  __m256i m0, __m256i m1) {
+    ACC_DECLARE;
+    const float *p0 = px[0], *p1 = px[1], *p2 = px[2], *p3 = px[3], *p4 = px[4], *p5 = px[5];
+    for (int64_t row = 0; row < n_rows; row++) {
+        int64_t xo = row * l->row_step;
+        const float *d = dy + row * ow * ldy;
+        for (int64_t col = 0; col < ow; col++, xo += l->col_step, d += ldy) {
+            __m256 d0, d1;
+            if (full) {
+                d0 = _mm256_loadu_ps(d);
+                d1 = _mm256_loadu_ps(d + 8);
+            } else {
+                d0 = _mm256_maskload_ps(d, m0);
+                d1 = _mm256_maskload_ps(d + 8, m1);
+            }
+            ACC_ROW(0, _mm256_broadcast_ss(p0 + xo), d0, d1);
+            ACC_ROW(1, _mm256_broadcast_ss(p1 + xo), d0, d1);
+            ACC_ROW(2, _mm256_broadcast_ss(p2 + xo), d0, d1);
+            ACC_ROW(3, _mm256_broadcast_ss(p3 + xo), d0, d1);
+            ACC_ROW(4, _mm256_broadcast_ss(p4 + xo), d0, d1);
+            ACC_ROW(5, _mm256_broadcast_ss(p5 + xo), d0, d1);
+        }
+    }
+#define DW_ROW(r) (dw + (r)*ldw)
+    PUT_ROWS(DW_ROW, full, m0, m1, true, n_valid);
+#undef DW_ROW
+}
+
+static void filter_block_full(const float *const *px, const band_layout *l, int64_t n_rows,
+                              int64_t ow, const float *dy, int64_t ldy, float *dw, int64_t ldw,
+                              int n_valid) {
+    __m256i none = _mm256_setzero_si256();
+    filter_block_body(px, l, n_rows, ow, dy, ldy, dw, ldw, n_valid, true, none, none);
+}
+
+static void filter_block_masked(const float *const *px, const band_layout *l, int64_t n_rows,
+                                int64_t ow, const float *dy, int64_t ldy, float *dw, int64_t ldw,
+                                int n_valid, __m256i m0, __m256i m1) {
+    filter_block_body(px, l, n_rows, ow, dy, ldy, dw, ldw, n_valid, false, m0, m1);
+}
+
+/* Scratch: the padded band, then the filter rows' offsets in it. */
+size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
+    band_layout l = layout_of(g, FILTER_BAND_PIXELS);
+    return (band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2;
+}
+
+void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
+                                float *partial, int64_t b0, int64_t b1, float *scratch) {
+    band_layout l = layout_of(g, FILTER_BAND_PIXELS);
+    float *pad = scratch;
+    int64_t *koff = (int64_t *)(scratch + (band_floats(&l) + 15) / 16 * 16);
+    for (int64_t t = 0, kk = 0; t < g->kh * g->kw; t++) /* filter row (tap i, j; channel ch) */
+        for (int64_t ch = 0; ch < g->cg; ch++, kk++)
+            koff[kk] = (t / g->kw * g->dil_h * l.wp + t % g->kw * g->dil_w) * l.c + ch;
+    int64_t n_ob = (g->og + NR - 1) / NR;
+    /* Rows of one sweep: its dy rows and the padded input it reads stay in L1 while every block
+     * of filter rows and output channels passes over them. */
+    int64_t sweep_rows = FILTER_SWEEP_PIXELS / g->y.w < 1 ? 1 : FILTER_SWEEP_PIXELS / g->y.w;
+    for (int64_t b = b0; b < b1; b++)
+        for (int64_t band = 0; band < l.n_bands; band++) {
+            int64_t r0 = band * l.rows, n_rows = g->y.h - r0 < l.rows ? g->y.h - r0 : l.rows;
+            pad_band(g, &l, x, b, r0 * g->stride_h,
+                     (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, pad);
+            for (int64_t s0 = 0; s0 < n_rows; s0 += sweep_rows) {
+                int64_t s_rows = n_rows - s0 < sweep_rows ? n_rows - s0 : sweep_rows;
+                const float *dyb = dy + (b * g->p + (r0 + s0) * g->y.w) * g->out_c;
+                const float *ps = pad + s0 * l.row_step;
+                for (int64_t grp = 0; grp < g->groups; grp++)
+                    for (int64_t k0 = 0; k0 < g->k; k0 += MR) {
+                        const float *px[MR];
+                        for (int r = 0; r < MR; r++)
+                            px[r] = ps + grp * g->cg + koff[k0 + r < g->k ? k0 + r : g->k - 1];
+                        int n_valid = g->k - k0 < MR ? (int)(g->k - k0) : MR;
+                        float *dw = partial + k0 * g->out_c + grp * g->og;
+                        for (int64_t ob = 0; ob < n_ob; ob++) {
+                            int n_ch = g->og - ob * NR < NR ? (int)(g->og - ob * NR) : NR;
+                            const float *d = dyb + grp * g->og + ob * NR;
+                            if (n_ch == NR) {
+                                filter_block_full(px, &l, s_rows, g->y.w, d, g->out_c, dw + ob * NR,
+                                                  g->out_c, n_valid);
+                            } else {
+                                __m256i m0, m1;
+                                channel_masks(n_ch, &m0, &m1);
+                                filter_block_masked(px, &l, s_rows, g->y.w, d, g->out_c,
+                                                    dw + ob * NR, g->out_c, n_valid, m0, m1);
+                            }
+                        }
+                    }
+            }
+        }
+}
+#else
+bool eg__conv_avx2_built(void) {
+    return false;
+}
+eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, const float *w,
+                                float *y, const char *what) {
+    (void)g, (void)x, (void)w, (void)y;
+    return eg__error(EG_ERR_UNSUPPORTED, "%s: built without the AVX2 kernels", what);
+}
+size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
+    (void)g;
+    return 0;
+}
+void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
+                                float *partial, int64_t b0, int64_t b1, float *scratch) {
+    (void)g, (void)x, (void)dy, (void)partial, (void)b0, (void)b1, (void)scratch;
+}
+#endif
