@@ -108,6 +108,15 @@ static int setup(void **state) {
     return 0;
 }
 
+/* The same allocator with per-thread caches in front (as the CPU device has it). */
+static int setup_cached(void **state) {
+    eg_clear_error();
+    fixture *f = fixture_new(EG__ALLOCATOR_CACHING);
+    eg__allocator_enable_thread_caches(f->allocator, true);
+    *state = f;
+    return 0;
+}
+
 static int setup_system(void **state) {
     eg_clear_error();
     *state = fixture_new(EG__ALLOCATOR_SYSTEM);
@@ -857,6 +866,13 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_differential_system, setup_system, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_system, setup_system, teardown),
+        /* The differential, trim and concurrency tests again with per-thread caches in front;
+         * tests/test_allocator_cache.c tests the caches themselves. */
+        cmocka_unit_test_setup_teardown(test_differential, setup_cached, teardown),
+        cmocka_unit_test_setup_teardown(test_differential_with_limit, setup_cached, teardown),
+        cmocka_unit_test_setup_teardown(test_trim, setup_cached, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_values, setup_cached, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup_cached, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

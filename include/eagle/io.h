@@ -37,6 +37,14 @@ extern "C" {
  * A dimension of size 0 is allowed and gives an empty tensor. */
 eg_tensor *eg_idx_read(const char *path);
 
+/* Decompressed-IDX cache (eg_idx_read and eg_mnist_load): the first read of a gzip IDX file
+ * leaves its decompressed bytes in $XDG_CACHE_HOME/eagle (default ~/.cache/eagle); later reads
+ * use them instead of gunzipping, and u8 data is then mapped in place, copy on write (such a
+ * tensor's memory is not counted by the allocator's statistics). An entry is used only when the
+ * source's size, mtime and gzip CRC-32 match it and its bytes have that CRC; otherwise the
+ * source is read and the entry rewritten. A cache that cannot be read or written only costs
+ * speed. EG_IDX_CACHE=0 turns it off, EG_IDX_CACHE=DIR moves it to DIR. */
+
 /* Loads the MNIST or Fashion-MNIST training split (train == true: train-images-idx3-ubyte and
  * train-labels-idx1-ubyte) or test split (t10k-...) from `directory`; each file may be stored
  * plain or with a ".gz" suffix (the plain one is preferred when both exist). directory NULL (or "")

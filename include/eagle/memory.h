@@ -3,7 +3,12 @@
  * Each device has one caching allocator (best fit over size-class bins, blocks split and
  * coalesced, 64-byte aligned). EG_ALLOCATOR=system in the environment (read once, at first use)
  * replaces it with plain aligned malloc/free so the two can be compared; the statistics are kept
- * either way. EG_MEMORY_LIMIT=<bytes>[K|M|G] sets a limit at first use. */
+ * either way. EG_MEMORY_LIMIT=<bytes>[K|M|G] sets a limit at first use.
+ *
+ * In front of the CPU's caching allocator each thread keeps a few freed blocks of up to 4 KiB
+ * (two per 64-byte size class) for its next requests of the same size: small ops then take no
+ * lock. Such blocks count as cached (not in use); trim, a limit that trims, a request that would
+ * otherwise fail and the thread's exit give them back to the shared cache. */
 #ifndef EAGLE_MEMORY_H
 #define EAGLE_MEMORY_H
 
@@ -37,7 +42,8 @@ eg_status eg_memory_stats_get(const eg_device *device, eg_memory_stats *out);
 /* Preallocates one block of at least `bytes` into the cache so later allocations need no system
  * call. Counts against the limit. */
 eg_status eg_memory_reserve(const eg_device *device, size_t bytes);
-/* Gives every wholly free cached segment back to the system. */
+/* Gives every wholly free cached segment back to the system (every thread's small-block cache
+ * is emptied first). */
 eg_status eg_memory_trim(const eg_device *device);
 /* Caps bytes_reserved; 0 removes the cap. When a request would pass it, cached free segments are
  * trimmed first; if that is not enough the request fails with EG_ERR_OUT_OF_MEMORY and a message

@@ -1,6 +1,7 @@
 #include <math.h>
 #include <string.h>
 
+#define EG_DTYPE_SIZE_DEFINITION /* the real eg_dtype_size is defined here */
 #include "core/tensor_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -9,12 +10,12 @@
 #define EG_HAVE_X86 1
 #endif
 
-static const size_t dtype_sizes[EG_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1, 1};
+const size_t eg__dtype_sizes[EG_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1, 1};
 static const char *const dtype_names[EG_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16",
                                                         "i32", "i64", "u8",  "bool"};
 
 size_t eg_dtype_size(eg_dtype dtype) {
-    return (unsigned)dtype < EG_DTYPE_COUNT ? dtype_sizes[dtype] : 0;
+    return (unsigned)dtype < EG_DTYPE_COUNT ? eg__dtype_sizes[dtype] : 0;
 }
 
 const char *eg_dtype_name(eg_dtype dtype) {

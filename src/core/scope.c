@@ -26,7 +26,9 @@ void eg_scope_begin(void) {
     scope_depth++;
 }
 
-int eg_scope_depth(void) { return scope_depth; }
+int eg_scope_depth(void) {
+    return scope_depth;
+}
 
 static void scope_append(eg__scope *scope, eg_tensor *t) {
     if (scope->n_items == scope->capacity) {
@@ -47,8 +49,12 @@ static void scope_append(eg__scope *scope, eg_tensor *t) {
 
 static _Thread_local int scope_suspended;
 
-void eg__scope_suspend(void) { scope_suspended++; }
-void eg__scope_resume(void) { scope_suspended--; }
+void eg__scope_suspend(void) {
+    scope_suspended++;
+}
+void eg__scope_resume(void) {
+    scope_suspended--;
+}
 
 void eg__scope_register(eg_tensor *t) {
     if (innermost_scope && !scope_suspended) scope_append(innermost_scope, t);
@@ -92,6 +98,8 @@ static pthread_mutex_t debug_mutex = PTHREAD_MUTEX_INITIALIZER;
 static eg_tensor *debug_head;
 static atomic_bool debug_enabled;
 static pthread_once_t debug_env_once = PTHREAD_ONCE_INIT;
+/* True until EG_DEBUG_TENSORS has been read and found off, and while tracking is on. */
+atomic_bool eg__debug_maybe_on = true;
 
 static void debug_report_at_exit(void) {
     size_t n = eg_debug_live_tensors(NULL);
@@ -107,14 +115,16 @@ static void debug_read_environment(void) {
         atomic_store(&debug_enabled, true);
         atexit(debug_report_at_exit);
     }
+    atomic_store(&eg__debug_maybe_on, atomic_load(&debug_enabled));
 }
 
 void eg_debug_track_tensors(bool on) {
     pthread_once(&debug_env_once, debug_read_environment);
     atomic_store(&debug_enabled, on);
+    atomic_store(&eg__debug_maybe_on, on);
 }
 
-void eg__debug_track(eg_tensor *t) {
+void eg__debug_track_slow(eg_tensor *t) {
     pthread_once(&debug_env_once, debug_read_environment);
     if (!atomic_load_explicit(&debug_enabled, memory_order_relaxed)) return;
     pthread_mutex_lock(&debug_mutex);
@@ -128,8 +138,10 @@ void eg__debug_track(eg_tensor *t) {
 void eg__debug_untrack(eg_tensor *t) {
     if (!t->debug_tracked) return;
     pthread_mutex_lock(&debug_mutex);
-    if (t->debug_prev) t->debug_prev->debug_next = t->debug_next;
-    else debug_head = t->debug_next;
+    if (t->debug_prev)
+        t->debug_prev->debug_next = t->debug_next;
+    else
+        debug_head = t->debug_next;
     if (t->debug_next) t->debug_next->debug_prev = t->debug_prev;
     t->debug_tracked = false;
     pthread_mutex_unlock(&debug_mutex);

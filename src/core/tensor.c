@@ -1,4 +1,5 @@
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,7 +7,19 @@
 #include "core/error.h"
 #include "core/tensor_internal.h"
 
+/* Ids are unique in the process; tapes and lazy plans use them only as hash keys, so each thread
+ * takes them from the global counter in batches (one atomic add per ID_BATCH tensors). */
+#define ID_BATCH 1024
 static atomic_uint_fast64_t next_tensor_id = 1;
+static _Thread_local uint64_t thread_next_id, thread_id_end;
+
+static uint64_t tensor_id_new(void) {
+    if (__builtin_expect(thread_next_id == thread_id_end, 0)) {
+        thread_next_id = atomic_fetch_add_explicit(&next_tensor_id, ID_BATCH, memory_order_relaxed);
+        thread_id_end = thread_next_id + ID_BATCH;
+    }
+    return thread_next_id++;
+}
 
 int64_t eg__shape_n_elems(int n_dims, const int64_t *shape) {
     int64_t n = 1;
@@ -24,18 +37,6 @@ void eg__contiguous_strides(int n_dims, const int64_t *shape, int64_t *strides) 
         strides[i] = stride;
         stride *= shape[i] > 0 ? shape[i] : 1;
     }
-}
-
-bool eg__is_contiguous(const eg_tensor *t) {
-    /* An empty tensor holds no element to be out of place (eg__contiguous_strides gives size-0
-     * axes the strides of size-1 ones, which the loop below would otherwise reject). */
-    if (t->n_elems == 0) return true;
-    int64_t stride = 1;
-    for (int i = t->n_dims - 1; i >= 0; i--) {
-        if (t->shape[i] != 1 && t->strides[i] != stride) return false;
-        stride *= t->shape[i];
-    }
-    return true;
 }
 
 char *eg__shape_format(int n_dims, const int64_t *shape, char *buf, size_t size) {
@@ -61,28 +62,133 @@ bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
     return false;
 }
 
-/* A fresh tensor and its storage share one malloc block: one host allocation per op result.
- * (calloc is avoided on purpose: glibc serves it outside the per-thread cache.) */
+/* A fresh tensor and its storage share one host block: one allocation per op result. Views and
+ * lazy tensors use the same blocks (their storage part unused), so all tensor headers come from
+ * one size. */
 typedef struct tensor_block {
     eg_tensor tensor;
     eg__storage storage;
 } tensor_block;
 
+/* Each thread keeps up to BLOCK_CACHE_MAX freed blocks for its next tensors: a pop instead of a
+ * malloc, a push instead of a free. A block freed by another thread joins that thread's cache
+ * (plain host memory: any thread may reuse it). The cache is emptied when its thread exits; the
+ * main thread's, still reachable from its thread-local storage, goes with the process. Cached
+ * blocks are poisoned under AddressSanitizer, so a use after free is still reported. */
+#define BLOCK_CACHE_MAX 64
+typedef struct block_cache {
+    int count;
+    bool armed; /* the thread-exit destructor is registered */
+    tensor_block *items[BLOCK_CACHE_MAX];
+} block_cache;
+static _Thread_local block_cache thread_blocks;
+static pthread_key_t block_cache_key;
+static pthread_once_t block_cache_key_once = PTHREAD_ONCE_INIT;
+static bool block_cache_key_ok;
+
+static void block_cache_release(void *unused) {
+    (void)unused;
+    block_cache *cache = &thread_blocks;
+    while (cache->count > 0) {
+        tensor_block *block = cache->items[--cache->count];
+        EG_UNPOISON(block, sizeof *block);
+        free(block);
+    }
+    cache->armed = false;
+}
+
+static void block_cache_create_key(void) {
+    block_cache_key_ok = pthread_key_create(&block_cache_key, block_cache_release) == 0;
+}
+
+static inline tensor_block *block_new(void) {
+    block_cache *cache = &thread_blocks;
+    if (__builtin_expect(cache->count > 0, 1)) {
+        tensor_block *block = cache->items[--cache->count];
+        EG_UNPOISON(block, sizeof *block);
+        return block;
+    }
+    return malloc(sizeof(tensor_block));
+}
+
+static __attribute__((noinline)) void block_free_slow(void *memory) {
+    block_cache *cache = &thread_blocks;
+    if (!cache->armed && cache->count < BLOCK_CACHE_MAX) {
+        pthread_once(&block_cache_key_once, block_cache_create_key);
+        cache->armed = block_cache_key_ok && pthread_setspecific(block_cache_key, (void *)1) == 0;
+        if (cache->armed) {
+            EG_POISON(memory, sizeof(tensor_block));
+            cache->items[cache->count++] = memory;
+            return;
+        }
+    }
+    free(memory);
+}
+
+static inline void block_free(void *memory) {
+    block_cache *cache = &thread_blocks;
+    if (__builtin_expect(cache->armed && cache->count < BLOCK_CACHE_MAX, 1)) {
+        EG_POISON(memory, sizeof(tensor_block));
+        cache->items[cache->count++] = memory;
+        return;
+    }
+    block_free_slow(memory);
+}
+
+/* The allocator of the device this thread used last: a device's allocator never changes once
+ * it exists, and asking the device costs a call and a pthread_once on every tensor. */
+static _Thread_local const eg_device *last_device;
+static _Thread_local eg__allocator *last_allocator;
+
+static inline eg__allocator *allocator_of(const eg_device *device) {
+    if (__builtin_expect(device == last_device, 1)) return last_allocator;
+    eg__allocator *allocator = device->get_allocator(device);
+    if (allocator) {
+        last_device = device;
+        last_allocator = allocator;
+    }
+    return allocator;
+}
+
+/* Zeroes a header with plain vector stores, 64 bytes at a time: GCC turns a larger constant
+ * memset (or `*t = (eg_tensor){0}`) into rep stos, which costs more than the whole rest of a
+ * small op's tensor set-up. */
+static inline void zero_header(eg_tensor *t) {
+    char *p = (char *)t;
+    size_t at = 0;
+    for (; at + 64 <= sizeof *t; at += 64) memset(p + at, 0, 64);
+    if (at < sizeof *t) memset(p + at, 0, sizeof *t - at);
+}
+
 static void tensor_init(eg_tensor *t) {
-    *t = (eg_tensor){0};
+    zero_header(t);
     atomic_init(&t->refcount, 1);
-    t->id = atomic_fetch_add_explicit(&next_tensor_id, 1, memory_order_relaxed);
+    t->id = tensor_id_new();
     eg__callsite_get(&t->created_file, &t->created_line);
 }
 
 static eg_tensor *tensor_struct_new(void) {
-    eg_tensor *t = malloc(sizeof *t);
+    eg_tensor *t = (eg_tensor *)block_new();
     if (!t) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a tensor header");
         return NULL;
     }
     tensor_init(t);
     return t;
+}
+
+/* eg__shape_n_elems and eg__contiguous_strides in one pass. */
+static int64_t contiguous_layout(int n_dims, const int64_t *shape, int64_t *strides) {
+    int64_t n = 1;
+    uint64_t stride = 1; /* unsigned: a size-0 tensor may have absurd other sizes */
+    for (int i = n_dims - 1; i >= 0; i--) {
+        int64_t size = shape[i];
+        strides[i] = (int64_t)stride;
+        if (size < 0 || (size != 0 && n > INT64_MAX / size)) return -1;
+        n *= size;
+        stride *= size > 0 ? (uint64_t)size : 1u;
+    }
+    return n;
 }
 
 eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
@@ -96,24 +202,26 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
                   EG_MAX_DIMS);
         return NULL;
     }
-    int64_t n_elems = eg__shape_n_elems(n_dims, shape);
+    int64_t strides[EG_MAX_DIMS];
+    int64_t n_elems = contiguous_layout(n_dims, shape, strides);
     if (n_elems < 0 || n_elems > (int64_t)(SIZE_MAX / 16)) {
         char buf[160];
         eg__error(EG_ERR_SHAPE, "invalid shape %s", eg__shape_format(n_dims, shape, buf, 160));
         return NULL;
     }
     if (!device) device = eg__cpu_device();
-    size_t n_bytes = (size_t)n_elems * eg_dtype_size(dtype);
-    tensor_block *block = malloc(sizeof *block);
+    size_t n_bytes = (size_t)n_elems * eg__dtype_size(dtype);
+    tensor_block *block = block_new();
     if (!block) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a tensor header");
         return NULL;
     }
     eg__storage *storage = &block->storage;
+    eg__allocator *allocator = allocator_of(device);
     storage->data =
-        eg__allocator_alloc(device->get_allocator(device), n_bytes, &storage->allocation);
+        allocator ? eg__allocator_alloc(allocator, n_bytes, &storage->allocation) : NULL;
     if (!storage->data) {
-        free(block);
+        block_free(block);
         return NULL;
     }
     atomic_init(&storage->refcount, 1);
@@ -126,8 +234,10 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
     tensor_init(t);
     t->dtype = dtype;
     t->n_dims = n_dims;
-    if (n_dims) memcpy(t->shape, shape, (size_t)n_dims * sizeof *shape);
-    eg__contiguous_strides(n_dims, shape, t->strides);
+    for (int d = 0; d < n_dims; d++) { /* a loop: memcpy calls cost more for a few dims */
+        t->shape[d] = shape[d];
+        t->strides[d] = strides[d];
+    }
     t->n_elems = n_elems;
     t->storage = storage;
     t->device = device;
@@ -160,8 +270,9 @@ eg_status eg__tensor_attach_storage(eg_tensor *t) {
     size_t n_bytes = (size_t)t->n_elems * eg_dtype_size(t->dtype);
     eg__storage *storage = malloc(sizeof *storage);
     if (!storage) return eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a storage");
+    eg__allocator *allocator = allocator_of(t->device);
     storage->data =
-        eg__allocator_alloc(t->device->get_allocator(t->device), n_bytes, &storage->allocation);
+        allocator ? eg__allocator_alloc(allocator, n_bytes, &storage->allocation) : NULL;
     if (!storage->data) {
         free(storage);
         return eg_last_status();
@@ -216,7 +327,7 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
                   EG_MAX_DIMS);
         return NULL;
     }
-    tensor_block *block = malloc(sizeof *block);
+    tensor_block *block = block_new();
     if (!block) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a tensor header");
         return NULL;
@@ -254,12 +365,23 @@ void eg__storage_ref(eg__storage *storage) {
     atomic_fetch_add_explicit(&storage->refcount, 1, memory_order_relaxed);
 }
 
+/* True when the caller's reference was the last one. Holding the only reference, nobody else
+ * can change the count (taking a reference needs one), so the common case of a result released
+ * by its one owner needs no locked instruction; acquire orders other threads' earlier releases
+ * before the free, as the decrement's acq_rel does. */
+static inline bool drop_reference(atomic_long *refcount) {
+    if (atomic_load_explicit(refcount, memory_order_acquire) == 1) return true;
+    return atomic_fetch_sub_explicit(refcount, 1, memory_order_acq_rel) == 1;
+}
+
 void eg__storage_unref(eg__storage *storage) {
-    if (atomic_fetch_sub_explicit(&storage->refcount, 1, memory_order_acq_rel) != 1) return;
-    if (storage->allocation)
-        eg__allocator_free(storage->device->get_allocator(storage->device), storage->allocation);
+    if (!drop_reference(&storage->refcount)) return;
+    if (storage->allocation) eg__allocator_free(allocator_of(storage->device), storage->allocation);
     if (storage->release) storage->release(storage->release_context);
-    free(storage->container ? storage->container : storage);
+    if (storage->container)
+        block_free(storage->container);
+    else
+        free(storage); /* a storage made alone (eg__tensor_attach_storage, graph arenas) */
 }
 
 void eg__ref(const eg_tensor *t) {
@@ -269,7 +391,7 @@ void eg__ref(const eg_tensor *t) {
 void eg__unref(const eg_tensor *ct) {
     eg_tensor *t = (eg_tensor *)ct;
     if (!t) return;
-    if (atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel) != 1) return;
+    if (!drop_reference(&t->refcount)) return;
     if (t->scope) eg__scope_forget(t);
     eg__debug_untrack(t);
     if (t->variable) eg__variable_info_free(t->variable);
@@ -278,7 +400,7 @@ void eg__unref(const eg_tensor *ct) {
      * the last view of the storage does. */
     bool in_storage_block = t->storage && t->storage->container == (void *)t;
     if (t->storage) eg__storage_unref(t->storage);
-    if (!in_storage_block) free(t);
+    if (!in_storage_block) block_free(t);
 }
 
 eg_tensor *eg_retain(eg_tensor *t) {

@@ -10,6 +10,34 @@
 
 #include "eagle/tensor.h"
 
+/* Library code reads dtype sizes on every op: the inline form of eg_dtype_size (same contract:
+ * 0 for an invalid dtype), also under its public name so every layer gets it without a call. */
+extern const size_t eg__dtype_sizes[EG_DTYPE_COUNT];
+static inline size_t eg__dtype_size(eg_dtype dtype) {
+    return (unsigned)dtype < EG_DTYPE_COUNT ? eg__dtype_sizes[dtype] : 0;
+}
+#ifndef EG_DTYPE_SIZE_DEFINITION
+#define eg_dtype_size(dtype) eg__dtype_size(dtype)
+#endif
+
+/* AddressSanitizer hooks for memory the library recycles itself (per-thread caches): poisoned
+ * while cached, so a use after free is still reported. No-ops in other builds. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EG__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EG__ASAN 1
+#endif
+#endif
+#ifdef EG__ASAN
+#include <sanitizer/asan_interface.h>
+#define EG_POISON(pointer, bytes)   ASAN_POISON_MEMORY_REGION(pointer, bytes)
+#define EG_UNPOISON(pointer, bytes) ASAN_UNPOISON_MEMORY_REGION(pointer, bytes)
+#else
+#define EG_POISON(pointer, bytes)   ((void)(pointer), (void)(bytes))
+#define EG_UNPOISON(pointer, bytes) ((void)(pointer), (void)(bytes))
+#endif
+
 typedef struct eg__storage {
     atomic_long refcount;
     void *data;
@@ -102,13 +130,24 @@ eg_status eg__realize(const eg_tensor *t);
 
 static inline void *eg__data(const eg_tensor *t) {
     if (!t->storage && eg__realize(t) != EG_OK) return NULL;
-    return (char *)t->storage->data + (size_t)t->offset * eg_dtype_size(t->dtype);
+    return (char *)t->storage->data + (size_t)t->offset * eg__dtype_size(t->dtype);
 }
 
 /* Product of shape (1 for 0 dims); -1 when a size is negative or the product overflows. */
 int64_t eg__shape_n_elems(int n_dims, const int64_t *shape);
 void eg__contiguous_strides(int n_dims, const int64_t *shape, int64_t *strides);
-bool eg__is_contiguous(const eg_tensor *t);
+/* Inline: kernels ask it of every operand of every op. */
+static inline bool eg__is_contiguous(const eg_tensor *t) {
+    /* An empty tensor holds no element to be out of place (eg__contiguous_strides gives size-0
+     * axes the strides of size-1 ones, which the loop below would otherwise reject). */
+    if (t->n_elems == 0) return true;
+    int64_t stride = 1;
+    for (int i = t->n_dims - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != stride) return false;
+        stride *= t->shape[i];
+    }
+    return true;
+}
 /* "(2, 3)" into buf. */
 char *eg__shape_format(int n_dims, const int64_t *shape, char *buf, size_t size);
 /* Normalises axis into [0, n_dims); false (no error raised) when out of range. */
@@ -123,8 +162,13 @@ void eg__scope_forget(eg_tensor *t);
 void eg__scope_suspend(void);
 void eg__scope_resume(void);
 
-/* Debug tracking of live tensors. */
-void eg__debug_track(eg_tensor *t);
+/* Debug tracking of live tensors. eg__debug_track is a no-op unless EG_DEBUG_TENSORS or
+ * eg_debug_track_tensors turned tracking on; the inline check spares every tensor the call. */
+extern atomic_bool eg__debug_maybe_on; /* false once tracking is known to be off */
+void eg__debug_track_slow(eg_tensor *t);
+static inline void eg__debug_track(eg_tensor *t) {
+    if (atomic_load_explicit(&eg__debug_maybe_on, memory_order_relaxed)) eg__debug_track_slow(t);
+}
 void eg__debug_untrack(eg_tensor *t);
 
 /* The NULL-argument rule of the public API: true when t is usable; otherwise raises

@@ -21,6 +21,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/tensor_internal.h"
 #include "eagle/io.h"
 #include "io/internal.h"
 
@@ -384,17 +385,68 @@ eg_status eg__idx_to_tensor(const eg__idx_view *view, const char *name_for_error
     return EG_OK;
 }
 
+/* One IDX file's bytes: from the decompressed cache when it has a valid entry (*mapping set),
+ * else read (and decompressed) from path (*mapping NULL, *bytes malloc'd), leaving a cache entry
+ * behind for a gzip file. */
+typedef struct loaded_file {
+    uint8_t *bytes;
+    size_t n_bytes;
+    eg__idx_mapping *mapping;
+} loaded_file;
+
+static bool is_gzip_name(const char *path) {
+    size_t n = strlen(path);
+    return n > 3 && !strcmp(path + n - 3, ".gz");
+}
+
+static eg_status load_bytes(const char *path, loaded_file *file) {
+    *file = (loaded_file){0};
+    const uint8_t *cached;
+    if (path && is_gzip_name(path) &&
+        eg__idx_cache_open(path, &cached, &file->n_bytes, &file->mapping)) {
+        file->bytes = (uint8_t *)cached;
+        return EG_OK;
+    }
+    eg_status status = eg__idx_load_file(path, EG__IDX_MAX_BYTES, &file->bytes, &file->n_bytes);
+    if (status == EG_OK && is_gzip_name(path))
+        eg__idx_cache_store(path, file->bytes, file->n_bytes);
+    return status;
+}
+
+static void loaded_file_free(loaded_file *file) {
+    if (file->mapping)
+        eg__idx_mapping_release(file->mapping);
+    else
+        free(file->bytes);
+    *file = (loaded_file){0};
+}
+
+/* The tensor for a parsed view of file: u8 data from a cache entry is used in place (the tensor
+ * then owns the mapping), anything else is converted into a new tensor. */
+static eg_status file_to_tensor(loaded_file *file, const eg__idx_view *view, const char *path,
+                                eg_tensor **out) {
+    if (!file->mapping || view->type != EG__IDX_U8 || view->n_elems == 0)
+        return eg__idx_to_tensor(view, path, out);
+    int64_t strides[EG_MAX_DIMS];
+    eg__contiguous_strides(view->n_dims, view->shape, strides);
+    *out = eg__tensor_from_external((void *)view->data, view->data_bytes, NULL, EG_DTYPE_U8,
+                                    view->n_dims, view->shape, strides, 0, eg__idx_mapping_release,
+                                    file->mapping);
+    if (!*out) return eg_last_status();
+    *file = (loaded_file){0}; /* the tensor owns the mapping now */
+    return EG_OK;
+}
+
 /* Reads, parses and converts in one go; the file buffer never outlives the call. */
 static eg_status read_tensor(const char *path, eg_tensor **out) {
     *out = NULL;
-    uint8_t *bytes = NULL;
-    size_t n_bytes = 0;
-    eg_status status = eg__idx_load_file(path, EG__IDX_MAX_BYTES, &bytes, &n_bytes);
+    loaded_file file;
+    eg_status status = load_bytes(path, &file);
     if (status != EG_OK) return status;
     eg__idx_view view;
-    status = eg__idx_parse(bytes, n_bytes, path, &view);
-    if (status == EG_OK) status = eg__idx_to_tensor(&view, path, out);
-    free(bytes);
+    status = eg__idx_parse(file.bytes, file.n_bytes, path, &view);
+    if (status == EG_OK) status = file_to_tensor(&file, &view, path, out);
+    loaded_file_free(&file);
     return status;
 }
 
@@ -488,28 +540,26 @@ eg_status eg_mnist_load(const char *directory, bool train, eg_tensor **images, e
     if (status != EG_OK) return status;
 
     /* Both files are validated before any tensor exists, so a failure has nothing to undo. */
-    uint8_t *image_bytes = NULL, *label_bytes = NULL;
-    size_t n_image_bytes = 0, n_label_bytes = 0;
+    loaded_file image_file = {0}, label_file = {0};
     eg__idx_view image_view, label_view;
-    status = eg__idx_load_file(images_path, EG__IDX_MAX_BYTES, &image_bytes, &n_image_bytes);
+    status = load_bytes(images_path, &image_file);
     if (status == EG_OK)
-        status = eg__idx_parse(image_bytes, n_image_bytes, images_path, &image_view);
+        status = eg__idx_parse(image_file.bytes, image_file.n_bytes, images_path, &image_view);
     if (status == EG_OK) status = check_images(&image_view, images_path);
+    if (status == EG_OK) status = load_bytes(labels_path, &label_file);
     if (status == EG_OK)
-        status = eg__idx_load_file(labels_path, EG__IDX_MAX_BYTES, &label_bytes, &n_label_bytes);
-    if (status == EG_OK)
-        status = eg__idx_parse(label_bytes, n_label_bytes, labels_path, &label_view);
+        status = eg__idx_parse(label_file.bytes, label_file.n_bytes, labels_path, &label_view);
     if (status == EG_OK)
         status = check_labels(&label_view, labels_path, image_view.shape[0], images_path);
-    if (status == EG_OK) status = eg__idx_to_tensor(&image_view, images_path, images);
+    if (status == EG_OK) status = file_to_tensor(&image_file, &image_view, images_path, images);
     if (status == EG_OK) {
-        status = eg__idx_to_tensor(&label_view, labels_path, labels);
+        status = file_to_tensor(&label_file, &label_view, labels_path, labels);
         if (status != EG_OK) {
             eg_release(*images);
             *images = NULL;
         }
     }
-    free(image_bytes);
-    free(label_bytes);
+    loaded_file_free(&image_file);
+    loaded_file_free(&label_file);
     return status;
 }

@@ -3,6 +3,7 @@
 #ifndef EAGLE_SRC_IO_INTERNAL_H
 #define EAGLE_SRC_IO_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,5 +65,18 @@ eg_status eg__idx_load_file(const char *path, size_t max_bytes, uint8_t **bytes,
 /* A new CPU tensor holding view's elements converted to host form (see eg__idx_convert). On
  * failure *out is NULL and the error names name_for_errors. */
 eg_status eg__idx_to_tensor(const eg__idx_view *view, const char *name_for_errors, eg_tensor **out);
+
+/* The decompressed-IDX cache (src/io/idx_cache.c). A mapping of a cache entry; release it with
+ * eg__idx_mapping_release (also usable as a tensor's release callback). */
+typedef struct eg__idx_mapping eg__idx_mapping;
+void eg__idx_mapping_release(void *mapping);
+/* When source (a gzip IDX file) has a valid cache entry: *bytes and *n_bytes are its IDX bytes
+ * (what eg__idx_load_file would give, the elements 64-byte aligned) inside a private writable
+ * mapping owned by *mapping, and true. False (nothing raised) for no or an invalid entry. */
+bool eg__idx_cache_open(const char *source, const uint8_t **bytes, size_t *n_bytes,
+                        eg__idx_mapping **mapping);
+/* Best effort, nothing raised: makes bytes (source's decompressed content, checked against its
+ * gzip CRC) source's cache entry, atomically. */
+void eg__idx_cache_store(const char *source, const uint8_t *bytes, size_t n_bytes);
 
 #endif

@@ -13,8 +13,20 @@
  * through a free list and are the handles given out, so a free needs no lookup.
  *
  * One mutex guards everything, the raw allocator calls included: they are rare (once per
- * segment), and holding the lock keeps the limit check and bytes_reserved exact. */
+ * segment), and holding the lock keeps the limit check and bytes_reserved exact.
+ *
+ * In front of it, when enabled (the CPU device's allocator), each thread keeps a few freed small
+ * blocks per size class (the per-thread caches of tcmalloc / jemalloc's tcache): an eager loop
+ * that frees a result and allocates one of the same size next takes no lock and does no best-fit
+ * search. A cached block stays allocated as far as the bins know (it is not merged with its
+ * neighbours) but no longer counts in bytes_in_use. Slots are atomic so that any thread can empty
+ * every cache (trim, a tighter limit, a failing request, destroy) while their owners run: only an
+ * owner puts a block into its empty slot (a plain store), and taking one out is an exchange, so a
+ * block is never handed out twice. bytes_in_use and the peak are atomics (one lock-free add per
+ * alloc and free, exact peak); request counters are per cache, written by the owner only and
+ * summed by the statistics. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +34,17 @@
 
 #include "core/error.h"
 #include "mem/allocator.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EG_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EG_ASAN 1
+#endif
+#endif
+#ifdef EG_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 #define ALIGNMENT ((size_t)64)
 /* A remainder smaller than this stays attached to the block it was cut from: tiny free blocks
@@ -43,6 +66,14 @@
 #define BIN_WORDS        ((N_BINS + 63u) / 64u)
 #define BLOCKS_PER_CHUNK 128u
 
+/* Per-thread caches: blocks whose rounded request is at most TC_MAX_BYTES, TC_SLOTS per 64-byte
+ * class, so a thread holds at most 2 * (64 + 128 + ... + 4096) bytes = 260 KiB, usually far
+ * less. A thread keeps caches for up to TC_PER_THREAD allocators at once. */
+#define TC_MAX_BYTES  ((size_t)4096)
+#define TC_CLASSES    ((unsigned)(TC_MAX_BYTES / ALIGNMENT))
+#define TC_SLOTS      2u
+#define TC_PER_THREAD 4u
+
 typedef struct block {
     char *pointer;
     size_t size;               /* bytes the block spans, a multiple of 64 */
@@ -53,6 +84,7 @@ typedef struct block {
     struct block *list_prev, *list_next;
     unsigned bin;
     bool allocated;
+    atomic_bool cached; /* in a thread cache: allocated for the bins, free for the user */
 } block;
 
 typedef struct segment {
@@ -62,6 +94,16 @@ typedef struct segment {
     block *first;
     struct segment *prev, *next;
 } segment;
+
+typedef struct thread_cache {
+    /* NULL once the allocator is destroyed: the record waits for its thread to exit. */
+    _Atomic(struct eg__allocator *) allocator;
+    _Atomic(block *) slots[TC_CLASSES][TC_SLOTS];
+    /* Written by the owning thread alone, read by the statistics. Every request a cache serves
+     * is a cache hit, so n_allocs counts those too. */
+    atomic_uint_fast64_t n_allocs, n_frees;
+    struct thread_cache *prev, *next; /* the allocator's list, under its mutex */
+} thread_cache;
 
 typedef struct block_chunk {
     struct block_chunk *next;
@@ -82,7 +124,12 @@ struct eg__allocator {
     block *spare_blocks;
     block_chunk *chunks;
 
-    size_t in_use, peak, reserved, limit;
+    bool thread_caches_on, poison_cached; /* set before the allocator is shared */
+    thread_cache *caches;                 /* every thread's cache of this allocator */
+
+    atomic_size_t in_use, peak; /* also changed by the caches, without the mutex */
+    size_t reserved, limit;
+    /* Requests through the mutex, plus those of caches whose thread has exited. */
     uint64_t n_allocs, n_frees, n_cache_hits, n_system_allocs, n_system_frees;
 };
 
@@ -116,6 +163,7 @@ static block *block_new(eg__allocator *a) {
     b->prev = b->next = b->list_prev = b->list_next = NULL;
     b->requested = 0;
     b->allocated = false;
+    atomic_store_explicit(&b->cached, false, memory_order_relaxed);
     return b;
 }
 
@@ -203,6 +251,8 @@ static size_t largest_free_block(const eg__allocator *a) {
 
 /* ---- segments ---------------------------------------------------------------------------- */
 
+static bool trim_locked(eg__allocator *a);
+
 static bool over_limit(const eg__allocator *a, size_t bytes) {
     return a->limit && (a->reserved > a->limit || bytes > a->limit - a->reserved);
 }
@@ -249,7 +299,7 @@ static segment *segment_new(eg__allocator *a, size_t needed, const char **reason
     for (unsigned i = 0; i < n_sizes; i++) {
         size_t size = sizes[i];
         if (over_limit(a, size) && !trimmed) {
-            release_free_segments(a);
+            trim_locked(a);
             trimmed = true;
         }
         if (over_limit(a, size)) {
@@ -259,7 +309,7 @@ static segment *segment_new(eg__allocator *a, size_t needed, const char **reason
         void *memory = a->raw.alloc(a->raw.context, size);
         if (!memory && !trimmed) {
             trimmed = true;
-            if (release_free_segments(a)) memory = a->raw.alloc(a->raw.context, size);
+            if (trim_locked(a)) memory = a->raw.alloc(a->raw.context, size);
         }
         if (!memory) {
             *reason = REASON_SYSTEM;
@@ -403,7 +453,7 @@ static void format_bytes(size_t bytes, char *out, size_t out_size) {
 static void fill_report(const eg__allocator *a, size_t requested, const char *reason,
                         oom_report *report) {
     report->requested = requested;
-    report->in_use = a->in_use;
+    report->in_use = atomic_load_explicit(&a->in_use, memory_order_relaxed);
     report->reserved = a->reserved;
     report->limit = a->limit;
     report->largest_free = largest_free_block(a);
@@ -428,6 +478,206 @@ static eg_status raise_oom(const eg__allocator *a, const oom_report *report) {
                      report->reason);
 }
 
+/* ---- per-thread caches ------------------------------------------------------------------ */
+
+static size_t rounded_size(size_t bytes) {
+    return bytes ? (bytes + ALIGNMENT - 1) & ~(ALIGNMENT - 1) : ALIGNMENT;
+}
+
+static void add_in_use(eg__allocator *a, size_t size) {
+    size_t now = atomic_fetch_add_explicit(&a->in_use, size, memory_order_relaxed) + size;
+    size_t peak = atomic_load_explicit(&a->peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak_explicit(
+                             &a->peak, &peak, now, memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+static void counter_add(atomic_uint_fast64_t *counter) {
+    /* Only the owner writes: a load and a store, no locked instruction. */
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* A cached block is poisoned (host memory under AddressSanitizer), so a use after free of a
+ * small tensor is still reported even though the memory never leaves the allocator. */
+static void poison(const eg__allocator *a, const block *b, bool on) {
+#ifdef EG_ASAN
+    if (!a->poison_cached) return;
+    if (on)
+        ASAN_POISON_MEMORY_REGION(b->pointer, b->size);
+    else
+        ASAN_UNPOISON_MEMORY_REGION(b->pointer, b->size);
+#else
+    (void)a;
+    (void)b;
+    (void)on;
+#endif
+}
+
+/* Empties c's slots into the bins (mutex held). The owner may run concurrently: it only ever
+ * fills an empty slot, and its own takes are exchanges too. */
+static void cache_flush_locked(eg__allocator *a, thread_cache *c) {
+    for (unsigned k = 0; k < TC_CLASSES; k++) {
+        for (unsigned s = 0; s < TC_SLOTS; s++) {
+            if (!atomic_load_explicit(&c->slots[k][s], memory_order_relaxed)) continue;
+            block *b = atomic_exchange_explicit(&c->slots[k][s], NULL, memory_order_acquire);
+            if (!b) continue;
+            poison(a, b, false);
+            atomic_store_explicit(&b->cached, false, memory_order_relaxed);
+            b->allocated = false;
+            b->requested = 0;
+            caching_free(a, b);
+        }
+    }
+}
+
+static void flush_all_locked(eg__allocator *a) {
+    for (thread_cache *c = a->caches; c; c = c->next) cache_flush_locked(a, c);
+}
+
+/* Cached blocks go back to the bins first, so their segments can be released too. */
+static bool trim_locked(eg__allocator *a) {
+    flush_all_locked(a);
+    return release_free_segments(a);
+}
+
+/* Folds c's counters into a's and takes c off a's list (mutex held); c is left empty. */
+static void cache_detach_locked(eg__allocator *a, thread_cache *c) {
+    cache_flush_locked(a, c);
+    a->n_allocs += atomic_load_explicit(&c->n_allocs, memory_order_relaxed);
+    a->n_frees += atomic_load_explicit(&c->n_frees, memory_order_relaxed);
+    a->n_cache_hits += atomic_load_explicit(&c->n_allocs, memory_order_relaxed);
+    atomic_store_explicit(&c->n_allocs, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->n_frees, 0, memory_order_relaxed);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        a->caches = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    atomic_store_explicit(&c->allocator, NULL, memory_order_release);
+}
+
+static void cache_attach_locked(eg__allocator *a, thread_cache *c) {
+    c->prev = NULL;
+    c->next = a->caches;
+    if (c->next) c->next->prev = c;
+    a->caches = c;
+    atomic_store_explicit(&c->allocator, a, memory_order_release);
+}
+
+/* This thread's caches, most recently used first. The key's destructor empties them when the
+ * thread exits (thread-local storage is still valid while key destructors run). */
+static _Thread_local thread_cache *thread_caches[TC_PER_THREAD];
+static pthread_key_t thread_exit_key;
+static pthread_once_t thread_exit_key_once = PTHREAD_ONCE_INIT;
+static bool thread_exit_key_ok;
+
+static void release_thread_caches(void *unused) {
+    (void)unused;
+    for (unsigned i = 0; i < TC_PER_THREAD; i++) {
+        thread_cache *c = thread_caches[i];
+        if (!c) continue;
+        thread_caches[i] = NULL;
+        eg__allocator *a = atomic_load_explicit(&c->allocator, memory_order_acquire);
+        if (a) {
+            pthread_mutex_lock(&a->mutex);
+            cache_detach_locked(a, c);
+            pthread_mutex_unlock(&a->mutex);
+        }
+        free(c);
+    }
+}
+
+static void create_thread_exit_key(void) {
+    thread_exit_key_ok = pthread_key_create(&thread_exit_key, release_thread_caches) == 0;
+}
+
+/* This thread's cache of a, made on first use; NULL when none can be had (then the mutex path
+ * serves the request, which is always correct). */
+static thread_cache *cache_slow(eg__allocator *a) {
+    unsigned found = TC_PER_THREAD, victim = TC_PER_THREAD - 1;
+    for (unsigned i = 0; i < TC_PER_THREAD; i++) {
+        thread_cache *c = thread_caches[i];
+        if (c && atomic_load_explicit(&c->allocator, memory_order_relaxed) == a) {
+            found = i;
+            break;
+        }
+        if (!c || !atomic_load_explicit(&c->allocator, memory_order_relaxed)) victim = i;
+    }
+    thread_cache *c;
+    if (found < TC_PER_THREAD) {
+        c = thread_caches[found];
+        victim = found;
+    } else {
+        pthread_once(&thread_exit_key_once, create_thread_exit_key);
+        /* Without a destructor the cache's blocks would stay stranded at thread exit. */
+        if (!thread_exit_key_ok || pthread_setspecific(thread_exit_key, (void *)1) != 0)
+            return NULL;
+        c = thread_caches[victim];
+        if (c) { /* evict the least recently used cache: its blocks go back to its allocator */
+            eg__allocator *old = atomic_load_explicit(&c->allocator, memory_order_acquire);
+            if (old) {
+                pthread_mutex_lock(&old->mutex);
+                cache_detach_locked(old, c);
+                pthread_mutex_unlock(&old->mutex);
+            }
+        } else {
+            c = calloc(1, sizeof *c);
+            if (!c) return NULL;
+        }
+        pthread_mutex_lock(&a->mutex);
+        cache_attach_locked(a, c);
+        pthread_mutex_unlock(&a->mutex);
+    }
+    for (unsigned i = victim; i > 0; i--) thread_caches[i] = thread_caches[i - 1];
+    thread_caches[0] = c;
+    return c;
+}
+
+static inline thread_cache *cache_of(eg__allocator *a) {
+    thread_cache *c = thread_caches[0];
+    if (c && atomic_load_explicit(&c->allocator, memory_order_relaxed) == a) return c;
+    return cache_slow(a);
+}
+
+/* A block of exactly `size` (rounded, <= TC_MAX_BYTES) from this thread's cache, or NULL. */
+static block *cache_take(eg__allocator *a, size_t size) {
+    thread_cache *c = cache_of(a);
+    if (!c) return NULL;
+    _Atomic(block *) *slots = c->slots[size / ALIGNMENT - 1];
+    for (unsigned s = 0; s < TC_SLOTS; s++) {
+        if (!atomic_load_explicit(&slots[s], memory_order_relaxed)) continue;
+        block *b = atomic_exchange_explicit(&slots[s], NULL, memory_order_acquire);
+        if (!b) continue; /* emptied by a flush meanwhile */
+        atomic_store_explicit(&b->cached, false, memory_order_relaxed);
+        poison(a, b, false);
+        add_in_use(a, size);
+        counter_add(&c->n_allocs);
+        return b;
+    }
+    return NULL;
+}
+
+/* Keeps b (live, small) in this thread's cache; false when its slots are full. */
+static bool cache_put(eg__allocator *a, block *b) {
+    thread_cache *c = cache_of(a);
+    if (!c) return false;
+    _Atomic(block *) *slots = c->slots[b->requested / ALIGNMENT - 1];
+    for (unsigned s = 0; s < TC_SLOTS; s++) {
+        if (atomic_load_explicit(&slots[s], memory_order_relaxed)) continue;
+        atomic_store_explicit(&b->cached, true, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&a->in_use, b->requested, memory_order_relaxed);
+        counter_add(&c->n_frees);
+        poison(a, b, true);
+        /* Only this thread fills an empty slot, so a store is enough; release publishes the
+         * block's fields to whichever thread flushes it. */
+        atomic_store_explicit(&slots[s], b, memory_order_release);
+        return true;
+    }
+    return false;
+}
+
 /* ---- public (internal) API --------------------------------------------------------------- */
 
 eg__allocator *eg__allocator_create(eg__raw_allocator raw, eg__allocator_kind kind,
@@ -446,12 +696,25 @@ eg__allocator *eg__allocator_create(eg__raw_allocator raw, eg__allocator_kind ki
     a->raw = raw;
     a->kind = kind == EG__ALLOCATOR_SYSTEM ? EG__ALLOCATOR_SYSTEM : EG__ALLOCATOR_CACHING;
     a->device_name = device_name ? device_name : "unnamed device";
+    atomic_init(&a->in_use, 0);
+    atomic_init(&a->peak, 0);
     return a;
+}
+
+void eg__allocator_enable_thread_caches(eg__allocator *allocator, bool host_memory) {
+    if (!allocator || allocator->kind != EG__ALLOCATOR_CACHING) return;
+    allocator->poison_cached = host_memory;
+    allocator->thread_caches_on = true;
 }
 
 void eg__allocator_destroy(eg__allocator *allocator) {
     if (!allocator) return;
     eg__allocator *a = allocator;
+    /* Threads that still hold a cache of a keep the (now empty, detached) record until they
+     * exit or reuse it. */
+    pthread_mutex_lock(&a->mutex);
+    while (a->caches) cache_detach_locked(a, a->caches);
+    pthread_mutex_unlock(&a->mutex);
     segment *next_segment;
     for (segment *s = a->segments; s; s = next_segment) {
         next_segment = s->next;
@@ -479,6 +742,13 @@ void *eg__allocator_alloc(eg__allocator *allocator, size_t bytes, void **handle)
         return NULL;
     }
     eg__allocator *a = allocator;
+    if (a->thread_caches_on && bytes <= TC_MAX_BYTES) {
+        block *b = cache_take(a, rounded_size(bytes));
+        if (b) {
+            *handle = b;
+            return b->pointer;
+        }
+    }
     *handle = NULL;
     oom_report report;
     block *b = NULL;
@@ -486,15 +756,14 @@ void *eg__allocator_alloc(eg__allocator *allocator, size_t bytes, void **handle)
     if (bytes > SIZE_MAX - (ALIGNMENT - 1)) {
         fill_report(a, bytes, REASON_SIZE, &report);
     } else {
-        size_t size = bytes ? (bytes + ALIGNMENT - 1) & ~(ALIGNMENT - 1) : ALIGNMENT;
+        size_t size = rounded_size(bytes);
         const char *reason = REASON_SYSTEM;
         b = a->kind == EG__ALLOCATOR_SYSTEM ? system_alloc(a, size, &reason)
                                             : caching_alloc(a, size, &reason);
         if (b) {
             b->allocated = true;
             b->requested = size;
-            a->in_use += size;
-            if (a->in_use > a->peak) a->peak = a->in_use;
+            add_in_use(a, size);
             a->n_allocs++;
         } else {
             fill_report(a, bytes, reason, &report);
@@ -513,11 +782,16 @@ void eg__allocator_free(eg__allocator *allocator, void *handle) {
     if (!allocator || !handle) return;
     eg__allocator *a = allocator;
     block *b = handle;
+    /* A live handle's fields are the caller's alone, so reading them needs no lock; anything
+     * odd (a double free) takes the mutex path, which reports it. */
+    if (a->thread_caches_on && b->allocated && b->requested <= TC_MAX_BYTES &&
+        !atomic_load_explicit(&b->cached, memory_order_relaxed) && cache_put(a, b))
+        return;
     pthread_mutex_lock(&a->mutex);
-    bool valid = b->allocated;
+    bool valid = b->allocated && !atomic_load_explicit(&b->cached, memory_order_relaxed);
     if (valid) {
         b->allocated = false;
-        a->in_use -= b->requested;
+        atomic_fetch_sub_explicit(&a->in_use, b->requested, memory_order_relaxed);
         b->requested = 0;
         a->n_frees++;
         if (a->kind == EG__ALLOCATOR_SYSTEM)
@@ -534,15 +808,21 @@ void eg__allocator_stats(eg__allocator *allocator, eg_memory_stats *out) {
     if (!allocator || !out) return;
     eg__allocator *a = allocator;
     pthread_mutex_lock(&a->mutex);
-    out->bytes_in_use = a->in_use;
-    out->peak_bytes_in_use = a->peak;
+    size_t in_use = atomic_load_explicit(&a->in_use, memory_order_relaxed);
+    out->bytes_in_use = in_use;
+    out->peak_bytes_in_use = atomic_load_explicit(&a->peak, memory_order_relaxed);
     out->bytes_reserved = a->reserved;
-    out->bytes_cached = a->reserved - a->in_use;
+    out->bytes_cached = a->reserved - in_use;
     out->largest_free_block = largest_free_block(a);
     out->limit = a->limit;
     out->n_allocs = a->n_allocs;
     out->n_frees = a->n_frees;
     out->n_cache_hits = a->n_cache_hits;
+    for (const thread_cache *c = a->caches; c; c = c->next) {
+        out->n_allocs += atomic_load_explicit(&c->n_allocs, memory_order_relaxed);
+        out->n_frees += atomic_load_explicit(&c->n_frees, memory_order_relaxed);
+        out->n_cache_hits += atomic_load_explicit(&c->n_allocs, memory_order_relaxed);
+    }
     out->n_system_allocs = a->n_system_allocs;
     out->n_system_frees = a->n_system_frees;
     pthread_mutex_unlock(&a->mutex);
@@ -575,7 +855,7 @@ eg_status eg__allocator_reserve(eg__allocator *allocator, size_t bytes) {
 eg_status eg__allocator_trim(eg__allocator *allocator) {
     if (!allocator) return eg__error(EG_ERR_NULL_ARGUMENT, "allocator_trim: NULL allocator");
     pthread_mutex_lock(&allocator->mutex);
-    release_free_segments(allocator);
+    trim_locked(allocator);
     pthread_mutex_unlock(&allocator->mutex);
     return EG_OK;
 }
@@ -586,7 +866,7 @@ eg_status eg__allocator_set_limit(eg__allocator *allocator, size_t bytes) {
     if (!allocator) return eg__error(EG_ERR_NULL_ARGUMENT, "allocator_set_limit: NULL allocator");
     pthread_mutex_lock(&allocator->mutex);
     allocator->limit = bytes;
-    if (bytes && allocator->reserved > bytes) release_free_segments(allocator);
+    if (bytes && allocator->reserved > bytes) trim_locked(allocator);
     pthread_mutex_unlock(&allocator->mutex);
     return EG_OK;
 }
@@ -594,7 +874,9 @@ eg_status eg__allocator_set_limit(eg__allocator *allocator, size_t bytes) {
 void eg__allocator_reset_peak(eg__allocator *allocator) {
     if (!allocator) return;
     pthread_mutex_lock(&allocator->mutex);
-    allocator->peak = allocator->in_use;
+    atomic_store_explicit(&allocator->peak,
+                          atomic_load_explicit(&allocator->in_use, memory_order_relaxed),
+                          memory_order_relaxed);
     pthread_mutex_unlock(&allocator->mutex);
 }
 

@@ -8,6 +8,7 @@
 #ifndef EAGLE_SRC_MEM_ALLOCATOR_H
 #define EAGLE_SRC_MEM_ALLOCATOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "eagle/memory.h"
@@ -30,7 +31,16 @@ typedef struct eg__allocator eg__allocator;
  * outlive the allocator). */
 eg__allocator *eg__allocator_create(eg__raw_allocator raw, eg__allocator_kind kind,
                                     const char *device_name);
-/* Gives every segment back to the raw allocator, blocks in use included. */
+/* Puts a small per-thread cache in front of a caching allocator (no effect on the system
+ * kind): each thread keeps a few freed blocks of up to 4 KiB per 64-byte size class and hands
+ * them out again without the mutex or a best-fit search. Statistics stay exact (cached blocks
+ * count as cached, not in use); trim, a limit that trims, a request that would fail and destroy
+ * empty every thread's cache first, and a thread's cache is emptied when it exits. host_memory:
+ * the blocks are host memory, which AddressSanitizer builds then poison while cached. Call it
+ * right after creation, before the allocator is shared. */
+void eg__allocator_enable_thread_caches(eg__allocator *allocator, bool host_memory);
+/* Gives every segment back to the raw allocator, blocks in use included. No other thread may
+ * use the allocator meanwhile (threads may still hold its emptied caches: they are detached). */
 void eg__allocator_destroy(eg__allocator *allocator);
 
 /* Memory for `bytes` (0 is allowed and returns a valid minimal block). *handle receives what

@@ -33,7 +33,7 @@ static eg_status require_float(eg__op op, const eg_tensor *t, int index) {
 }
 
 /* numpy broadcasting of n shapes into meta->shape. */
-static eg_status broadcast_shapes(eg__op op, int n, const eg_tensor *const *in, eg__meta *meta) {
+static eg_status broadcast_general(eg__op op, int n, const eg_tensor *const *in, eg__meta *meta) {
     int n_dims = 0;
     for (int i = 0; i < n; i++) n_dims = in[i]->n_dims > n_dims ? in[i]->n_dims : n_dims;
     meta->n_dims = n_dims;
@@ -54,6 +54,21 @@ static eg_status broadcast_shapes(eg__op op, int n, const eg_tensor *const *in, 
         }
         meta->shape[d] = size;
     }
+    return EG_OK;
+}
+
+/* Inputs of one shape, the common case, need no broadcasting: inlined into the elementwise
+ * inference functions, the general walk out of line. */
+static inline __attribute__((always_inline)) eg_status
+broadcast_shapes(eg__op op, int n, const eg_tensor *const *in, eg__meta *meta) {
+    int n_dims = in[0]->n_dims;
+    for (int i = 1; i < n; i++)
+        if (in[i]->n_dims != n_dims) return broadcast_general(op, n, in, meta);
+    for (int d = 0; d < n_dims; d++)
+        for (int i = 1; i < n; i++)
+            if (in[i]->shape[d] != in[0]->shape[d]) return broadcast_general(op, n, in, meta);
+    meta->n_dims = n_dims;
+    for (int d = 0; d < n_dims; d++) meta->shape[d] = in[0]->shape[d];
     return EG_OK;
 }
 

@@ -44,6 +44,7 @@ static void create_cpu_allocator(void) {
                                   : EG__ALLOCATOR_CACHING;
     eg__raw_allocator raw = {host_alloc, host_free, NULL};
     cpu_allocator = eg__allocator_create(raw, kind, "cpu");
+    eg__allocator_enable_thread_caches(cpu_allocator, true);
     const char *limit = getenv("EG_MEMORY_LIMIT");
     if (cpu_allocator && limit) eg__allocator_set_limit(cpu_allocator, parse_bytes(limit));
 }
