@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vecmath.h"
 #include "core/error.h"
 #include "core/random.h"
 
@@ -94,9 +95,38 @@ typedef struct unary_context {
         break;                                                                                     \
     }
 
+/* The f32 transcendental ops run on our vector math (vecmath.h): the same bits on every CPU
+ * path, for every stride and position, in eager mode and in lazy fused loops. -1 for others. */
+static int vecmath_of(eg__op op) {
+    switch (op) {
+    case EG__OP_EXP:
+        return EG__VECMATH_EXP;
+    case EG__OP_LOG:
+        return EG__VECMATH_LOG;
+    case EG__OP_TANH:
+        return EG__VECMATH_TANH;
+    case EG__OP_SIGMOID:
+        return EG__VECMATH_SIGMOID;
+    case EG__OP_GELU:
+        return EG__VECMATH_GELU;
+    case EG__OP_SOFTPLUS:
+        return EG__VECMATH_SOFTPLUS;
+    default:
+        return -1;
+    }
+}
+
 static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const unary_context *c = context;
     if (c->dtype == EG_DTYPE_F32) {
+        int fn = vecmath_of(c->op);
+        if (fn >= 0) {
+            if (s[0] == sizeof(float) && s[1] == sizeof(float))
+                eg__vecmath_f32((eg__vecmath_fn)fn, n, (float *)p[0], (const float *)p[1]);
+            else
+                eg__vecmath_f32_strided((eg__vecmath_fn)fn, n, p[0], s[0], p[1], s[1]);
+            return;
+        }
         UNARY_CASES(float, expf, logf, sqrtf, sinf, cosf, tanhf, erff, fabsf, log1pf)
     } else {
         UNARY_CASES(double, exp, log, sqrt, sin, cos, tanh, erf, fabs, log1p)
@@ -332,7 +362,7 @@ eg_status eg__cpu_compare(const eg__kernel_call *call) {
  * selection itself (relu's gradient is a where). */
 #define WHERE_TYPED(T)                                                                             \
     do {                                                                                           \
-        for (int64_t i = 0; i < n; i++) { /* both loaded: a select, not a branch */               \
+        for (int64_t i = 0; i < n; i++) { /* both loaded: a select, not a branch */                \
             T a = *(const T *)(p[2] + i * s[2]), b = *(const T *)(p[3] + i * s[3]);                \
             *(T *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1]) ? a : b;                 \
         }                                                                                          \
