@@ -2,6 +2,7 @@
  * (near-minimax relative error, fitted against mpmath). */
 #include "backend/cpu/vecmath.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 /* GCC contracts nothing in ISO C mode (-std=c11 implies -ffp-contract=off); clang contracts
@@ -34,14 +35,18 @@ INLINE vu sign_of(vf x) {
 }
 
 /* exp(hi + lo) for hi + lo in about [-252, 89], with lo small against hi: the argument's low part
- * enters only the reduced argument, so a product like -x^2/2 keeps its precision. */
-INLINE vf exp_hilo(vf hi, vf lo) {
+ * enters only the reduced argument, so a product like -x^2/2 keeps its precision. Without lo
+ * (has_lo false, a constant after inlining) the two additions of lo are left out. NaN lanes
+ * give garbage (integer arithmetic is unsigned: no undefined behaviour); callers select. */
+INLINE vf exp_hilo(vf hi, vf lo, bool has_lo) {
     const float shift = 0x1.8p23f; /* adding it rounds to an integer held in the low bits */
-    vf t = (hi + lo) * 0x1.715476p+0f + shift;
+    vf t = (has_lo ? hi + lo : hi) * 0x1.715476p+0f + shift;
     vf n = t - shift;
     vu k = (vu)t - (vu)splat(shift);
     /* ln 2 = LN2_HI + LN2_LO, LN2_HI with 9 significant bits so n * LN2_HI is exact */
-    vf r = ((hi - n * 0x1.63p-1f) + lo) - n * -0x1.bd0106p-13f;
+    vf r = hi - n * 0x1.63p-1f;
+    if (has_lo) r = r + lo;
+    r = r - n * -0x1.bd0106p-13f;
     vf p = splat(0x1.6a2282p-10f);
     p = p * r + 0x1.123ae6p-7f;
     p = p * r + 0x1.5558f8p-5f;
@@ -61,8 +66,7 @@ INLINE vf is_nan_select(vf x, vf result) {
 INLINE vf exp_v(vf x) {
     vf c = select(x > 89.0f, splat(89.0f), x);
     c = select(c < -104.0f, splat(-104.0f), c);
-    c = select(c != c, splat(0.0f), c);
-    return is_nan_select(x, exp_hilo(c, splat(0.0f)));
+    return is_nan_select(x, exp_hilo(c, c, false));
 }
 
 /* log(x) + c for finite x > 0, c a small correction (log1p's rounding of 1 + t). */
@@ -112,8 +116,7 @@ INLINE vf tanh_v(vf x) {
     small = (vf)((vu)abs_of(small) | sign_of(x)); /* tanh(-0) = -0 */
     /* 1 - 2 / (exp(2|x|) + 1), the sign put back */
     vf twice = select(a > 44.0f, splat(88.0f), a + a);
-    twice = select(twice != twice, splat(0.0f), twice);
-    vf e = exp_hilo(twice, splat(0.0f));
+    vf e = exp_hilo(twice, twice, false);
     vf large = (vf)((vu)(1.0f - 2.0f / (e + 1.0f)) | sign_of(x));
     return is_nan_select(x, select(a < 0.625f, small, large));
 }
@@ -149,7 +152,7 @@ INLINE vf gelu_v(vf x) {
     vf c = select(a > 15.0f, splat(15.0f), a);
     c = select(c != c, splat(1.0f), c);
     vf c_hi = (vf)((vu)c & 0xfffff000u), c_lo = c - c_hi;
-    vf e = exp_hilo(-0.5f * (c_hi * c_hi), -0.5f * (c_lo * (c + c_hi)));
+    vf e = exp_hilo(-0.5f * (c_hi * c_hi), -0.5f * (c_lo * (c + c_hi)), true);
     vf t = 1.0f / (1.0f + c * 0x1.6a09e6p-2f);
     vf r = splat(-0x1.4aba72p-7f);
     r = r * t + -0x1.ce5edep-6f;
