@@ -2,6 +2,7 @@
  * other vector-math ops and the broadcast / transposed layouts) on 1K ... 64M f32 elements, with
  * a STREAM copy and triad measured in the same run, so the ratios are side by side.
  *   bench_elementwise [--threads N] [--max-elems N] [--seconds S] [--wall] [--tsv FILE]
+ *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
  * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
  * timings of a loop that runs at least S / 7 seconds (default S = 0.35). */
@@ -13,7 +14,23 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/vecmath.h"
 #include "eagle.h"
+
+/* SLEEF (Debian libsleef-dev), when the bench was linked with it: the per-element cost of our
+ * vector math against SLEEF's on in-cache arrays. sleef.h declares its 256-bit functions only
+ * when compiled with -mavx, so the few used are declared here. */
+#ifdef EG_BENCH_SLEEF
+#include <immintrin.h>
+__m256 Sleef_cinz_expf8_u10avx(__m256);
+__m256 Sleef_cinz_logf8_u10avx(__m256);
+__m256 Sleef_cinz_tanhf8_u10avx(__m256);
+__m256 Sleef_cinz_tanhf8_u35avx(__m256);
+__m256 Sleef_cinz_erfcf8_u15avx(__m256);
+__m256 Sleef_cinz_log1pf8_u10avx(__m256);
+__m256 Sleef_expf8_u10avx2(__m256);
+__m256 Sleef_tanhf8_u35avx2(__m256);
+#endif
 
 /* The machine is shared: time is process CPU time divided by the thread count (memory stalls
  * count as CPU time; waiting for a core does not). --wall switches to wall-clock time. */
@@ -153,6 +170,61 @@ static void report(const char *name, const char *layout, long n, int n_threads, 
                 rate);
 }
 
+/* ---- vector math: ns per element, ours (baseline and AVX2) and SLEEF's ---- */
+
+enum { VM_N = 4096 };
+static float vm_in[VM_N], vm_out[VM_N];
+
+typedef struct vm_context {
+    eg__cpu_level level;
+    eg__vecmath_fn fn;
+} vm_context;
+
+static void vm_body(void *arg) {
+    const vm_context *c = arg;
+    eg__vecmath_f32_at(c->level, c->fn, VM_N, vm_out, vm_in);
+}
+
+#ifdef EG_BENCH_SLEEF
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef __m256 (*sleef_fn)(__m256);
+__attribute__((target("avx2,fma"))) static void sleef_body(void *arg) {
+    sleef_fn f = *(sleef_fn *)arg;
+    for (int i = 0; i < VM_N; i += 8) _mm256_storeu_ps(vm_out + i, f(_mm256_loadu_ps(vm_in + i)));
+}
+#endif
+
+static void vector_math_costs(void) {
+    for (int i = 0; i < VM_N; i++) vm_in[i] = ((float)i / VM_N - 0.5f) * 20.0f;
+    printf("vector math, ns per element (4096 in-cache f32 in [-10, 10], one thread):\n");
+    for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+        vm_context base = {EG__CPU_BASELINE, fn}, avx2 = {EG__CPU_AVX2, fn};
+        printf("  %-8s eagle baseline %6.3f  eagle avx2 %6.3f\n", eg__vecmath_name(fn),
+               measure(vm_body, &base) / VM_N * 1e9, measure(vm_body, &avx2) / VM_N * 1e9);
+    }
+#ifdef EG_BENCH_SLEEF
+    struct {
+        const char *name;
+        sleef_fn f;
+    } sleef[] = {
+        {"expf8_u10 cinz avx (same bits on SSE2/AVX)", Sleef_cinz_expf8_u10avx},
+        {"logf8_u10 cinz avx", Sleef_cinz_logf8_u10avx},
+        {"tanhf8_u10 cinz avx", Sleef_cinz_tanhf8_u10avx},
+        {"tanhf8_u35 cinz avx", Sleef_cinz_tanhf8_u35avx},
+        {"erfcf8_u15 cinz avx (gelu needs it)", Sleef_cinz_erfcf8_u15avx},
+        {"log1pf8_u10 cinz avx (softplus needs it)", Sleef_cinz_log1pf8_u10avx},
+        {"expf8_u10 avx2 (FMA)", Sleef_expf8_u10avx2},
+        {"tanhf8_u35 avx2 (FMA)", Sleef_tanhf8_u35avx2},
+    };
+    for (size_t i = 0; i < sizeof sleef / sizeof sleef[0]; i++)
+        if (eg__cpu_has_avx2_fma())
+            printf("  SLEEF %-42s %6.3f\n", sleef[i].name,
+                   measure(sleef_body, &sleef[i].f) / VM_N * 1e9);
+#else
+    printf("  (SLEEF not linked: install libsleef-dev and rebuild to compare)\n");
+#endif
+}
+
 int main(int argc, char **argv) {
     long max_elems = 64L << 20;
     for (int i = 1; i < argc; i++) {
@@ -162,13 +234,16 @@ int main(int argc, char **argv) {
             max_elems = atol(argv[++i]);
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds_per_sample = atof(argv[++i]) / SAMPLES;
-        else if (!strcmp(argv[i], "--wall"))
+        else if (!strcmp(argv[i], "--vector-math")) {
+            vector_math_costs();
+            return 0;
+        } else if (!strcmp(argv[i], "--wall"))
             wall_clock = true;
         else if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv = fopen(argv[++i], "a");
         else {
             fprintf(stderr, "usage: bench_elementwise [--threads N] [--max-elems N] "
-                            "[--seconds S] [--wall] [--tsv FILE]\n");
+                            "[--seconds S] [--wall] [--tsv FILE] | --vector-math\n");
             return 2;
         }
     }
