@@ -4,7 +4,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vecmath.h"
 #include "core/error.h"
 #include "core/random.h"
 
@@ -94,12 +96,56 @@ typedef struct unary_context {
         break;                                                                                     \
     }
 
+/* The f32 transcendental ops run on our vector math (vecmath.h): the same bits on every CPU
+ * path, for every stride and position, in eager mode and in lazy fused loops. -1 for others. */
+static int vecmath_of(eg__op op) {
+    switch (op) {
+    case EG__OP_EXP:
+        return EG__VECMATH_EXP;
+    case EG__OP_LOG:
+        return EG__VECMATH_LOG;
+    case EG__OP_TANH:
+        return EG__VECMATH_TANH;
+    case EG__OP_SIGMOID:
+        return EG__VECMATH_SIGMOID;
+    case EG__OP_GELU:
+        return EG__VECMATH_GELU;
+    case EG__OP_SOFTPLUS:
+        return EG__VECMATH_SOFTPLUS;
+    default:
+        return -1;
+    }
+}
+
+/* The plain loops are compiled twice, for the baseline and for AVX2 (wider vectors for the
+ * compiler's vectorizer); both do the same IEEE operations, so the bits agree. */
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+#define UNARY_VARIANT(SUFFIX, ATTRIBUTES)                                                          \
+    ATTRIBUTES static void float_unary_##SUFFIX(const unary_context *c, int64_t n, char **p,       \
+                                                const int64_t *s){UNARY_CASES(                     \
+        float, expf, logf, sqrtf, sinf, cosf, tanhf, erff, fabsf,                                  \
+        log1pf)} ATTRIBUTES static void double_unary_##SUFFIX(const unary_context *c, int64_t n,   \
+                                                              char **p, const int64_t *s) {        \
+        UNARY_CASES(double, exp, log, sqrt, sin, cos, tanh, erf, fabs, log1p)                      \
+    }
+UNARY_VARIANT(baseline, )
+UNARY_VARIANT(avx2, AVX2_TARGET)
+
 static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const unary_context *c = context;
+    bool avx2 = eg__cpu_active_level() == EG__CPU_AVX2;
     if (c->dtype == EG_DTYPE_F32) {
-        UNARY_CASES(float, expf, logf, sqrtf, sinf, cosf, tanhf, erff, fabsf, log1pf)
+        int fn = vecmath_of(c->op);
+        if (fn >= 0) {
+            if (s[0] == sizeof(float) && s[1] == sizeof(float))
+                eg__vecmath_f32((eg__vecmath_fn)fn, n, (float *)p[0], (const float *)p[1]);
+            else
+                eg__vecmath_f32_strided((eg__vecmath_fn)fn, n, p[0], s[0], p[1], s[1]);
+            return;
+        }
+        (avx2 ? float_unary_avx2 : float_unary_baseline)(c, n, p, s);
     } else {
-        UNARY_CASES(double, exp, log, sqrt, sin, cos, tanh, erf, fabs, log1p)
+        (avx2 ? double_unary_avx2 : double_unary_baseline)(c, n, p, s);
     }
 }
 
@@ -253,13 +299,27 @@ typedef struct binary_context {
     eg_dtype dtype;
 } binary_context;
 
+#define BINARY_VARIANT(SUFFIX, ATTRIBUTES)                                                         \
+    ATTRIBUTES static void float_binary_##SUFFIX(const binary_context *c, int64_t n, char **p,     \
+                                                 const int64_t *s){FLOAT_BINARY_CASES(             \
+        float, powf)} ATTRIBUTES static void double_binary_##SUFFIX(const binary_context *c,       \
+                                                                    int64_t n, char **p,           \
+                                                                    const int64_t *s) {            \
+        FLOAT_BINARY_CASES(double, pow)                                                            \
+    }
+BINARY_VARIANT(baseline, )
+BINARY_VARIANT(avx2, AVX2_TARGET)
+
 static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
+    bool avx2 = eg__cpu_active_level() == EG__CPU_AVX2;
     switch (c->dtype) {
     case EG_DTYPE_F32:
-        FLOAT_BINARY_CASES(float, powf) break;
+        (avx2 ? float_binary_avx2 : float_binary_baseline)(c, n, p, s);
+        break;
     case EG_DTYPE_F64:
-        FLOAT_BINARY_CASES(double, pow) break;
+        (avx2 ? double_binary_avx2 : double_binary_baseline)(c, n, p, s);
+        break;
     case EG_DTYPE_I32:
         INT_BINARY_CASES(int32_t, uint32_t, INT32_MIN) break;
     case EG_DTYPE_I64:
@@ -332,7 +392,7 @@ eg_status eg__cpu_compare(const eg__kernel_call *call) {
  * selection itself (relu's gradient is a where). */
 #define WHERE_TYPED(T)                                                                             \
     do {                                                                                           \
-        for (int64_t i = 0; i < n; i++) { /* both loaded: a select, not a branch */               \
+        for (int64_t i = 0; i < n; i++) { /* both loaded: a select, not a branch */                \
             T a = *(const T *)(p[2] + i * s[2]), b = *(const T *)(p[3] + i * s[3]);                \
             *(T *)(p[0] + i * s[0]) = *(const uint8_t *)(p[1] + i * s[1]) ? a : b;                 \
         }                                                                                          \

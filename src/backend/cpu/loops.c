@@ -83,8 +83,76 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* Transposed operands: when an operand steps far between neighbours of the innermost axis, a
+ * plain walk touches a new cache line (and often a new page) per element. The last two axes are
+ * walked in tiles instead, TILE_ROWS x TILE_COLUMNS, so such an operand reads each cache line for
+ * TILE_ROWS rows in a row while it is still cached. Elementwise results do not depend on the
+ * order they are computed in. */
+enum { TILE_ROWS = 32, TILE_COLUMNS = 128, FAR_STRIDE = 64 };
+
+static bool wants_tiles(const eg__nd_loop *loop) {
+    int last = loop->n_dims - 1;
+    if (last < 1 || loop->shape[last] < TILE_ROWS || loop->shape[last - 1] < TILE_ROWS)
+        return false;
+    for (int i = 0; i < loop->n_operands; i++) {
+        int64_t inner = loop->strides[i][last], outer = loop->strides[i][last - 1];
+        if ((inner > FAR_STRIDE || inner < -FAR_STRIDE) && outer < inner && outer > -inner)
+            return true;
+    }
+    return false;
+}
+
+typedef struct tiles {
+    int64_t row_tiles, column_tiles, per_matrix; /* tiles per (rows, columns) matrix */
+} tiles;
+
+static void run_tiles(void *arg, int64_t begin, int64_t end) {
+    const run_context *rc = arg;
+    const eg__nd_loop *loop = rc->loop;
+    int last = loop->n_dims - 1;
+    tiles t = {(loop->shape[last - 1] + TILE_ROWS - 1) / TILE_ROWS,
+               (loop->shape[last] + TILE_COLUMNS - 1) / TILE_COLUMNS, 0};
+    t.per_matrix = t.row_tiles * t.column_tiles;
+    int64_t inner_strides[EG_ND_MAX_OPERANDS];
+    for (int i = 0; i < loop->n_operands; i++) inner_strides[i] = loop->strides[i][last];
+    for (int64_t item = begin; item < end; item++) {
+        int64_t matrix = item / t.per_matrix, tile = item % t.per_matrix;
+        int64_t row0 = tile / t.column_tiles * TILE_ROWS;
+        int64_t column0 = tile % t.column_tiles * TILE_COLUMNS;
+        int64_t rows =
+            loop->shape[last - 1] - row0 < TILE_ROWS ? loop->shape[last - 1] - row0 : TILE_ROWS;
+        int64_t columns =
+            loop->shape[last] - column0 < TILE_COLUMNS ? loop->shape[last] - column0 : TILE_COLUMNS;
+        char *base[EG_ND_MAX_OPERANDS];
+        for (int i = 0; i < loop->n_operands; i++) {
+            base[i] = loop->base[i] + row0 * loop->strides[i][last - 1] +
+                      column0 * loop->strides[i][last];
+            int64_t rest = matrix; /* the outer axes' index, last outer axis fastest */
+            for (int d = last - 2; d >= 0; d--) {
+                base[i] += rest % loop->shape[d] * loop->strides[i][d];
+                rest /= loop->shape[d];
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            char *pointers[EG_ND_MAX_OPERANDS];
+            for (int i = 0; i < loop->n_operands; i++)
+                pointers[i] = base[i] + r * loop->strides[i][last - 1];
+            rc->inner(rc->context, columns, pointers, inner_strides);
+        }
+    }
+}
+
 void eg__nd_loop_run(const eg__nd_loop *loop, eg__nd_inner_fn inner, void *context) {
     run_context rc = {loop, inner, context};
+    if (wants_tiles(loop)) {
+        int last = loop->n_dims - 1;
+        int64_t n_tiles = loop->n_elems / (loop->shape[last] * loop->shape[last - 1]) *
+                          ((loop->shape[last - 1] + TILE_ROWS - 1) / TILE_ROWS) *
+                          ((loop->shape[last] + TILE_COLUMNS - 1) / TILE_COLUMNS);
+        eg__parallel_for(n_tiles, EG_PARALLEL_GRAIN_ELEMENTWISE / (TILE_ROWS * TILE_COLUMNS) + 1,
+                         run_tiles, &rc);
+        return;
+    }
     eg__parallel_for(loop->n_elems, EG_PARALLEL_GRAIN_ELEMENTWISE, run_range, &rc);
 }
 

@@ -1,0 +1,322 @@
+/* Elementwise ops and reductions against memory bandwidth: add, mul, exp, relu, sum (plus the
+ * other vector-math ops and the broadcast / transposed layouts) on 1K ... 64M f32 elements, with
+ * a STREAM copy and triad measured in the same run, so the ratios are side by side.
+ *   bench_elementwise [--threads N] [--max-elems N] [--seconds S] [--wall] [--tsv FILE]
+ *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
+ * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
+ * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
+ * timings of a loop that runs at least S / 7 seconds (default S = 0.35). */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/vecmath.h"
+#include "eagle.h"
+
+/* SLEEF (Debian libsleef-dev), when the bench was linked with it: the per-element cost of our
+ * vector math against SLEEF's on in-cache arrays. sleef.h declares its 256-bit functions only
+ * when compiled with -mavx, so the few used are declared here. */
+#ifdef EG_BENCH_SLEEF
+#include <immintrin.h>
+__m256 Sleef_cinz_expf8_u10avx(__m256);
+__m256 Sleef_cinz_logf8_u10avx(__m256);
+__m256 Sleef_cinz_tanhf8_u10avx(__m256);
+__m256 Sleef_cinz_tanhf8_u35avx(__m256);
+__m256 Sleef_cinz_erfcf8_u15avx(__m256);
+__m256 Sleef_cinz_log1pf8_u10avx(__m256);
+__m256 Sleef_expf8_u10avx2(__m256);
+__m256 Sleef_tanhf8_u35avx2(__m256);
+#endif
+
+/* The machine is shared: time is process CPU time divided by the thread count (memory stalls
+ * count as CPU time; waiting for a core does not). --wall switches to wall-clock time. */
+static int threads = 1;
+static bool wall_clock;
+static double now(void) {
+    struct timespec t;
+    clock_gettime(wall_clock ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &t);
+    return ((double)t.tv_sec + 1e-9 * (double)t.tv_nsec) / (wall_clock ? 1 : threads);
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+enum { SAMPLES = 7 };
+static double seconds_per_sample = 0.05;
+
+/* Median seconds per call of body(context). */
+static double measure(void (*body)(void *), void *context) {
+    body(context); /* warm-up: caches, the allocator's pool, page faults */
+    int iterations = 1;
+    for (;;) {
+        double start = now();
+        for (int i = 0; i < iterations; i++) body(context);
+        double elapsed = now() - start;
+        if (elapsed >= seconds_per_sample || iterations >= (1 << 24)) break;
+        iterations *= elapsed > 0 ? (int)(seconds_per_sample / elapsed) / 2 + 2 : 16;
+    }
+    double samples[SAMPLES];
+    for (int s = 0; s < SAMPLES; s++) {
+        double start = now();
+        for (int i = 0; i < iterations; i++) body(context);
+        samples[s] = (now() - start) / iterations;
+    }
+    qsort(samples, SAMPLES, sizeof samples[0], compare_doubles);
+    return samples[SAMPLES / 2];
+}
+
+/* ---- STREAM copy and triad (double, as STREAM), split over pthreads like the pool does ---- */
+
+typedef struct stream_job {
+    double *a, *b, *c;
+    long begin, end;
+    int triad;
+} stream_job;
+
+static void *stream_worker(void *arg) {
+    const stream_job *j = arg;
+    if (j->triad)
+        for (long i = j->begin; i < j->end; i++) j->a[i] = j->b[i] + 3.0 * j->c[i];
+    else
+        for (long i = j->begin; i < j->end; i++) j->c[i] = j->a[i];
+    return NULL;
+}
+
+typedef struct stream_context {
+    double *a, *b, *c;
+    long n;
+    int threads, triad;
+} stream_context;
+
+static void stream_body(void *arg) {
+    const stream_context *s = arg;
+    pthread_t ids[64];
+    stream_job jobs[64];
+    for (int t = 0; t < s->threads; t++) {
+        jobs[t] = (stream_job){
+            s->a, s->b, s->c, s->n * t / s->threads, s->n * (t + 1) / s->threads, s->triad};
+        if (t > 0) pthread_create(&ids[t], NULL, stream_worker, &jobs[t]);
+    }
+    stream_worker(&jobs[0]);
+    for (int t = 1; t < s->threads; t++) pthread_join(ids[t], NULL);
+}
+
+/* ---- Eagle ops ---- */
+
+typedef enum { OP_ADD, OP_MUL, OP_EXP, OP_RELU, OP_SUM, OP_TANH, OP_SIGMOID, OP_GELU } op_kind;
+static const char *const op_names[] = {"add", "mul",  "exp",     "relu",
+                                       "sum", "tanh", "sigmoid", "gelu"};
+static const int op_bytes[] = {12, 12, 8, 8, 4, 8, 8, 8};
+
+typedef struct op_context {
+    op_kind op;
+    const eg_tensor *x, *y;
+    int n_axes;
+    int axes[2];
+} op_context;
+
+static void op_body(void *arg) {
+    const op_context *c = arg;
+    eg_scope_begin();
+    eg_tensor *r = NULL;
+    switch (c->op) {
+    case OP_ADD:
+        r = eg_add(c->x, c->y);
+        break;
+    case OP_MUL:
+        r = eg_mul(c->x, c->y);
+        break;
+    case OP_EXP:
+        r = eg_exp(c->x);
+        break;
+    case OP_RELU:
+        r = eg_relu(c->x);
+        break;
+    case OP_SUM:
+        r = eg_sum(c->x, c->n_axes, c->axes, false);
+        break;
+    case OP_TANH:
+        r = eg_tanh(c->x);
+        break;
+    case OP_SIGMOID:
+        r = eg_sigmoid(c->x);
+        break;
+    case OP_GELU:
+        r = eg_gelu(c->x);
+        break;
+    }
+    if (!r) {
+        fprintf(stderr, "bench_elementwise: %s failed: %s\n", op_names[c->op], eg_last_error());
+        exit(1);
+    }
+    eg_scope_end();
+}
+
+static FILE *tsv;
+
+static void report(const char *name, const char *layout, long n, int n_threads, double seconds,
+                   double bytes, double triad) {
+    double rate = bytes / seconds / 1e9;
+    printf("%-8s %-12s %10ld %8.1f us %8.2f GB/s %6.0f%%\n", name, layout, n, seconds * 1e6, rate,
+           100 * rate / triad);
+    if (tsv)
+        fprintf(tsv, "eagle\t%s\t%s\t%ld\t%d\t%.9g\t%.4f\n", name, layout, n, n_threads, seconds,
+                rate);
+}
+
+/* ---- vector math: ns per element, ours (baseline and AVX2) and SLEEF's ---- */
+
+enum { VM_N = 4096 };
+static float vm_in[VM_N], vm_out[VM_N];
+
+typedef struct vm_context {
+    eg__cpu_level level;
+    eg__vecmath_fn fn;
+} vm_context;
+
+static void vm_body(void *arg) {
+    const vm_context *c = arg;
+    eg__vecmath_f32_at(c->level, c->fn, VM_N, vm_out, vm_in);
+}
+
+#ifdef EG_BENCH_SLEEF
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef __m256 (*sleef_fn)(__m256);
+__attribute__((target("avx2,fma"))) static void sleef_body(void *arg) {
+    sleef_fn f = *(sleef_fn *)arg;
+    for (int i = 0; i < VM_N; i += 8) _mm256_storeu_ps(vm_out + i, f(_mm256_loadu_ps(vm_in + i)));
+}
+#endif
+
+static void vector_math_costs(void) {
+    for (int i = 0; i < VM_N; i++) vm_in[i] = ((float)i / VM_N - 0.5f) * 20.0f;
+    printf("vector math, ns per element (4096 in-cache f32 in [-10, 10], one thread):\n");
+    for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+        vm_context base = {EG__CPU_BASELINE, fn}, avx2 = {EG__CPU_AVX2, fn};
+        printf("  %-8s eagle baseline %6.3f  eagle avx2 %6.3f\n", eg__vecmath_name(fn),
+               measure(vm_body, &base) / VM_N * 1e9, measure(vm_body, &avx2) / VM_N * 1e9);
+    }
+#ifdef EG_BENCH_SLEEF
+    struct {
+        const char *name;
+        sleef_fn f;
+    } sleef[] = {
+        {"expf8_u10 cinz avx (same bits on SSE2/AVX)", Sleef_cinz_expf8_u10avx},
+        {"logf8_u10 cinz avx", Sleef_cinz_logf8_u10avx},
+        {"tanhf8_u10 cinz avx", Sleef_cinz_tanhf8_u10avx},
+        {"tanhf8_u35 cinz avx", Sleef_cinz_tanhf8_u35avx},
+        {"erfcf8_u15 cinz avx (gelu needs it)", Sleef_cinz_erfcf8_u15avx},
+        {"log1pf8_u10 cinz avx (softplus needs it)", Sleef_cinz_log1pf8_u10avx},
+        {"expf8_u10 avx2 (FMA)", Sleef_expf8_u10avx2},
+        {"tanhf8_u35 avx2 (FMA)", Sleef_tanhf8_u35avx2},
+    };
+    for (size_t i = 0; i < sizeof sleef / sizeof sleef[0]; i++)
+        if (eg__cpu_has_avx2_fma())
+            printf("  SLEEF %-42s %6.3f\n", sleef[i].name,
+                   measure(sleef_body, &sleef[i].f) / VM_N * 1e9);
+#else
+    printf("  (SLEEF not linked: install libsleef-dev and rebuild to compare)\n");
+#endif
+}
+
+int main(int argc, char **argv) {
+    long max_elems = 64L << 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-elems") && i + 1 < argc)
+            max_elems = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            seconds_per_sample = atof(argv[++i]) / SAMPLES;
+        else if (!strcmp(argv[i], "--vector-math")) {
+            vector_math_costs();
+            return 0;
+        } else if (!strcmp(argv[i], "--wall"))
+            wall_clock = true;
+        else if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
+            tsv = fopen(argv[++i], "a");
+        else {
+            fprintf(stderr, "usage: bench_elementwise [--threads N] [--max-elems N] "
+                            "[--seconds S] [--wall] [--tsv FILE] | --vector-math\n");
+            return 2;
+        }
+    }
+    if (eg_set_num_threads(threads) != EG_OK) {
+        fprintf(stderr, "bench_elementwise: %s\n", eg_last_error());
+        return 1;
+    }
+
+    /* STREAM on arrays of 16M doubles (128 MiB each, far beyond the caches) */
+    long stream_n = 16L << 20;
+    stream_context s = {malloc(sizeof(double) * (size_t)stream_n),
+                        malloc(sizeof(double) * (size_t)stream_n),
+                        malloc(sizeof(double) * (size_t)stream_n),
+                        stream_n,
+                        threads,
+                        0};
+    if (!s.a || !s.b || !s.c) return 1;
+    for (long i = 0; i < stream_n; i++) s.a[i] = 1, s.b[i] = 2, s.c[i] = 0;
+    double copy = 16.0 * (double)stream_n / measure(stream_body, &s) / 1e9;
+    s.triad = 1;
+    double triad = 24.0 * (double)stream_n / measure(stream_body, &s) / 1e9;
+    free(s.a), free(s.b), free(s.c);
+    printf("threads %d: STREAM copy %.2f GB/s, triad %.2f GB/s (%% below is of triad)\n", threads,
+           copy, triad);
+    if (tsv) {
+        fprintf(tsv, "stream\tcopy\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, copy);
+        fprintf(tsv, "stream\ttriad\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, triad);
+    }
+
+    eg_generator *gen = eg_generator_new(1);
+    for (long n = 1024; n <= max_elems; n *= 4) {
+        eg_scope_begin();
+        int64_t shape[1] = {n};
+        eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
+        eg_tensor *y = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
+        for (int op = 0; op <= OP_GELU; op++) {
+            op_context c = {(op_kind)op, x, y, 1, {0, 0}};
+            report(op_names[op], "contiguous", n, threads, measure(op_body, &c),
+                   (double)op_bytes[op] * (double)n, triad);
+        }
+        eg_scope_end();
+    }
+
+    /* layouts on a square matrix of the largest size up to 16M elements */
+    long side = 1;
+    while (side * side * 4 <= (max_elems < (16L << 20) ? max_elems : (16L << 20))) side *= 2;
+    long n = side * side;
+    eg_scope_begin();
+    int64_t square[2] = {side, side}, row[1] = {side}, column[2] = {side, 1};
+    eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 2, square, -4, 4);
+    eg_tensor *y = eg_random_uniform(gen, EG_DTYPE_F32, 2, square, -4, 4);
+    eg_tensor *r = eg_random_uniform(gen, EG_DTYPE_F32, 1, row, -4, 4);
+    eg_tensor *col = eg_random_uniform(gen, EG_DTYPE_F32, 2, column, -4, 4);
+    eg_tensor *xt = eg_transpose(x, 0, 1);
+    op_context cases[] = {
+        {OP_ADD, x, r, 0, {0, 0}},   /* row broadcast: (M, N) + (N) */
+        {OP_ADD, x, col, 0, {0, 0}}, /* column broadcast: (M, N) + (M, 1) */
+        {OP_ADD, xt, y, 0, {0, 0}},  /* a transposed view + contiguous */
+        {OP_EXP, xt, NULL, 0, {0, 0}}, {OP_SUM, x, NULL, 1, {0, 0}}, /* over rows: column sums */
+        {OP_SUM, x, NULL, 1, {1, 0}},                                /* over columns: row sums */
+        {OP_SUM, x, NULL, 2, {0, 1}},  {OP_SUM, xt, NULL, 1, {0, 0}},
+    };
+    const char *names[] = {"row-bcast", "col-bcast", "transposed", "transposed",
+                           "axis0",     "axis1",     "all-2d",     "T-axis0"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double bytes = cases[i].op == OP_ADD   ? 12.0 * (double)n
+                       : cases[i].op == OP_SUM ? 4.0 * (double)n
+                                               : 8.0 * (double)n;
+        report(op_names[cases[i].op], names[i], n, threads, measure(op_body, &cases[i]), bytes,
+               triad);
+    }
+    eg_scope_end();
+    eg_generator_free(gen);
+    if (tsv) fclose(tsv);
+    return 0;
+}

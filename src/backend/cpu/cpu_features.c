@@ -1,0 +1,61 @@
+/* CPU feature detection and the dispatch level (see cpu_features.h). */
+#include "backend/cpu/cpu_features.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* 0: not detected yet; else 1 + a bit set of FEATURE_*. Detection is idempotent, so racing
+ * first calls just store the same value. */
+enum { FEATURE_AVX2_FMA = 1, FEATURE_F16C = 2 };
+static atomic_int detected;
+/* 0: not chosen yet; else 1 + the eg__cpu_level in use. */
+static atomic_int active_level;
+
+static int features(void) {
+    int known = atomic_load_explicit(&detected, memory_order_relaxed);
+    if (known) return known - 1;
+    /* libgcc's checks include the OS support for the YMM state (XGETBV), not just CPUID. */
+    __builtin_cpu_init();
+    int bits = 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) bits |= FEATURE_AVX2_FMA;
+    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c")) bits |= FEATURE_F16C;
+    atomic_store_explicit(&detected, bits + 1, memory_order_relaxed);
+    return bits;
+}
+
+bool eg__cpu_has_avx2_fma(void) {
+    return features() & FEATURE_AVX2_FMA;
+}
+bool eg__cpu_has_f16c(void) {
+    return features() & FEATURE_F16C;
+}
+
+static eg__cpu_level best_level(void) {
+    return eg__cpu_has_avx2_fma() ? EG__CPU_AVX2 : EG__CPU_BASELINE;
+}
+
+static eg__cpu_level level_from_environment(void) {
+    const char *value = getenv("EG_CPU");
+    if (!value || !*value || strcmp(value, "avx2") == 0) return best_level();
+    return EG__CPU_BASELINE;
+}
+
+eg__cpu_level eg__cpu_active_level(void) {
+    int level = atomic_load_explicit(&active_level, memory_order_relaxed);
+    if (level) return (eg__cpu_level)(level - 1);
+    eg__cpu_level chosen = level_from_environment();
+    atomic_store_explicit(&active_level, (int)chosen + 1, memory_order_relaxed);
+    return chosen;
+}
+
+eg__cpu_level eg__cpu_set_level(eg__cpu_level level) {
+    eg__cpu_level previous = eg__cpu_active_level();
+    if (level > best_level()) level = best_level();
+    atomic_store_explicit(&active_level, (int)level + 1, memory_order_relaxed);
+    return previous;
+}
+
+const char *eg__cpu_level_name(eg__cpu_level level) {
+    return level == EG__CPU_AVX2 ? "avx2" : "baseline";
+}

@@ -1,0 +1,195 @@
+/* Elementwise ops and sums give the same bits whatever the CPU path (baseline or AVX2), the
+ * thread count, the layout (a transposed view, a broadcast) and the length: the canonical
+ * summation order (src/backend/cpu/reduce.c) checked against a plain-C reference, long sums split
+ * over threads, and the vector-math ops against a one-element-at-a-time evaluation. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_features.h"
+#include "eagle.h"
+
+static int setup(void **state) {
+    (void)state;
+    eg_clear_error();
+    eg_scope_begin();
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    eg_scope_end();
+    eg__cpu_set_level(EG__CPU_AVX2);
+    eg_set_num_threads(2);
+    return 0;
+}
+
+static eg_tensor *random_tensor(int n_dims, const int64_t *shape, uint64_t seed) {
+    eg_generator *g = eg_generator_new(seed);
+    eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
+    eg_generator_free(g);
+    return t;
+}
+
+static void assert_same_bits(const eg_tensor *a, const eg_tensor *b) {
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(eg_tensor_n_elems(a), eg_tensor_n_elems(b));
+    eg_tensor *ca = eg_contiguous(a), *cb = eg_contiguous(b);
+    assert_memory_equal(eg_tensor_data(ca), eg_tensor_data(cb),
+                        (size_t)eg_tensor_n_elems(a) * eg_dtype_size(eg_tensor_dtype(a)));
+}
+
+/* The canonical order, written out plainly: blocks of 65536, 8 double lanes per block. */
+static double canonical_sum(const float *x, int64_t n, int64_t stride) {
+    double result = 0;
+    for (int64_t b = 0; b < n; b += 65536) {
+        int64_t m = n - b < 65536 ? n - b : 65536, main_end = m - m % 8;
+        double lanes[8] = {0}, total = 0;
+        for (int64_t k = 0; k < m; k++) lanes[k < main_end ? k % 8 : 0] += x[(b + k) * stride];
+        for (int l = 0; l < 8; l++) total += lanes[l];
+        result += total;
+    }
+    return result;
+}
+
+static void test_sum_canonical_order(void **state) {
+    (void)state;
+    const int64_t lengths[] = {1, 7, 8, 9, 65535, 65536, 65537, 200003, 1 << 20};
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        int64_t n = lengths[i];
+        eg_tensor *x = random_tensor(1, &n, 10 + i);
+        const float *data = eg_tensor_data(x);
+        float expected = (float)canonical_sum(data, n, 1);
+        float expected_mean = (float)(canonical_sum(data, n, 1) / (double)n);
+        int axis = 0;
+        for (int level = 0; level < 2; level++)
+            for (int threads = 1; threads <= 2; threads++) {
+                eg__cpu_set_level(level);
+                assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                float sum = *(const float *)eg_tensor_data(eg_sum(x, 1, &axis, false));
+                float mean = *(const float *)eg_tensor_data(eg_mean(x, 1, &axis, false));
+                assert_memory_equal(&sum, &expected, sizeof sum);
+                assert_memory_equal(&mean, &expected_mean, sizeof mean);
+            }
+    }
+}
+
+/* Rows of a matrix and the columns of its transpose (row kernel, long-row kernel, column
+ * kernel) sum to the same bits, at every level and thread count. */
+static void test_sum_layouts_agree(void **state) {
+    (void)state;
+    const int64_t shapes[][2] = {{3, 200003}, {2, 65537}, {17, 1000}, {64, 64}, {300, 700}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        eg_tensor *x = random_tensor(2, shapes[i], 20 + i);
+        eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
+        int one = 1, zero = 0;
+        eg_tensor *reference = NULL;
+        for (int level = 0; level < 2; level++)
+            for (int threads = 1; threads <= 2; threads++) {
+                eg__cpu_set_level(level);
+                assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                eg_tensor *rows = eg_sum(x, 1, &one, false);
+                if (!reference) reference = rows;
+                assert_same_bits(rows, reference);
+                assert_same_bits(eg_sum(xt, 1, &zero, false), reference); /* columns */
+                assert_same_bits(eg_sum(eg_transpose(xt, 0, 1), 1, &one, false), reference);
+            }
+        const float *data = eg_tensor_data(x), *sums = eg_tensor_data(reference);
+        for (int64_t r = 0; r < shapes[i][0]; r++) {
+            float expected = (float)canonical_sum(data + r * shapes[i][1], shapes[i][1], 1);
+            assert_memory_equal(&sums[r], &expected, sizeof expected);
+        }
+    }
+}
+
+typedef eg_tensor *(*unary_op)(const eg_tensor *);
+static eg_tensor *op_exp(const eg_tensor *x) {
+    return eg_exp(x);
+}
+static eg_tensor *op_log(const eg_tensor *x) {
+    return eg_log(eg_abs(x));
+}
+static eg_tensor *op_tanh(const eg_tensor *x) {
+    return eg_tanh(x);
+}
+static eg_tensor *op_sigmoid(const eg_tensor *x) {
+    return eg_sigmoid(x);
+}
+static eg_tensor *op_gelu(const eg_tensor *x) {
+    return eg_gelu(x);
+}
+static eg_tensor *op_softplus(const eg_tensor *x) {
+    return eg_softplus(x);
+}
+static eg_tensor *op_relu(const eg_tensor *x) {
+    return eg_relu(x);
+}
+
+/* Vector-math ops: a transposed view, a contiguous copy, every level and thread count, and each
+ * element computed alone all agree bitwise. */
+static void test_unary_layouts_levels_threads(void **state) {
+    (void)state;
+    const unary_op ops[] = {op_exp, op_log, op_tanh, op_sigmoid, op_gelu, op_softplus, op_relu};
+    int64_t shape[2] = {300, 333};
+    eg_tensor *x = eg_mul_scalar(random_tensor(2, shape, 3), 12.0);
+    eg_tensor *xt = eg_transpose(x, 0, 1), *xt_copy = eg_contiguous(xt);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        eg__cpu_set_level(EG__CPU_BASELINE);
+        assert_int_equal(eg_set_num_threads(1), EG_OK);
+        eg_tensor *reference = ops[o](xt_copy);
+        for (int level = 0; level < 2; level++)
+            for (int threads = 1; threads <= 2; threads++) {
+                eg__cpu_set_level(level);
+                assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                assert_same_bits(ops[o](xt), reference);
+                assert_same_bits(ops[o](xt_copy), reference);
+            }
+        /* one element at a time (scalar tensors) */
+        const float *in = eg_tensor_data(xt_copy), *ref = eg_tensor_data(reference);
+        for (int64_t i = 0; i < 2000; i += 7) {
+            eg_tensor *one = eg_tensor_from_data(&in[i], EG_DTYPE_F32, 0, NULL);
+            const float *y = eg_tensor_data(ops[o](one));
+            assert_memory_equal(y, &ref[i], sizeof(float));
+        }
+    }
+}
+
+/* Broadcasts (row, column, scalar) and transposed operands of binary ops equal the same op on
+ * materialized operands. */
+static void test_binary_layouts(void **state) {
+    (void)state;
+    int64_t shape[2] = {129, 257}, row_shape[1] = {257}, column_shape[2] = {129, 1};
+    int64_t tshape[2] = {257, 129};
+    eg_tensor *x = random_tensor(2, shape, 5), *row = random_tensor(1, row_shape, 6);
+    eg_tensor *column = random_tensor(2, column_shape, 7);
+    eg_tensor *yt = eg_transpose(random_tensor(2, tshape, 8), 0, 1);
+    eg_tensor *row_full = eg_contiguous(eg_broadcast_to(row, 2, shape));
+    eg_tensor *column_full = eg_contiguous(eg_broadcast_to(column, 2, shape));
+    eg_tensor *yt_full = eg_contiguous(yt);
+    for (int level = 0; level < 2; level++)
+        for (int threads = 1; threads <= 2; threads++) {
+            eg__cpu_set_level(level);
+            assert_int_equal(eg_set_num_threads(threads), EG_OK);
+            assert_same_bits(eg_add(x, row), eg_add(x, row_full));
+            assert_same_bits(eg_mul(column, x), eg_mul(column_full, x));
+            assert_same_bits(eg_sub(x, yt), eg_sub(x, yt_full));
+            assert_same_bits(eg_add(yt, yt), eg_add(yt_full, yt_full));
+            assert_same_bits(eg_maximum(yt, x), eg_maximum(yt_full, x));
+        }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sum_layouts_agree, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_binary_layouts, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,249 @@
+/* f32 vector math (src/backend/cpu/vecmath.c): maximum error in ulp against a double-precision
+ * reference over a stratified sweep of all f32 bit patterns (every EG_VECMATH_STRIDE-th, default
+ * 1009; EG_VECMATH_SWEEP=all for every one of the 2^32), the same bits on the baseline and AVX2
+ * paths, and no dependence on alignment, position in the array or strides. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/vecmath.h"
+
+/* The asserted bounds (documented in vecmath.h): ulp of the correctly rounded result. */
+static const double max_ulp[EG__VECMATH_COUNT] = {
+    [EG__VECMATH_EXP] = 1.0,     [EG__VECMATH_LOG] = 1.0,  [EG__VECMATH_TANH] = 2.0,
+    [EG__VECMATH_SIGMOID] = 2.5, [EG__VECMATH_GELU] = 8.0, [EG__VECMATH_SOFTPLUS] = 2.0,
+};
+
+static double reference(eg__vecmath_fn fn, double x) {
+    switch (fn) {
+    case EG__VECMATH_EXP:
+        return exp(x);
+    case EG__VECMATH_LOG:
+        return log(x);
+    case EG__VECMATH_TANH:
+        return tanh(x);
+    case EG__VECMATH_SIGMOID:
+        return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
+    case EG__VECMATH_GELU:
+        return isinf(x) ? (x > 0 ? x : 0) : 0.5 * x * erfc(-x * M_SQRT1_2);
+    case EG__VECMATH_SOFTPLUS:
+        return (x > 0 ? x : 0) + log1p(exp(-fabs(x)));
+    default:
+        return NAN;
+    }
+}
+
+/* |y - exact| in units of the last place of the f32 result nearest to exact. */
+static double ulp_error(float y, double exact) {
+    if (isnan(exact)) return isnan(y) ? 0 : INFINITY;
+    if (isnan(y)) return INFINITY;
+    float rounded = (float)exact;
+    if (isinf(rounded) || isinf(y)) return rounded == y ? 0 : INFINITY;
+    int e;
+    frexp(exact, &e);
+    double ulp = ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+    return fabs((double)y - exact) / ulp;
+}
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint64_t sweep_stride(void) {
+    const char *all = getenv("EG_VECMATH_SWEEP");
+    if (all && strcmp(all, "all") == 0) return 1;
+    const char *stride = getenv("EG_VECMATH_STRIDE");
+    return stride && atoi(stride) > 0 ? (uint64_t)atoi(stride) : 1009;
+}
+
+enum { CHUNK = 1 << 16 };
+
+typedef struct sweep_result {
+    double worst_ulp;
+    float worst_input;
+    uint64_t samples;
+    uint64_t differing_paths; /* inputs where baseline and AVX2 bits differ */
+} sweep_result;
+
+static sweep_result sweep(eg__vecmath_fn fn, uint64_t stride) {
+    static float inputs[CHUNK], outputs[CHUNK], baseline[CHUNK];
+    sweep_result result = {0};
+    bool both = eg__cpu_has_avx2_fma();
+    uint64_t next = 0;
+    while (next < (1ull << 32)) {
+        int n = 0;
+        for (; n < CHUNK && next < (1ull << 32); next += stride)
+            inputs[n++] = from_bits((uint32_t)next);
+        eg__vecmath_f32_at(EG__CPU_AVX2, fn, n, outputs, inputs);
+        if (both) {
+            eg__vecmath_f32_at(EG__CPU_BASELINE, fn, n, baseline, inputs);
+            for (int i = 0; i < n; i++)
+                result.differing_paths += memcmp(&outputs[i], &baseline[i], sizeof(float)) != 0;
+        }
+        for (int i = 0; i < n; i++) {
+            double error = ulp_error(outputs[i], reference(fn, inputs[i]));
+            if (!(error <= result.worst_ulp)) {
+                result.worst_ulp = error;
+                result.worst_input = inputs[i];
+            }
+        }
+        result.samples += (uint64_t)n;
+    }
+    return result;
+}
+
+static void check_function(eg__vecmath_fn fn) {
+    const char *only = getenv("EG_VECMATH_ONLY"); /* e.g. EG_VECMATH_ONLY=exp */
+    if (only && strcmp(only, eg__vecmath_name(fn)) != 0) skip();
+    sweep_result r = sweep(fn, sweep_stride());
+    printf("%-8s max error %.3f ulp at x = %a (%.9g), %llu inputs; baseline vs avx2: %llu differ\n",
+           eg__vecmath_name(fn), r.worst_ulp, (double)r.worst_input, (double)r.worst_input,
+           (unsigned long long)r.samples, (unsigned long long)r.differing_paths);
+    assert_true(r.worst_ulp <= max_ulp[fn]);
+    assert_int_equal(r.differing_paths, 0);
+}
+
+static void test_exp(void **state) {
+    (void)state, check_function(EG__VECMATH_EXP);
+}
+static void test_log(void **state) {
+    (void)state, check_function(EG__VECMATH_LOG);
+}
+static void test_tanh(void **state) {
+    (void)state, check_function(EG__VECMATH_TANH);
+}
+static void test_sigmoid(void **state) {
+    (void)state, check_function(EG__VECMATH_SIGMOID);
+}
+static void test_gelu(void **state) {
+    (void)state, check_function(EG__VECMATH_GELU);
+}
+static void test_softplus(void **state) {
+    (void)state, check_function(EG__VECMATH_SOFTPLUS);
+}
+
+/* Dense sweeps where the functions change formula or are most used: every 127th f32 in [-20, 20]
+ */
+static void test_dense_central_region(void **state) {
+    (void)state;
+    static float inputs[CHUNK], outputs[CHUNK];
+    for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+        double worst = 0;
+        for (int sign = 0; sign < 2; sign++) {
+            uint32_t first = sign ? 0x80000000u : 0, last = first + 0x41a00000u; /* 20.0f */
+            for (uint64_t u = first; u <= last;) {
+                int n = 0;
+                for (; n < CHUNK && u <= last; u += 127) inputs[n++] = from_bits((uint32_t)u);
+                eg__vecmath_f32(fn, n, outputs, inputs);
+                for (int i = 0; i < n; i++) {
+                    double error = ulp_error(outputs[i], reference(fn, inputs[i]));
+                    worst = error > worst || isnan(error) ? error : worst;
+                }
+            }
+        }
+        printf("%-8s dense [-20, 20]: max error %.3f ulp\n", eg__vecmath_name(fn), worst);
+        assert_true(worst <= max_ulp[fn]);
+    }
+}
+
+static void test_special_values(void **state) {
+    (void)state;
+    const float in[] = {0.0f,     -0.0f,   INFINITY, -INFINITY, NAN,       FLT_MIN,
+                        -FLT_MIN, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f};
+    enum { N = sizeof in / sizeof in[0] };
+    for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+        float out[N];
+        eg__vecmath_f32(fn, N, out, in);
+        for (int i = 0; i < N; i++) {
+            double exact = reference(fn, in[i]);
+            double error = ulp_error(out[i], exact);
+            if (!(error <= max_ulp[fn]))
+                printf("%s(%a) = %a, expected %a\n", eg__vecmath_name(fn), (double)in[i],
+                       (double)out[i], exact);
+            assert_true(error <= max_ulp[fn]);
+        }
+    }
+    float zeros[2] = {0.0f, -0.0f}, out[2];
+    eg__vecmath_f32(EG__VECMATH_TANH, 2, out, zeros);
+    assert_true(!signbit(out[0]) && signbit(out[1]));
+    eg__vecmath_f32(EG__VECMATH_GELU, 2, out, zeros);
+    assert_true(!signbit(out[0]) && signbit(out[1]));
+}
+
+/* Every element's bits are those of a one-element call: whatever the array's length, alignment,
+ * the element's position (vector body or padded tail), the stride or the level. */
+static void test_position_alignment_strides(void **state) {
+    (void)state;
+    enum { MAX = 80 };
+    float data[MAX + 8], out[MAX + 8], single[MAX + 8];
+    uint32_t seed = 12345;
+    for (int i = 0; i < MAX + 8; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        data[i] = ((float)(seed >> 8) / (float)(1 << 24) - 0.5f) * 40.0f;
+    }
+    for (int level = 0; level < 2; level++)
+        for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+            for (int i = 0; i < MAX + 8; i++)
+                eg__vecmath_f32_at(EG__CPU_BASELINE, fn, 1, &single[i], &data[i]);
+            for (int offset = 0; offset < 8; offset++)
+                for (int n = 0; n <= MAX; n++) {
+                    eg__vecmath_f32_at(level, fn, n, out + offset, data + offset);
+                    assert_memory_equal(out + offset, single + offset, sizeof(float) * (size_t)n);
+                }
+            /* in place */
+            memcpy(out, data, sizeof data);
+            eg__vecmath_f32_at(level, fn, MAX, out, out);
+            assert_memory_equal(out, single, sizeof(float) * MAX);
+            /* strided: every other element, and a broadcast input */
+            float strided_out[2 * MAX];
+            eg__vecmath_f32_strided(fn, MAX / 2, (char *)strided_out, 2 * sizeof(float),
+                                    (const char *)data, 2 * sizeof(float));
+            for (int i = 0; i < MAX / 2; i++)
+                assert_memory_equal(&strided_out[2 * i], &single[2 * i], sizeof(float));
+            eg__vecmath_f32_strided(fn, 300, (char *)strided_out, 0, (const char *)&data[3], 0);
+            assert_memory_equal(&strided_out[0], &single[3], sizeof(float));
+        }
+}
+
+static void test_cpu_level(void **state) {
+    (void)state;
+    eg__cpu_level original = eg__cpu_active_level();
+    assert_int_equal(eg__cpu_set_level(EG__CPU_BASELINE), original);
+    assert_int_equal(eg__cpu_active_level(), EG__CPU_BASELINE);
+    eg__cpu_set_level(EG__CPU_AVX2);
+    assert_int_equal(eg__cpu_active_level(),
+                     eg__cpu_has_avx2_fma() ? EG__CPU_AVX2 : EG__CPU_BASELINE);
+    eg__cpu_set_level(original);
+    const char *env = getenv("EG_CPU");
+    printf("EG_CPU=%s: level %s (avx2+fma %s, f16c %s)\n", env ? env : "(unset)",
+           eg__cpu_level_name(original), eg__cpu_has_avx2_fma() ? "yes" : "no",
+           eg__cpu_has_f16c() ? "yes" : "no");
+    if (env && strcmp(env, "baseline") == 0) assert_int_equal(original, EG__CPU_BASELINE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_level),
+        cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_position_alignment_strides),
+        cmocka_unit_test(test_exp),
+        cmocka_unit_test(test_log),
+        cmocka_unit_test(test_tanh),
+        cmocka_unit_test(test_sigmoid),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_softplus),
+        cmocka_unit_test(test_dense_central_region),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
