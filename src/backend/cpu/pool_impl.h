@@ -66,6 +66,49 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
     }
 }
 
+/* Max-pool gradient of one image when the windows tile it (stride = window, no padding) and
+ * channels are innermost (NHWC): each input element is written once, dy at its window's first
+ * maximum and 0 elsewhere, with no zeroing pass and no scatter; the winner (tap number in
+ * `index`) is found with selects along the channels, which vectorize. Rows and columns past the
+ * last window get 0. */
+static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb, const T *dyb,
+                                     T *restrict dxb, IDX *restrict index, T *restrict best) {
+    const int64_t C = g->x.c, kh = g->kh, kw = g->kw, out_h = g->y.h, out_w = g->y.w;
+    const int64_t xsh = g->x.sh, xsw = g->x.sw, dsh = g->dx.sh, dsw = g->dx.sw;
+    const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc;
+    for (int64_t i = 0; i < g->dx.h; i++) /* rows and columns no window covers */
+        for (int64_t j = 0; j < g->dx.w; j++)
+            if (i >= out_h * kh || j >= out_w * kw)
+                memset(dxb + i * dsh + j * dsw, 0, sizeof(T) * (size_t)C);
+    for (int64_t oh = 0; oh < out_h; oh++) {
+        for (int64_t ow = 0; ow < out_w; ow++) {
+            const T *x0 = xb + oh * kh * xsh + ow * kw * xsw;
+            for (int64_t c = 0; c < C; c++) {
+                best[c] = x0[c];
+                index[c] = 0;
+            }
+            for (int64_t t = 1; t < kh * kw; t++) {
+                const T *xp = x0 + (t / kw) * xsh + (t % kw) * xsw;
+                for (int64_t c = 0; c < C; c++) {
+                    T v = xp[c], old = best[c];
+                    IDX was = index[c];
+                    best[c] = v > old ? v : old;
+                    index[c] = v > old ? (IDX)t : was;
+                }
+            }
+            const T *grad = dyb + oh * ysh + ow * ysw;
+            for (int64_t t = 0; t < kh * kw; t++) {
+                T *dp = dxb + (oh * kh + t / kw) * dsh + (ow * kw + t % kw) * dsw;
+                if (ysc == 1)
+                    for (int64_t c = 0; c < C; c++) dp[c] = index[c] == (IDX)t ? grad[c] : (T)0;
+                else
+                    for (int64_t c = 0; c < C; c++)
+                        dp[c] = index[c] == (IDX)t ? grad[c * ysc] : (T)0;
+            }
+        }
+    }
+}
+
 /* The gradient of image b: dx (zeroed here, contiguous) gets dy at each window's first maximum
  * (is_max; index/best: C scratch entries) or dy / count at every element of the window. The
  * geometry is copied into locals: stores through index (int64_t) could otherwise alias it and
@@ -77,6 +120,11 @@ static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const 
     const int64_t dsh = g->dx.sh, dsw = g->dx.sw, dsc = g->dx.sc;
     const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc, out_h = g->y.h, out_w = g->y.w;
     T *restrict dxb = dx + b * g->dx.sn;
+    if (is_max && g->stride_h == g->kh && g->stride_w == g->kw && g->pad_t == 0 && g->pad_l == 0 &&
+        xsc == 1 && dsc == 1) {
+        NAME(max_backward_tiled)(g, x + b * g->x.sn, dy + b * g->y.sn, dxb, index, best);
+        return;
+    }
     memset(dxb, 0, sizeof(T) * (size_t)(g->dx.h * g->dx.w * g->dx.c));
     const T *xb = is_max ? x + b * g->x.sn : NULL;
     const T *dyb = dy + b * g->y.sn;
