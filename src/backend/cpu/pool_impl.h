@@ -83,6 +83,26 @@ static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb, const 
     for (int64_t oh = 0; oh < out_h; oh++) {
         for (int64_t ow = 0; ow < out_w; ow++) {
             const T *x0 = xb + oh * kh * xsh + ow * kw * xsw;
+            if (kh == 2 && kw == 2 && ysc == 1) { /* the common 2x2 pool: one vectorized loop */
+                const T *grad = dyb + oh * ysh + ow * ysw;
+                const T *x1 = x0 + xsh;
+                T *d0 = dxb + oh * 2 * dsh + ow * 2 * dsw, *d1 = d0 + dsh;
+                for (int64_t c = 0; c < C; c++) {
+                    T a = x0[c], b_ = x0[xsw + c], e = x1[c], f = x1[xsw + c], m = a;
+                    IDX at = 0;
+                    at = b_ > m ? 1 : at;
+                    m = b_ > m ? b_ : m;
+                    at = e > m ? 2 : at;
+                    m = e > m ? e : m;
+                    at = f > m ? 3 : at;
+                    T gc = grad[c];
+                    d0[c] = at == 0 ? gc : (T)0;
+                    d0[dsw + c] = at == 1 ? gc : (T)0;
+                    d1[c] = at == 2 ? gc : (T)0;
+                    d1[dsw + c] = at == 3 ? gc : (T)0;
+                }
+                continue;
+            }
             for (int64_t c = 0; c < C; c++) {
                 best[c] = x0[c];
                 index[c] = 0;
