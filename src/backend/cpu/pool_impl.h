@@ -26,6 +26,19 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
         T *acc = index ? best : y + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
         int64_t step = index ? 1 : ysc;
         const T *first = xb + i0 * g->x.sh + j0 * g->x.sw;
+        if (is_max && !index && xsc == 1 && ysc == 1) { /* NHWC: unit strides, vectorized */
+            T *restrict out = acc;
+            for (int64_t c = 0; c < C; c++) out[c] = first[c];
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = i == i0 ? j0 + 1 : j0; j < j1; j++) {
+                    const T *restrict xp = xb + i * g->x.sh + j * g->x.sw;
+                    for (int64_t c = 0; c < C; c++) {
+                        T v = xp[c], old = out[c];
+                        out[c] = v > old ? v : old;
+                    }
+                }
+            continue;
+        }
         for (int64_t c = 0; c < C; c++) acc[c * step] = first[c * xsc];
         if (index) {
             for (int64_t c = 0; c < C; c++) index[c] = i0 * g->x.w + j0;
