@@ -28,6 +28,9 @@
  *            inputs (x, offset, scale); else inputs (x, mean, variance, offset, scale);
  *            d[0] = epsilon
  *   layer_norm  inputs (x, scale, offset), last axis, d[0] = epsilon
+ *   batch_norm_backward  (the fused gradient kernels, internal) p as for reductions (axes),
+ *            d[0] = epsilon; sums: inputs (g, x, mean), input: (g, x, mean, variance, scale,
+ *            sums)
  *   upsample2d  p[0], p[1] = sizes, p[2] = data_format   zero_padding2d  p[0..3], p[4] = format
  *   global_avg_pool2d  p[0] = data_format, p[1] = keepdims */
 #include <string.h>
@@ -400,6 +403,20 @@ static int apply_batch_norm_training(const oc_case *c, const eg_tensor *const *i
     out[0] =
         eg_batch_norm_training(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0], &out[1], &out[2]);
     return out[0] ? 3 : -1;
+}
+
+static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *in,
+                                     eg_tensor **out) {
+    eg__attrs attrs = {.scalars = {c->d[0]}};
+    int axes[4], n = (int)c->p[0];
+    int_axes(c, 1, n, axes);
+    int n_dims = eg_tensor_n_dims(in[1]);
+    bool chosen[EG_MAX_DIMS] = {0};
+    for (int i = 0; i < n; i++) chosen[axes[i] < 0 ? axes[i] + n_dims : axes[i]] = true;
+    for (int d = 0; d < n_dims; d++)
+        if (chosen[d]) attrs.axes[attrs.n_axes++] = d;
+    bool sums = c->op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
+    return one(eg__execute(c->op, sums ? 3 : 6, in, &attrs), out);
 }
 
 static int apply_layer_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
@@ -810,6 +827,10 @@ const oc_case oc_cases[] = {
          .flags = OC_FORWARD_ONLY),
     CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward 2x2", pool2d, pool2d,
          IN("F 2,4,4,3 d", "F 2,2,2,3 n")),
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward 2x2 tiling odd sizes (last row, column 0)",
+         pool2d, pool2d, IN("F 2,5,7,3 d", "F 2,2,3,3 n")),
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward 3x2 tiled with ties (first wins)", pool2d,
+         pool2d, IN("F 2,6,4,5 z", "F 2,2,2,5 n"), P(3, 2), .flags = OC_FORWARD_ONLY),
     CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward overlapping windows, same", pool2d, pool2d,
          IN("F 1,5,5,2 d", "F 1,3,3,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
     CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward NCHW of a view", pool2d, pool2d,
@@ -878,6 +899,32 @@ const oc_case oc_cases[] = {
          batch_norm_training, IN("F 5,6:T n", "F 5 n", "F 1,5 n"), P(1, 0), D(1e-2)),
     CASE(BATCH_NORM, "batch_norm_training over the last axis, broadcast scale", batch_norm_training,
          batch_norm_training, IN("F 3,5 n", "F 3,1 n", "F - n"), P(1, -1), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums NHWC over (0,1,2)",
+         batch_norm_backward, batch_norm_backward_sums,
+         IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n"), P(3, 0, 1, 2)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums NCHW over (0,2,3) of views",
+         batch_norm_backward, batch_norm_backward_sums,
+         IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n"), P(3, 0, 2, 3)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums over 300 rows (chunks)",
+         batch_norm_backward, batch_norm_backward_sums, IN("F 300,3 n", "F 300,3 n", "F 1,3 n"),
+         P(1, 0)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums over the last axis",
+         batch_norm_backward, batch_norm_backward_sums, IN("F 3,5 n", "F 3,5 n", "F 3,1 n"),
+         P(1, -1)),
+    CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input NHWC over (0,1,2)",
+         batch_norm_backward, batch_norm_backward_input,
+         IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n", "F 1,1,1,4 p", "F 1,1,1,4 n",
+            "F 2,1,1,1,4 n"),
+         P(3, 0, 1, 2), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input NCHW over (0,2,3) of views",
+         batch_norm_backward, batch_norm_backward_input,
+         IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n", "F 1,2,1,1 p", "F 1,2,1,1 n",
+            "F 2,1,2,1,1 n"),
+         P(3, 0, 2, 3), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input over 300 rows (chunks)",
+         batch_norm_backward, batch_norm_backward_input,
+         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 2,1,3 n"), P(1, 0),
+         D(1e-2)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NHWC)", batch_norm, batch_norm,
          IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(1), D(1e-3)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NCHW)", batch_norm, batch_norm,

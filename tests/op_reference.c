@@ -1111,3 +1111,46 @@ int oc_ref_relu_backward(const oc_case *c, const oc_ref *in, oc_ref *out) {
     }
     return 1;
 }
+
+/* Index of x's element (index) in a kept-shaped (keepdims) tensor of shape kept. */
+static int64_t kept_flat(int n_dims, const int64_t *kept, const int64_t *index) {
+    int64_t k[EG_MAX_DIMS];
+    for (int d = 0; d < n_dims; d++) k[d] = kept[d] == 1 ? 0 : index[d];
+    return oc_ravel(n_dims, kept, k);
+}
+
+/* inputs (g, x, mean) -> (2, kept): [sum g, sum g (x - mean)] over the axes mean has as 1 */
+int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    (void)c;
+    const oc_ref *g = &in[0], *x = &in[1], *m = &in[2];
+    int64_t shape[EG_MAX_DIMS + 1] = {2}, index[EG_MAX_DIMS];
+    memcpy(shape + 1, m->shape, sizeof(int64_t) * (size_t)m->n_dims);
+    oc_ref_init(out, x->dtype, m->n_dims + 1, shape);
+    for (int64_t i = 0; i < out->n_elems; i++) out->data[i] = 0;
+    for (int64_t o = 0; o < x->n_elems; o++) {
+        oc_unravel(x->n_dims, x->shape, o, index);
+        int64_t k = kept_flat(x->n_dims, m->shape, index);
+        out->data[k] += g->data[o];
+        out->data[m->n_elems + k] += g->data[o] * (x->data[o] - m->data[k]);
+    }
+    return 1;
+}
+
+/* inputs (g, x, mean, variance, scale, sums) -> dx = k (g - sg / N - (x - m) r^2 sgx / N) with
+ * r = 1 / sqrt(variance + d[0]), k = scale r, (sg, sgx) = sums, N = elements per kept one */
+int oc_ref_batch_norm_backward_input(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    const oc_ref *g = &in[0], *x = &in[1], *m = &in[2], *v = &in[3], *scale = &in[4],
+                 *sums = &in[5];
+    int64_t index[EG_MAX_DIMS];
+    double n = (double)x->n_elems / (double)m->n_elems;
+    oc_ref_init(out, x->dtype, x->n_dims, x->shape);
+    for (int64_t o = 0; o < x->n_elems; o++) {
+        oc_unravel(x->n_dims, x->shape, o, index);
+        int64_t k = kept_flat(x->n_dims, m->shape, index);
+        double r = 1 / sqrt(v->data[k] + c->d[0]);
+        double sg = sums->data[k], sgx = sums->data[m->n_elems + k];
+        out->data[o] = scale->data[k] * r *
+                       (g->data[o] - sg / n - (x->data[o] - m->data[k]) * r * r * sgx / n);
+    }
+    return 1;
+}

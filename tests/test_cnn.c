@@ -220,6 +220,67 @@ static void test_batch_norm_gradient_through_statistics(void **state) {
     eg_layer_free(bn);
 }
 
+/* Gradients of sum(w * batch_norm_training(x)) wrt x, scale, offset. With `record` an outer tape
+ * watches x, so the backward is itself recorded and runs as the composite of differentiable ops;
+ * otherwise the fused kernels (batch_norm_backward_sums and _input) run. */
+static void batch_norm_grads(const eg_tensor *x, const eg_tensor *w, eg_tensor *scale,
+                             eg_tensor *offset, bool record, eg_tensor **out) {
+    eg_tape *outer = record ? eg_tape_begin(false) : NULL;
+    if (outer) eg_tape_watch(outer, x);
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    int axes[3] = {0, 1, 2};
+    int64_t kept[4] = {1, 1, 1, eg_tensor_dim(x, 3)};
+    eg_tensor *y = eg_batch_norm_training(x, 3, axes, eg_reshape(offset, 4, kept),
+                                          eg_reshape(scale, 4, kept), 1e-3, NULL, NULL);
+    eg_tensor *loss = eg_sum(eg_mul(y, w), 0, NULL, false);
+    const eg_tensor *sources[3] = {x, scale, offset};
+    assert_int_equal(eg_tape_gradient(tape, loss, 3, sources, out, EG_UNCONNECTED_ZERO), EG_OK);
+    eg_tape_free(tape);
+    if (outer) eg_tape_free(outer);
+}
+
+/* The fused batch-norm gradient equals the composite (the unfused ops) and does not depend on
+ * the thread count. */
+static void test_batch_norm_fused_gradient_matches_composite(void **state) {
+    (void)state;
+    int saved = eg_get_num_threads();
+    for (int d = 0; d < 2; d++) {
+        eg_dtype dtype = d ? EG_DTYPE_F64 : EG_DTYPE_F32;
+        eg_scope_begin();
+        int64_t xs[4] = {16, 24, 20, 16}, cs = 16;
+        eg_tensor *x = random_tensor(31, dtype, 4, xs);
+        eg_tensor *w = random_tensor(32, dtype, 4, xs);
+        eg_tensor *scale = eg_variable(random_tensor(33, dtype, 1, &cs), "scale");
+        eg_tensor *offset = eg_variable(random_tensor(34, dtype, 1, &cs), "offset");
+        eg_tensor *fused[3], *fused2[3], *composite[3];
+        assert_int_equal(eg_set_num_threads(1), EG_OK);
+        batch_norm_grads(x, w, scale, offset, false, fused);
+        assert_int_equal(eg_set_num_threads(2), EG_OK);
+        batch_norm_grads(x, w, scale, offset, false, fused2);
+        batch_norm_grads(x, w, scale, offset, true, composite);
+        double tol = d ? 1e-10 : 2e-4;
+        for (int i = 0; i < 3; i++) {
+            if (!same_bytes(fused[i], fused2[i]))
+                fail_msg("%s gradient %d differs between 1 and 2 threads", eg_dtype_name(dtype), i);
+            double *a = read_all(fused[i]), *b = read_all(composite[i]);
+            double scale_of = 0;
+            int64_t n = eg_tensor_n_elems(fused[i]);
+            for (int64_t k = 0; k < n; k++) scale_of = fmax(scale_of, fabs(b[k]));
+            for (int64_t k = 0; k < n; k++)
+                if (!(fabs(a[k] - b[k]) <= tol * (scale_of + 1e-30)))
+                    fail_msg("%s gradient %d element %lld: fused %.9g, composite %.9g",
+                             eg_dtype_name(dtype), i, (long long)k, a[k], b[k]);
+            free(a);
+            free(b);
+        }
+        eg_release(scale);
+        eg_release(offset);
+        eg_scope_end();
+    }
+    eg_set_num_threads(saved);
+}
+
 static void test_layer_norm_and_dropout_layers(void **state) {
     (void)state;
     eg_layer_norm_options o = eg_layer_norm_options_default();
@@ -514,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_conv_layer_builds_like_keras),
         cmocka_unit_test(test_batch_norm_train_and_inference),
         cmocka_unit_test(test_batch_norm_gradient_through_statistics),
+        cmocka_unit_test(test_batch_norm_fused_gradient_matches_composite),
         cmocka_unit_test(test_layer_norm_and_dropout_layers),
         cmocka_unit_test(test_save_and_restore_moving_statistics),
         cmocka_unit_test(test_conv_against_naive_loops),

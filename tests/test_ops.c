@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/random.h"
 #include "eagle/runtime.h"
 #include "op_cases.h"
 
@@ -225,6 +226,42 @@ static void test_dropout_mask(void **state) {
     assert_int_equal(eg_scope_end(), EG_OK);
 }
 
+/* The mask is Philox's definition exactly: element i is kept when the uniform of word i % 4 of
+ * block i / 4 (counter_high 2) is >= rate — whichever path (vector or scalar, f32 or f64, body or
+ * tail) produced it. */
+static void test_dropout_mask_is_philox(void **state) {
+    (void)state;
+    static const int64_t sizes[] = {1, 7, 33, 131, 1001, 40003};
+    static const double rates[] = {0.25, 0.5, 0.9};
+    int mismatches = 0;
+    for (int d = 0; d < 2; d++) {
+        eg_dtype dtype = d ? EG_DTYPE_F64 : EG_DTYPE_F32;
+        for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                eg_scope_begin();
+                int64_t n = sizes[k];
+                uint64_t seed = 1000 + 10 * r + k;
+                eg_tensor *y = eg_dropout(eg_ones(dtype, 1, &n), rates[r], seed, true);
+                assert_non_null(y);
+                double scale = 1.0 / (1.0 - rates[r]);
+                for (int64_t i = 0; i < n; i++) {
+                    uint32_t words[4];
+                    eg__philox4x32(seed, 2, (uint64_t)(i / 4), words);
+                    bool keep = eg__uniform_f32(words[i % 4]) >= (float)rates[r];
+                    double got = eg_tensor_get(y, &i);
+                    double want = keep ? (d ? scale : (double)(float)scale) : 0.0;
+                    if (got != want && mismatches++ < 5)
+                        fprintf(stderr, "dropout %s n %lld rate %g element %lld: %g, want %g\n",
+                                eg_dtype_name(dtype), (long long)n, rates[r], (long long)i, got,
+                                want);
+                }
+                assert_int_equal(eg_scope_end(), EG_OK);
+            }
+        }
+    }
+    assert_int_equal(mismatches, 0);
+}
+
 /* ---- matmul over several output tiles (the CPU kernel splits large outputs) ---- */
 
 static void check_big_matmul(eg_dtype dtype, bool ta, bool tb, int64_t batch, int64_t m, int64_t k,
@@ -373,6 +410,7 @@ int main(void) {
         cmocka_unit_test(test_op_table_is_complete),
         cmocka_unit_test(test_forward_matches_reference),
         cmocka_unit_test(test_dropout_mask),
+        cmocka_unit_test(test_dropout_mask_is_philox),
         cmocka_unit_test(test_matmul_over_many_tiles),
         cmocka_unit_test(test_threads_give_identical_bits),
     };

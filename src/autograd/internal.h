@@ -18,4 +18,8 @@ static inline bool eg__tapes_active(void) {
 void eg__tape_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
                      const eg__attrs *attrs, eg_tensor *output);
 
+/* Whether an op with these inputs would be recorded now (by a tape that is not paused): backward
+ * rules use it to pick a fused no-grad kernel when nothing records their own computation. */
+bool eg__tapes_would_record(int n_inputs, const eg_tensor *const *inputs);
+
 #endif

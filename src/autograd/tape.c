@@ -144,6 +144,16 @@ void eg__tape_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
     }
 }
 
+bool eg__tapes_would_record(int n_inputs, const eg_tensor *const *inputs) {
+    if (!eg__tapes_active()) return false;
+    for (eg_tape *tape = eg__recording_tapes; tape; tape = tape->outer) {
+        if (tape->paused) continue;
+        for (int i = 0; i < n_inputs; i++)
+            if (inputs[i] && is_tracked(tape, inputs[i])) return true;
+    }
+    return false;
+}
+
 static void release_records(eg_tape *tape) {
     for (size_t i = 0; i < tape->n_records; i++) {
         record *r = &tape->records[i];

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "autograd/internal.h"
 #include "core/error.h"
 #include "ops/internal.h"
 
@@ -494,7 +495,34 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
  *      = G k + x c1 + c0,  c1 = -k r d_scale / N,  c0 = -k (sum(G) - m r d_scale) / N,
  * i.e. two mul_adds; mean and variance get nothing (their dependence on x is already in dx).
  * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact. */
+/* The same gradient from two fused kernels (batch_norm_backward_sums, then _input): two passes
+ * over x-sized data instead of seven. They are not differentiable, so this runs only when no
+ * tape records the backward computation. */
+static eg_status batch_norm_backward_fused(const eg__backward_call *call) {
+    temps t = {0};
+    const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
+    const eg_tensor *in[6] = {GRAD, x, m, v, g, NULL};
+    eg_tensor *sums = tmp(&t, eg__execute(EG__OP_BATCH_NORM_BACKWARD_SUMS, 3, in, call->attrs));
+    if (!sums) return finish(&t);
+    if (NEEDS(3) || NEEDS(4)) {
+        eg_tensor *parts[2];
+        if (eg_split(sums, 0, 2, NULL, parts) != EG_OK) return finish(&t);
+        tmp(&t, parts[0]);
+        tmp(&t, parts[1]);
+        eg_tensor *sum_g = tmp(&t, eg_reshape(parts[0], m->n_dims, m->shape));
+        eg_tensor *sum_gxm = tmp(&t, eg_reshape(parts[1], m->n_dims, m->shape));
+        eg_tensor *r = tmp(&t, eg_rsqrt(tmp(&t, eg_add_scalar(v, call->attrs->scalars[0]))));
+        SET_GRAD(3, eg_mul(r, sum_gxm));
+        SET_GRAD(4, reduce_like(sum_g, IN(4)));
+    }
+    in[5] = sums;
+    SET_GRAD(0, eg__execute(EG__OP_BATCH_NORM_BACKWARD_INPUT, 6, in, call->attrs));
+    return finish(&t);
+}
+
 eg_status eg__backward_batch_norm(const eg__backward_call *call) {
+    const eg_tensor *recorded[7] = {IN(0), IN(1), IN(2), IN(3), IN(4), GRAD, OUT};
+    if (!eg__tapes_would_record(7, recorded)) return batch_norm_backward_fused(call);
     temps t = {0};
     const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
     double n = reduced_count(call->attrs, x);

@@ -558,6 +558,52 @@ eg_status eg__infer_batch_norm(eg__op op, int n_in, const eg_tensor *const *in,
     return EG_OK;
 }
 
+/* Checks that in[i] has the shape `want` (n_dims, shape). */
+static eg_status require_shape(eg__op op, const eg_tensor *const *in, int i, int n_dims,
+                               const int64_t *shape) {
+    if (in[i]->n_dims == n_dims &&
+        memcmp(in[i]->shape, shape, sizeof(int64_t) * (size_t)n_dims) == 0)
+        return EG_OK;
+    char a[SHAPE_TEXT], b[SHAPE_TEXT];
+    return eg__op_error(op, EG_ERR_SHAPE, "input %d has shape %s, expected %s", i,
+                        shape_text(in[i], a), eg__shape_format(n_dims, shape, b, SHAPE_TEXT));
+}
+
+/* batch_norm_backward_sums (g, x, mean) -> (2, kept): g like x, mean x reduced over attrs->axes
+ * with keepdims; batch_norm_backward_input (g, x, mean, variance, scale, sums) -> like x, sums
+ * being (2, kept) (what batch_norm_backward_sums returns). */
+eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *const *in,
+                                        const eg__attrs *attrs, eg__meta *meta) {
+    if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[1], 1) != EG_OK ||
+        check_axes(op, in[1], attrs) != EG_OK)
+        return eg_last_status();
+    eg__attrs keep = *attrs;
+    keep.keepdims = true;
+    eg__meta kept;
+    reduced_shape(in[1], &keep, &kept);
+    if (kept.n_dims >= EG_MAX_DIMS)
+        return eg__op_error(op, EG_ERR_SHAPE, "result would have more than %d dims", EG_MAX_DIMS);
+    int64_t stacked[EG_MAX_DIMS];
+    stacked[0] = 2;
+    memcpy(stacked + 1, kept.shape, sizeof(int64_t) * (size_t)kept.n_dims);
+    if (require_shape(op, in, 0, in[1]->n_dims, in[1]->shape) != EG_OK) return eg_last_status();
+    for (int i = 2; i < n_in; i++) {
+        bool sums = i == 5;
+        if (require_shape(op, in, i, kept.n_dims + sums, sums ? stacked : kept.shape) != EG_OK)
+            return eg_last_status();
+    }
+    if (op == EG__OP_BATCH_NORM_BACKWARD_SUMS) {
+        meta->dtype = in[1]->dtype;
+        meta->n_dims = kept.n_dims + 1;
+        memcpy(meta->shape, stacked, sizeof(int64_t) * (size_t)meta->n_dims);
+        return EG_OK;
+    }
+    if (!(attrs->scalars[0] >= 0))
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "epsilon must be >= 0");
+    same_as(meta, in[1]);
+    return EG_OK;
+}
+
 /* ---- 2-d windows: convolution and pooling ---- */
 
 /* Batch, height, width and channels of a 4-d image shape in the window's layout. */

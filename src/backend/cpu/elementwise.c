@@ -1,5 +1,5 @@
 /* CPU kernels for elementwise ops: unary math, binary arithmetic with broadcasting,
- * comparisons, where, cast, clip, dropout and copies.
+ * comparisons, where, cast, clip and copies (dropout is in dropout.c).
  * Inner loops have a contiguous case the compiler vectorizes and a strided fallback. */
 #include <math.h>
 #include <string.h>
@@ -8,7 +8,6 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vecmath.h"
 #include "core/error.h"
-#include "core/random.h"
 
 /* Applies EXPR (in terms of x) from operand 1 into operand 0. */
 #define UNARY_LOOP(T, EXPR)                                                                        \
@@ -465,47 +464,6 @@ eg_status eg__cpu_cast(const eg__kernel_call *call) {
 eg_status eg__cpu_copy(const eg__kernel_call *call);
 eg_status eg__cpu_copy(const eg__kernel_call *call) {
     return eg__copy_into(call->output, call->inputs[0]);
-}
-
-/* ---- dropout: the mask of element i depends only on (seed, i) ---- */
-
-typedef struct dropout_context {
-    eg_dtype dtype;
-    double rate;
-    uint64_t seed;
-    const char *out_base;
-} dropout_context;
-
-static void dropout_inner(void *context, int64_t n, char **p, const int64_t *s) {
-    const dropout_context *c = context;
-    size_t size = eg_dtype_size(c->dtype);
-    int64_t first = (p[0] - c->out_base) / (int64_t)size; /* the output is contiguous */
-    double scale = 1.0 / (1.0 - c->rate);
-    float threshold = (float)c->rate;
-    uint32_t words[4];
-    int64_t block = -1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t index = first + i;
-        if (index / 4 != block) {
-            block = index / 4;
-            eg__philox4x32(c->seed, 2, (uint64_t)block, words);
-        }
-        bool keep = eg__uniform_f32(words[index % 4]) >= threshold;
-        if (c->dtype == EG_DTYPE_F32) {
-            float x = *(const float *)(p[1] + i * s[1]);
-            *(float *)(p[0] + i * s[0]) = keep ? x * (float)scale : 0.0f;
-        } else {
-            double x = *(const double *)(p[1] + i * s[1]);
-            *(double *)(p[0] + i * s[0]) = keep ? x * scale : 0.0;
-        }
-    }
-}
-
-eg_status eg__cpu_dropout(const eg__kernel_call *call);
-eg_status eg__cpu_dropout(const eg__kernel_call *call) {
-    dropout_context c = {call->output->dtype, call->attrs->scalars[0], call->attrs->seed,
-                         eg__data(call->output)};
-    return run_loop(call, 2, dropout_inner, &c);
 }
 
 /* ---- one elementwise op over flat buffers: the building block of fused loops ---- */

@@ -26,6 +26,8 @@ KERNEL(mul_add)
 KERNEL(relu_backward)
 KERNEL(moments)
 KERNEL(batch_norm)
+KERNEL(batch_norm_backward_sums)
+KERNEL(batch_norm_backward_input)
 KERNEL(conv2d)
 KERNEL(conv2d_backward_input)
 KERNEL(conv2d_backward_filter)
@@ -99,6 +101,8 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_RELU_BACKWARD] = eg__cpu_relu_backward,
     [EG__OP_MOMENTS] = eg__cpu_moments,
     [EG__OP_BATCH_NORM] = eg__cpu_batch_norm,
+    [EG__OP_BATCH_NORM_BACKWARD_SUMS] = eg__cpu_batch_norm_backward_sums,
+    [EG__OP_BATCH_NORM_BACKWARD_INPUT] = eg__cpu_batch_norm_backward_input,
     [EG__OP_CONV2D] = eg__cpu_conv2d,
     [EG__OP_CONV2D_BACKWARD_INPUT] = eg__cpu_conv2d_backward_input,
     [EG__OP_CONV2D_BACKWARD_FILTER] = eg__cpu_conv2d_backward_filter,

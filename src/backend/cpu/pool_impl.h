@@ -26,6 +26,19 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
         T *acc = index ? best : y + b * g->y.sn + oh * g->y.sh + ow * g->y.sw;
         int64_t step = index ? 1 : ysc;
         const T *first = xb + i0 * g->x.sh + j0 * g->x.sw;
+        if (is_max && !index && xsc == 1 && ysc == 1) { /* NHWC: unit strides, vectorized */
+            T *restrict out = acc;
+            for (int64_t c = 0; c < C; c++) out[c] = first[c];
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = i == i0 ? j0 + 1 : j0; j < j1; j++) {
+                    const T *restrict xp = xb + i * g->x.sh + j * g->x.sw;
+                    for (int64_t c = 0; c < C; c++) {
+                        T v = xp[c], old = out[c];
+                        out[c] = v > old ? v : old;
+                    }
+                }
+            continue;
+        }
         for (int64_t c = 0; c < C; c++) acc[c * step] = first[c * xsc];
         if (index) {
             for (int64_t c = 0; c < C; c++) index[c] = i0 * g->x.w + j0;
@@ -66,6 +79,69 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
     }
 }
 
+/* Max-pool gradient of one image when the windows tile it (stride = window, no padding) and
+ * channels are innermost (NHWC): each input element is written once, dy at its window's first
+ * maximum and 0 elsewhere, with no zeroing pass and no scatter; the winner (tap number in
+ * `index`) is found with selects along the channels, which vectorize. Rows and columns past the
+ * last window get 0. */
+static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb, const T *dyb,
+                                     T *restrict dxb, IDX *restrict index, T *restrict best) {
+    const int64_t C = g->x.c, kh = g->kh, kw = g->kw, out_h = g->y.h, out_w = g->y.w;
+    const int64_t xsh = g->x.sh, xsw = g->x.sw, dsh = g->dx.sh, dsw = g->dx.sw;
+    const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc;
+    for (int64_t i = 0; i < g->dx.h; i++) /* rows and columns no window covers */
+        for (int64_t j = 0; j < g->dx.w; j++)
+            if (i >= out_h * kh || j >= out_w * kw)
+                memset(dxb + i * dsh + j * dsw, 0, sizeof(T) * (size_t)C);
+    for (int64_t oh = 0; oh < out_h; oh++) {
+        for (int64_t ow = 0; ow < out_w; ow++) {
+            const T *x0 = xb + oh * kh * xsh + ow * kw * xsw;
+            if (kh == 2 && kw == 2 && ysc == 1) { /* the common 2x2 pool: one vectorized loop */
+                const T *grad = dyb + oh * ysh + ow * ysw;
+                const T *x1 = x0 + xsh;
+                T *d0 = dxb + oh * 2 * dsh + ow * 2 * dsw, *d1 = d0 + dsh;
+                for (int64_t c = 0; c < C; c++) {
+                    T a = x0[c], b_ = x0[xsw + c], e = x1[c], f = x1[xsw + c], m = a;
+                    IDX at = 0;
+                    at = b_ > m ? 1 : at;
+                    m = b_ > m ? b_ : m;
+                    at = e > m ? 2 : at;
+                    m = e > m ? e : m;
+                    at = f > m ? 3 : at;
+                    T gc = grad[c];
+                    d0[c] = at == 0 ? gc : (T)0;
+                    d0[dsw + c] = at == 1 ? gc : (T)0;
+                    d1[c] = at == 2 ? gc : (T)0;
+                    d1[dsw + c] = at == 3 ? gc : (T)0;
+                }
+                continue;
+            }
+            for (int64_t c = 0; c < C; c++) {
+                best[c] = x0[c];
+                index[c] = 0;
+            }
+            for (int64_t t = 1; t < kh * kw; t++) {
+                const T *xp = x0 + (t / kw) * xsh + (t % kw) * xsw;
+                for (int64_t c = 0; c < C; c++) {
+                    T v = xp[c], old = best[c];
+                    IDX was = index[c];
+                    best[c] = v > old ? v : old;
+                    index[c] = v > old ? (IDX)t : was;
+                }
+            }
+            const T *grad = dyb + oh * ysh + ow * ysw;
+            for (int64_t t = 0; t < kh * kw; t++) {
+                T *dp = dxb + (oh * kh + t / kw) * dsh + (ow * kw + t % kw) * dsw;
+                if (ysc == 1)
+                    for (int64_t c = 0; c < C; c++) dp[c] = index[c] == (IDX)t ? grad[c] : (T)0;
+                else
+                    for (int64_t c = 0; c < C; c++)
+                        dp[c] = index[c] == (IDX)t ? grad[c * ysc] : (T)0;
+            }
+        }
+    }
+}
+
 /* The gradient of image b: dx (zeroed here, contiguous) gets dy at each window's first maximum
  * (is_max; index/best: C scratch entries) or dy / count at every element of the window. The
  * geometry is copied into locals: stores through index (int64_t) could otherwise alias it and
@@ -77,6 +153,11 @@ static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const 
     const int64_t dsh = g->dx.sh, dsw = g->dx.sw, dsc = g->dx.sc;
     const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc, out_h = g->y.h, out_w = g->y.w;
     T *restrict dxb = dx + b * g->dx.sn;
+    if (is_max && g->stride_h == g->kh && g->stride_w == g->kw && g->pad_t == 0 && g->pad_l == 0 &&
+        xsc == 1 && dsc == 1) {
+        NAME(max_backward_tiled)(g, x + b * g->x.sn, dy + b * g->y.sn, dxb, index, best);
+        return;
+    }
     memset(dxb, 0, sizeof(T) * (size_t)(g->dx.h * g->dx.w * g->dx.c));
     const T *xb = is_max ? x + b * g->x.sn : NULL;
     const T *dyb = dy + b * g->y.sn;
