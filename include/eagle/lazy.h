@@ -66,6 +66,13 @@ eg_status eg_function_call(eg_function *function, const eg_tensor *const *inputs
                            eg_tensor **outputs);
 /* More traces than this (default 5) set a retracing warning in the stats. */
 void eg_function_set_retrace_limit(eg_function *function, int limit);
+/* A budget in bytes for the arena of traces made from now on (0: none, the default). When the
+ * plan exceeds it, the planner recomputes cheap intermediates — elementwise results kept from
+ * the forward pass for the backward pass — right before their late readers instead of keeping
+ * them, as long as that shrinks the arena; results are bitwise the same. The stats say what it
+ * chose and whether the budget was met (a plan that cannot fit still runs). EG_ERR_NULL_ARGUMENT
+ * for a NULL function. */
+eg_status eg_function_set_memory_budget(eg_function *function, size_t bytes);
 
 typedef struct eg_function_stats {
     int n_traces;
@@ -73,14 +80,32 @@ typedef struct eg_function_stats {
     char last_trace_reason[160];
     /* Non-empty once n_traces passes the limit, like TensorFlow's retracing warning. */
     char retrace_warning[256];
-    int64_t n_nodes;        /* ops in the traced graph */
-    int64_t n_kernels;      /* launches per replay after fusion */
-    int64_t n_fused_nodes;  /* ops run inside fused loops, without a buffer */
+    int64_t n_nodes;       /* ops in the traced graph */
+    int64_t n_kernels;     /* launches per replay after fusion */
+    int64_t n_fused_nodes; /* ops run inside fused loops, without a buffer */
+    /* The arena is all the memory a call uses beyond its inputs, variables and optimizer slots:
+     * the activations kept for the backward pass, temporaries, gradients until their update
+     * has consumed them, and the outputs. It is the graph's activation memory. */
     size_t arena_bytes;     /* the planned arena: every intermediate and output */
     size_t unplanned_bytes; /* the same buffers without sharing: their plain sum */
     size_t eager_bytes;     /* every op result, as eager mode in one scope would hold them */
     uint64_t n_replays;
     uint64_t n_arena_allocations; /* arenas allocated (1 in a steady state) */
+    /* What the optimizations did. */
+    int64_t n_cse_merged;    /* ops merged into an identical earlier op (same op, attrs, inputs) */
+    int64_t n_in_place;      /* elementwise results written over an input they last read */
+    int64_t n_early_updates; /* optimizer updates run as soon as their gradient is ready and no
+                                later op reads the variable, so the gradient's memory is reused */
+    int64_t n_tiled_updates; /* of which consume the gradient tile by tile as its matmul makes
+                                it: the whole gradient never exists */
+    size_t scratch_bytes;    /* of arena_bytes: the tiles of those matmuls */
+    /* The memory budget (eg_function_set_memory_budget) and what the planner chose for it. */
+    size_t memory_budget;          /* 0: none */
+    bool budget_met;               /* arena_bytes <= memory_budget (true without a budget) */
+    int64_t n_recomputed;          /* intermediates computed again instead of kept */
+    size_t recompute_saved_bytes;  /* arena bytes saved by recomputing them */
+    int64_t recompute_extra_flops; /* elementwise operations added per call */
+    char recomputed[256];          /* which: "relu (128, 512) for matmul, ..." */
 } eg_function_stats;
 eg_status eg_function_stats_get(const eg_function *function, eg_function_stats *out);
 

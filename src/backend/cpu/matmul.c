@@ -18,8 +18,7 @@
 static char blas_description[256];
 
 static void describe_blas(void) {
-    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s",
-             openblas_get_config());
+    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s", openblas_get_config());
 }
 
 #define TILE_ROWS 64
@@ -90,7 +89,34 @@ typedef struct matmul_job {
     bool trans_a, trans_b;
 } matmul_job;
 
-/* Tasks are (batch, row tile, column tile) in row-major order. */
+/* One output tile (task = (batch, row tile, column tile) in row-major order) into c, whose rows
+ * are ldc elements apart. The same BLAS call wherever c is. */
+static void compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc) {
+    int64_t per_batch = j->row_tiles * j->col_tiles;
+    size_t size = eg_dtype_size(j->out->dtype);
+    int64_t batch = task / per_batch, tile = task % per_batch;
+    int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+    int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+    int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+    /* rows i0.. of op(A) and columns j0.. of op(B) in this batch element */
+    int64_t ao = batch_offset(j->a, j->out, batch) + (j->trans_a ? i0 : i0 * j->lda);
+    int64_t bo = batch_offset(j->b, j->out, batch) + (j->trans_b ? j0 * j->ldb : j0);
+    const char *a = (const char *)eg__data(j->a) + (size_t)ao * size;
+    const char *b = (const char *)eg__data(j->b) + (size_t)bo * size;
+    if (j->k == 0) {
+        for (int r = 0; r < rows; r++) memset(c + (size_t)(r * ldc) * size, 0, (size_t)cols * size);
+        return;
+    }
+    enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
+    if (j->out->dtype == EG_DTYPE_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
+                    (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c, (int)ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
+                    (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c, (int)ldc);
+}
+
 static void matmul_tiles(void *context, int64_t begin, int64_t end) {
     const matmul_job *j = context;
     int64_t per_batch = j->row_tiles * j->col_tiles;
@@ -98,33 +124,15 @@ static void matmul_tiles(void *context, int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; task++) {
         int64_t batch = task / per_batch, tile = task % per_batch;
         int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
-        int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
-        int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
-        /* rows i0.. of op(A) and columns j0.. of op(B) in this batch element */
-        int64_t ao = batch_offset(j->a, j->out, batch) + (j->trans_a ? i0 : i0 * j->lda);
-        int64_t bo = batch_offset(j->b, j->out, batch) + (j->trans_b ? j0 * j->ldb : j0);
         int64_t co = batch * j->m * j->n + i0 * j->n + j0;
-        char *c = (char *)eg__data(j->out) + (size_t)co * size;
-        const char *a = (const char *)eg__data(j->a) + (size_t)ao * size;
-        const char *b = (const char *)eg__data(j->b) + (size_t)bo * size;
-        if (j->k == 0) {
-            for (int r = 0; r < rows; r++)
-                memset(c + (size_t)(r * j->n) * size, 0, (size_t)cols * size);
-            continue;
-        }
-        enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
-        enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
-        if (j->out->dtype == EG_DTYPE_F32)
-            cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
-                        (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c, (int)j->n);
-        else
-            cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
-                        (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c, (int)j->n);
+        compute_tile(j, task, (char *)eg__data(j->out) + (size_t)co * size, j->n);
     }
 }
 
-eg_status eg__cpu_matmul(const eg__kernel_call *call);
-eg_status eg__cpu_matmul(const eg__kernel_call *call) {
+/* Fills job for call; *a and *b receive contiguous copies of operands BLAS cannot read as
+ * they are (release them with eg__unref). */
+static eg_status prepare_job(const eg__kernel_call *call, matmul_job *out_job, eg_tensor **a_copy,
+                             eg_tensor **b_copy) {
     pthread_once(&blas_once, blas_single_thread);
     const eg_tensor *a_in = call->inputs[0], *b_in = call->inputs[1];
     eg_tensor *out = call->output;
@@ -152,11 +160,82 @@ eg_status eg__cpu_matmul(const eg__kernel_call *call) {
     job.trans_b = call->attrs->transpose_b != b_op.transposed;
     job.row_tiles = (job.m + TILE_ROWS - 1) / TILE_ROWS;
     job.col_tiles = (job.n + TILE_COLS - 1) / TILE_COLS;
+    *out_job = job;
+    *a_copy = a;
+    *b_copy = b;
+    return EG_OK;
+}
+
+eg_status eg__cpu_matmul(const eg__kernel_call *call);
+eg_status eg__cpu_matmul(const eg__kernel_call *call) {
+    matmul_job job;
+    eg_tensor *a, *b;
+    eg_status status = prepare_job(call, &job, &a, &b);
+    if (status != EG_OK) return status;
+    eg_tensor *out = call->output;
     int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
     int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
                         (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
     eg__parallel_for(batches * job.row_tiles * job.col_tiles,
                      MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, matmul_tiles, &job);
+    eg__unref(a);
+    eg__unref(b);
+    return EG_OK;
+}
+
+/* ---- tiles handed to a consumer (graph mode's fused optimizer updates) ---- */
+
+size_t eg__cpu_matmul_tile_bytes(const eg_tensor *out) {
+    int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
+    return (size_t)((m < TILE_ROWS ? m : TILE_ROWS) * (n < TILE_COLS ? n : TILE_COLS)) *
+           eg_dtype_size(out->dtype);
+}
+
+int64_t eg__cpu_matmul_tile_count(const eg_tensor *out) {
+    int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
+    int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0;
+    return batches * ((m + TILE_ROWS - 1) / TILE_ROWS) * ((n + TILE_COLS - 1) / TILE_COLS);
+}
+
+typedef struct consumer_job {
+    matmul_job job;
+    char *scratch;
+    size_t tile_bytes;
+    int64_t first;
+    eg__matmul_tile_fn fn;
+    void *context;
+} consumer_job;
+
+static void tiles_to_consumer(void *context, int64_t begin, int64_t end) {
+    const consumer_job *c = context;
+    const matmul_job *j = &c->job;
+    int64_t per_batch = j->row_tiles * j->col_tiles;
+    for (int64_t slot = begin; slot < end; slot++) {
+        int64_t task = c->first + slot, tile = task % per_batch;
+        int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+        int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+        int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+        char *tile_data = c->scratch + (size_t)slot * c->tile_bytes;
+        compute_tile(j, task, tile_data, cols);
+        /* element offset of the tile's first element in the (never written) output */
+        c->fn(c->context, task / per_batch * j->m * j->n + i0 * j->n + j0, rows, cols, j->n,
+              tile_data);
+    }
+}
+
+eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
+                               eg__matmul_tile_fn fn, void *context) {
+    consumer_job c = {.scratch = scratch, .fn = fn, .context = context};
+    eg_tensor *a, *b;
+    eg_status status = prepare_job(call, &c.job, &a, &b);
+    if (status != EG_OK) return status;
+    c.tile_bytes = eg__cpu_matmul_tile_bytes(call->output);
+    int64_t n_tiles = eg__cpu_matmul_tile_count(call->output);
+    if (n_scratch < 1) n_scratch = 1;
+    for (c.first = 0; c.first < n_tiles; c.first += n_scratch) {
+        int64_t wave = n_tiles - c.first < n_scratch ? n_tiles - c.first : n_scratch;
+        eg__parallel_for(wave, 1, tiles_to_consumer, &c);
+    }
     eg__unref(a);
     eg__unref(b);
     return EG_OK;
