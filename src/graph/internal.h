@@ -71,6 +71,7 @@ typedef struct trace {
     int *part_order; /* hoisted untiled parts by position; the first n_early_parts run first */
     int n_early_parts;
     size_t memory_budget;         /* 0: none */
+    double live_area;             /* sum of bytes x positions alive, for comparing plans */
     eg_function_stats plan_stats; /* the plan's share of the stats */
     eg__storage *arena;
     const eg_device *device;

@@ -96,6 +96,19 @@ static bool is_target(const trace *t, const eg_tensor *x) {
     return false;
 }
 
+/* Whether alias entry a's tensor is read by an op that runs (or is wanted as a target). */
+static bool alias_is_read(const trace *t, int a) {
+    const eg_tensor *x = t->entries[a].tensor;
+    if (is_target(t, x)) return true;
+    for (int i = a + 1; i < t->n_entries; i++) {
+        const entry *e = &t->entries[i];
+        if (e->role == ROLE_ALIAS) continue;
+        for (int j = 0; j < e->tensor->lazy->n_inputs; j++)
+            if (e->tensor->lazy->inputs[j] == x) return true;
+    }
+    return false;
+}
+
 static eg_status assign_roles(trace *t) {
     int n = t->n_entries;
     int *consumers = calloc((size_t)n + 1, sizeof *consumers);
@@ -108,9 +121,11 @@ static eg_status assign_roles(trace *t) {
     for (int i = 0; i < n; i++) fusable_consumers[i] = true;
     for (int i = 0; i < n; i++) {
         entry *e = &t->entries[i];
-        if (e->role == ROLE_ALIAS) { /* its readers read the original's memory */
-            consumers[e->alias_of]++;
-            fusable_consumers[e->alias_of] = false;
+        if (e->role == ROLE_ALIAS) { /* its readers, if any, read the original's memory */
+            if (alias_is_read(t, i)) {
+                consumers[e->alias_of]++;
+                fusable_consumers[e->alias_of] = false;
+            }
             continue;
         }
         const eg__lazy_node *node = e->tensor->lazy;
@@ -167,10 +182,25 @@ static int resolve(const trace *t, const eg_tensor *x, int at) {
     }
 }
 
+/* Whether e's op reads v, directly or through a view entry of v. */
+static bool reads_directly(const trace *t, const entry *e, const eg_tensor *v) {
+    if (e->role == ROLE_VIEW || e->role == ROLE_ALIAS) return false;
+    const eg__lazy_node *node = e->tensor->lazy;
+    for (int j = 0; j < node->n_inputs; j++) {
+        const eg_tensor *x = node->inputs[j];
+        if (x == v) return true;
+        int at = eg__graph_position(t, x);
+        if (at >= 0 && t->entries[at].role == ROLE_VIEW && x->lazy->inputs[0] == v) return true;
+    }
+    return false;
+}
+
+static bool may_hoist(const trace *t, int a, const eg_tensor *variable);
+
 /* Greedy list scheduling: views, aliases and inlined ops first (they cost nothing), then the
  * ready op whose buffer minus the buffers it is the last reader of is smallest (the earliest
  * traced on ties). */
-static eg_status schedule(trace *t) {
+static eg_status schedule(trace *t, bool tiles_first) {
     int n = t->n_entries;
     if (n < 2 || getenv("EG_NO_SCHEDULE")) return EG_OK;
     bool *done = calloc((size_t)n, sizeof *done);
@@ -206,6 +236,20 @@ static eg_status schedule(trace *t) {
         }
         for (; k < stride; k++) deps[i * stride + k] = -1;
     }
+    /* A matmul making a weight gradient that an early update can consume tile by tile waits
+     * for every other reader of the weight (the update must come after them) and then costs
+     * nothing: its gradient never exists whole. */
+    const eg_tensor **tiled_variable =
+        tiles_first ? calloc((size_t)n, sizeof *tiled_variable) : NULL;
+    for (int p = 0; p < t->n_parts && tiled_variable; p++) {
+        const update_action *u = t->actions[t->parts[p].action].update;
+        const eg_tensor *g = u->grads[t->parts[p].index], *v = u->variables[t->parts[p].index];
+        int at = eg__graph_position(t, g);
+        if (at >= 0 && t->entries[at].role == ROLE_BUFFER && g->lazy->op == EG__OP_MATMUL &&
+            g->dtype == v->dtype && may_hoist(t, t->parts[p].action, v))
+            tiled_variable[at] = v;
+    }
+    bool relaxed = false;
     for (int step = 0; step < n; step++) {
         int best = -1;
         long long best_cost = 0;
@@ -216,11 +260,17 @@ static eg_status schedule(trace *t) {
                 int d = deps[i * stride + k];
                 if (d >= 0 && !done[d]) ready = false;
             }
+            if (ready && tiled_variable && tiled_variable[i] && !relaxed)
+                for (int r = 0; r < n && ready; r++)
+                    if (r != i && !done[r] && reads_directly(t, &t->entries[r], tiled_variable[i]))
+                        ready = false;
             if (!ready) continue;
             const entry *e = &t->entries[i];
             long long cost = 0;
             if (e->role == ROLE_BUFFER) {
-                cost = (long long)buffer_bytes(e->tensor);
+                cost = tiled_variable && tiled_variable[i] && !relaxed
+                           ? (long long)eg__cpu_matmul_tile_bytes(e->tensor)
+                           : (long long)buffer_bytes(e->tensor);
                 const eg__lazy_node *node = e->tensor->lazy;
                 for (int j = 0; j < node->n_inputs; j++) {
                     int b = resolve(t, node->inputs[j], i);
@@ -234,6 +284,11 @@ static eg_status schedule(trace *t) {
                 best = i;
                 best_cost = cost;
             }
+        }
+        if (best < 0 && !relaxed) { /* a weight's reader needs its gradient: plain order */
+            relaxed = true;
+            step--;
+            continue;
         }
         if (best < 0) break; /* cannot happen for a topological input */
         done[best] = true;
@@ -257,6 +312,7 @@ static eg_status schedule(trace *t) {
     free(readers_left);
     free(deps);
     free(ordered);
+    free(tiled_variable);
     return EG_OK;
 }
 
@@ -500,6 +556,26 @@ static eg_status layout(trace *t) {
         request_of[i] = request_of[root];
     }
     s->arena_bytes = eg__plan_buffers(requests, n_requests);
+    t->live_area = 0;
+    for (int r = 0; r < n_requests; r++)
+        t->live_area +=
+            (double)requests[r].bytes * (double)(requests[r].last_use - requests[r].first_use + 1);
+    if (getenv("EG_GRAPH_DUMP")) {
+        size_t bound = 0;
+        int at = 0;
+        for (int pos = 0; pos <= n; pos++) {
+            size_t live = 0;
+            for (int r = 0; r < n_requests; r++)
+                if (requests[r].first_use <= pos && pos <= requests[r].last_use)
+                    live += requests[r].bytes;
+            if (live > bound) {
+                bound = live;
+                at = pos;
+            }
+        }
+        fprintf(stderr, "layout: arena %zu, most live at once %zu (at %d)\n", s->arena_bytes, bound,
+                at);
+    }
     for (int i = 0; i < n; i++) {
         entry *e = &t->entries[i];
         if (e->role != ROLE_BUFFER) continue;
@@ -561,6 +637,7 @@ static bool find_split(const trace *t, int x, candidate *out) {
             if (r->role == ROLE_ALIAS && r->alias_of == x) return false;
             continue;
         }
+        if (r->recompute_of == x) break; /* later readers read the copy */
         if (!executes(r)) continue;
         bool reads = false;
         for (int k = 0; k < group_size(r); k++) {
@@ -622,17 +699,27 @@ static eg_status fit_budget(trace *t) {
     eg_function_stats *s = &t->plan_stats;
     size_t budget = t->memory_budget, start = s->arena_bytes;
     s->recomputed[0] = '\0';
+    s->n_recomputed = s->recompute_extra_flops = 0;
     eg_status status = EG_OK;
     while (s->arena_bytes > budget && status == EG_OK) {
+        /* the smallest arena; on ties, the least memory live over time (one recomputation
+         * alone often just moves the peak: the next one then lowers it) */
         size_t best_arena = s->arena_bytes;
+        double best_area = t->live_area;
         candidate best = {-1, -1};
         for (int x = 0; x < t->n_entries && status == EG_OK; x++) {
             candidate c;
             if (!find_split(t, x, &c)) continue;
             if ((status = insert_recompute(t, c)) != EG_OK) break;
             status = layout(t);
-            if (status == EG_OK && t->plan_stats.arena_bytes < best_arena) {
-                best_arena = t->plan_stats.arena_bytes;
+            if (getenv("EG_GRAPH_DUMP"))
+                fprintf(stderr, "recompute %d before %d: arena %zu\n", c.entry, c.before,
+                        t->plan_stats.arena_bytes);
+            size_t arena = t->plan_stats.arena_bytes;
+            if (status == EG_OK &&
+                (arena < best_arena || (arena == best_arena && t->live_area < best_area))) {
+                best_arena = arena;
+                best_area = t->live_area;
                 best = c;
             }
             remove_entry(t, c.before);
@@ -684,6 +771,23 @@ static void dump(const trace *t) {
     fprintf(stderr, "arena %zu bytes\n", t->plan_stats.arena_bytes);
 }
 
+/* The entries in traced order, then scheduled, grouped and laid out. */
+static eg_status order_and_layout(trace *t, const entry *traced, int n_traced, bool tiles_first) {
+    for (int i = 0; i < t->n_entries; i++) {
+        free(t->entries[i].members);
+        t->entries[i].members = NULL;
+        if (t->entries[i].recompute_of >= 0) eg__unref(t->entries[i].tensor);
+    }
+    t->n_entries = n_traced;
+    memcpy(t->entries, traced, sizeof *traced * (size_t)t->n_entries);
+    eg_status status = schedule(t, tiles_first);
+    if (status == EG_OK) status = build_groups(t);
+    if (status == EG_OK) status = layout(t);
+    if (status == EG_OK && t->memory_budget && t->plan_stats.arena_bytes > t->memory_budget)
+        status = fit_budget(t);
+    return status;
+}
+
 eg_status eg__graph_plan(trace *t) {
     eg_function_stats *s = &t->plan_stats;
     memset(s, 0, sizeof *s);
@@ -700,11 +804,20 @@ eg_status eg__graph_plan(trace *t) {
     }
     s->n_cse_merged = merge_common_subexpressions(t);
     eg_status status = assign_roles(t);
-    if (status == EG_OK) status = schedule(t);
-    if (status == EG_OK) status = build_groups(t);
-    if (status == EG_OK) status = layout(t);
-    if (status == EG_OK && t->memory_budget && s->arena_bytes > t->memory_budget)
-        status = fit_budget(t);
+    /* two orders — plain greedy, and weight gradients' matmuls placed for tiled updates — and
+     * the smaller arena wins */
+    entry *traced = malloc(sizeof *traced * ((size_t)t->n_entries + 1));
+    if (!traced && status == EG_OK)
+        status = eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
+    if (status == EG_OK) memcpy(traced, t->entries, sizeof *traced * (size_t)t->n_entries);
+    int n_traced = t->n_entries;
+    size_t plain = 0;
+    if (status == EG_OK) status = order_and_layout(t, traced, n_traced, false);
+    plain = s->arena_bytes;
+    if (status == EG_OK) status = order_and_layout(t, traced, n_traced, true);
+    if (status == EG_OK && s->arena_bytes >= plain)
+        status = order_and_layout(t, traced, n_traced, false);
+    free(traced);
     if (status == EG_OK) status = index_parts(t);
     if (status != EG_OK) return status;
     s->memory_budget = t->memory_budget;
