@@ -38,6 +38,16 @@ bool eg__graph_tracing(void) {
     return tracing_now != NULL;
 }
 
+void eg__graph_note(eg_tensor *t) {
+    trace *tr = tracing_now;
+    if (!tr || !tr->keep_notes) return;
+    eg_tensor **notes = realloc(tr->notes, sizeof *notes * (size_t)(tr->n_notes + 1));
+    if (!notes) return; /* only loses the early unpending of this node */
+    tr->notes = notes;
+    eg__ref(t);
+    tr->notes[tr->n_notes++] = t;
+}
+
 eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void *context),
                           void *context, int n_tensors, const eg_tensor *const *tensors) {
     trace *t = tracing_now;
@@ -126,7 +136,7 @@ eg_function *eg_function_new(const char *name, eg_traced_fn fn, int n_inputs, in
 
 static void trace_free(trace *t, int n_inputs, int n_outputs) {
     if (!t) return;
-    for (int i = 0; i < t->n_actions; i++) {
+    for (int i = 0; i < t->n_actions && !t->borrowed_actions; i++) {
         if (t->actions[i].free_context) t->actions[i].free_context(t->actions[i].context);
         update_action *u = t->actions[i].update;
         if (!u) continue;
@@ -140,6 +150,9 @@ static void trace_free(trace *t, int n_inputs, int n_outputs) {
     }
     free(t->parts);
     free(t->part_order);
+    for (int i = 0; i < t->n_notes; i++) eg__unref(t->notes[i]);
+    free(t->notes);
+    if (t->borrowed_actions) t->actions = NULL;
     for (int i = 0; i < t->n_entries; i++) {
         free(t->entries[i].members);
         eg__unref(t->entries[i].tensor);
@@ -560,4 +573,72 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
         eg__graph_copy_plan_stats(s, &t->plan_stats);
     }
     return replay(f, t, inputs, outputs);
+}
+
+/* ---- what session.c builds on ---- */
+
+trace *eg__graph_trace_new(void) {
+    trace *t = calloc(1, sizeof *t);
+    if (!t) eg__error(EG_ERR_OUT_OF_MEMORY, "graph: out of host memory");
+    return t;
+}
+
+void eg__graph_trace_free(trace *t, int n_inputs, int n_outputs) {
+    trace_free(t, n_inputs, n_outputs);
+}
+
+eg_status eg__graph_record_begin(trace *t, const char *name) {
+    if (tracing_now)
+        return eg__error(EG_ERR_STATE, "%s: already recording a graph or tracing a function", name);
+    tracing_now = t;
+    eg_lazy_begin();
+    return EG_OK;
+}
+
+void eg__graph_record_end(void) {
+    trace *t = tracing_now;
+    eg_lazy_end();
+    tracing_now = NULL;
+    /* what the graph recorded reads the live variables at every run */
+    for (int i = 0; t && i < t->n_notes; i++)
+        if (t->notes[i]->lazy) eg__lazy_unpend(t->notes[i]->lazy);
+}
+
+eg_status eg__graph_sign(trace *t) {
+    t->signature = calloc((size_t)t->n_inputs + 1, sizeof *t->signature);
+    if (!t->signature) return eg__error(EG_ERR_OUT_OF_MEMORY, "graph: out of host memory");
+    for (int i = 0; i < t->n_inputs; i++) {
+        input_signature *s = &t->signature[i];
+        const eg_tensor *x = t->placeholders[i];
+        s->dtype = x->dtype;
+        s->n_dims = x->n_dims;
+        memcpy(s->shape, x->shape, sizeof s->shape);
+        s->device = x->device;
+    }
+    t->device = t->n_inputs ? t->placeholders[0]->device : eg__cpu_device();
+    return EG_OK;
+}
+
+static eg_status no_function(const eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
+    (void)inputs;
+    (void)outputs;
+    (void)user;
+    return eg__error(EG_ERR_INTERNAL, "session: a plan was asked to trace");
+}
+
+eg_function *eg__function_from_trace(const char *name, trace *t) {
+    eg_function *f = eg_function_new(name, no_function, t->n_inputs, t->n_outputs, NULL);
+    trace **traces = f ? malloc(sizeof *traces) : NULL;
+    if (!traces) {
+        eg_function_free(f);
+        if (f) eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", name);
+        return NULL;
+    }
+    traces[0] = t;
+    f->traces = traces;
+    f->n_traces = 1;
+    f->stats.n_traces = 1;
+    snprintf(f->stats.last_trace_reason, sizeof f->stats.last_trace_reason, "first run");
+    eg__graph_copy_plan_stats(&f->stats, &t->plan_stats);
+    return f;
 }

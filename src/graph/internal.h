@@ -75,6 +75,10 @@ typedef struct trace {
     eg_function_stats plan_stats; /* the plan's share of the stats */
     eg__storage *arena;
     const eg_device *device;
+    bool borrowed_actions; /* a session's plan: the graph owns the actions */
+    eg_tensor **notes;     /* a session graph: every op recorded while building it */
+    int n_notes;
+    bool keep_notes;
 } trace;
 
 /* Plans a trace whose entries (topological order) and actions are set: common subexpressions,
@@ -85,6 +89,17 @@ eg_status eg__graph_plan(trace *t);
 /* For a trace whose placeholders, outputs, targets and actions are set: its entries and plan. */
 eg_status eg__graph_finish_trace(trace *t, const char *name);
 void eg__graph_copy_plan_stats(eg_function_stats *stats, const eg_function_stats *plan);
+
+/* Session support (session.c). A trace to record a graph into; recording on/off. */
+trace *eg__graph_trace_new(void);
+void eg__graph_trace_free(trace *t, int n_inputs, int n_outputs);
+eg_status eg__graph_record_begin(trace *t, const char *name);
+void eg__graph_record_end(void);
+/* A function object that replays `t` (a finished trace for n_inputs placeholders and
+ * n_outputs outputs; the function owns it). */
+eg_function *eg__function_from_trace(const char *name, trace *t);
+/* The input signature of t from its placeholders. */
+eg_status eg__graph_sign(trace *t);
 
 /* Index of the first entry computing x, or -1. */
 int eg__graph_position(const trace *t, const eg_tensor *x);
