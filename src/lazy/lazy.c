@@ -509,8 +509,8 @@ static _Thread_local uint64_t cache_clock;
 static int64_t *schedule_key(plan *p, size_t *length) {
     size_t total = 1;
     for (int i = 0; i < p->n; i++)
-        total += 10 + (size_t)p->entries[i].tensor->n_dims +
-                 (size_t)p->entries[i].tensor->lazy->n_inputs;
+        total +=
+            10 + (size_t)p->entries[i].tensor->n_dims + (size_t)p->entries[i].tensor->lazy->n_inputs;
     int64_t *key = malloc(sizeof *key * total);
     if (!key) return NULL;
     size_t k = 0;

@@ -23,7 +23,8 @@ typedef struct eg__nd_loop {
 void eg__nd_loop_init(eg__nd_loop *loop, int n_operands, const eg_tensor *const *operands);
 
 /* Processes n elements whose first elements are at pointers[i], stepping strides[i] bytes. */
-typedef void (*eg__nd_inner_fn)(void *context, int64_t n, char **pointers, const int64_t *strides);
+typedef void (*eg__nd_inner_fn)(void *context, int64_t n, char **pointers,
+                                const int64_t *strides);
 
 /* Runs inner over every element of the loop, in parallel when it is large. */
 void eg__nd_loop_run(const eg__nd_loop *loop, eg__nd_inner_fn inner, void *context);

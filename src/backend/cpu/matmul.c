@@ -18,7 +18,8 @@
 static char blas_description[256];
 
 static void describe_blas(void) {
-    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s", openblas_get_config());
+    snprintf(blas_description, sizeof blas_description, "OpenBLAS %s",
+             openblas_get_config());
 }
 
 #define TILE_ROWS 64
