@@ -38,6 +38,7 @@ static void test_inference_graph_matches_eager(void **state) {
     eg_tensor *w0 = random_tensor(2, ws, 1);
     eg_tensor *w = eg_variable(w0, "w");
     eg_graph *g = eg_graph_new();
+    eg_scope_begin(); /* the graph keeps what it records: its tensors outlive the scope */
     assert_int_equal(eg_graph_begin(g), EG_OK);
     eg_tensor *x = eg_placeholder(g, EG_DTYPE_F32, 2, xs, "x");
     assert_non_null(x);
@@ -45,6 +46,7 @@ static void test_inference_graph_matches_eager(void **state) {
     eg_tensor *y = eg_sum(eg_mul(h, h), 0, NULL, false);
     eg_tensor *fetches[2] = {h, y};
     assert_int_equal(eg_graph_end(g), EG_OK);
+    eg_scope_end();
     eg_session *s = eg_session_new(g);
     for (int run = 0; run < 4; run++) {
         eg_scope_begin();
@@ -85,6 +87,7 @@ static void test_training_graph_updates_at_every_run(void **state) {
     eg_optimizer *opt[2] = {eg_adam_new(NULL), eg_adam_new(NULL)};
     /* the graph: loss = mean(relu(x w)^2 * t), tape gradient, Adam step */
     eg_graph *g = eg_graph_new();
+    eg_scope_begin();
     assert_int_equal(eg_graph_begin(g), EG_OK);
     eg_tensor *x = eg_placeholder(g, EG_DTYPE_F32, 2, xs, "x");
     eg_tensor *target = eg_placeholder(g, EG_DTYPE_F32, 1, &batch, "target");
@@ -99,6 +102,7 @@ static void test_training_graph_updates_at_every_run(void **state) {
     eg_tape_free(tape);
     assert_int_equal(eg_optimizer_apply_gradients(opt[1], 1, &grad, &w[1]), EG_OK);
     assert_int_equal(eg_graph_end(g), EG_OK);
+    eg_scope_end();
     eg_session *s = eg_session_new(g);
     eg_tensor *placeholders[2] = {x, target};
     for (int run = 0; run < 3; run++) {
@@ -140,6 +144,7 @@ static void test_bad_feeds_and_placeholders_give_clear_errors(void **state) {
     (void)state;
     int64_t xs[2] = {4, 3}, other[2] = {5, 3}, unknown[2] = {-1, 3};
     eg_graph *g = eg_graph_new();
+    eg_scope_begin();
     assert_null(eg_placeholder(g, EG_DTYPE_F32, 2, xs, "x")); /* not building */
     assert_int_equal(eg_last_status(), EG_ERR_STATE);
     eg_clear_error();
@@ -160,6 +165,7 @@ static void test_bad_feeds_and_placeholders_give_clear_errors(void **state) {
     assert_non_null(strstr(eg_last_error(), where));
     eg_clear_error();
     assert_int_equal(eg_graph_end(g), EG_OK);
+    eg_scope_end();
     eg_session *s = eg_session_new(g);
     eg_scope_begin();
     eg_tensor *result = NULL;

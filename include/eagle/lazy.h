@@ -9,8 +9,12 @@
  * A tensor whose value was fused away or freed is recomputed if it is read later.
  *
  * Graph mode (eg_function): a C function traced once per input signature into a graph whose
- * inputs are placeholders; planned once (fusion, one arena for every intermediate) and replayed
- * on later calls without per-op allocation. */
+ * inputs are placeholders; planned once and replayed on later calls without per-op allocation.
+ * The plan merges common subexpressions, fuses elementwise chains, orders the ops to keep little
+ * memory live, runs each optimizer update as soon as its gradient is ready (a weight gradient
+ * made by a matmul is consumed tile by tile and never exists whole), writes fused results over
+ * inputs they last read, and gives every intermediate an offset in one arena from its lifetime.
+ * eagle/session.h offers the same machinery TF1-style (placeholders, graph, session). */
 #ifndef EAGLE_LAZY_H
 #define EAGLE_LAZY_H
 
@@ -46,9 +50,12 @@ void eg_lazy_stats_get(eg_lazy_stats *out);
 typedef struct eg_function eg_function;
 
 /* The traced function: reads n_inputs tensors, writes n_outputs new tensors into outputs.
- * It may use every op, tapes, variables and optimizers (their updates run at each call, after
- * the graph, in the order they were traced). It must not read values (eg_item, eg_tensor_data
- * ...) while traced: return them as outputs instead. */
+ * It may use every op, tapes, variables and optimizers: their updates run at each call, each
+ * variable's as soon as its gradient is computed and no op of the graph still reads the
+ * variable (or after the graph, in traced order, when an assign or another step on the same
+ * variable was traced before it). Ops of the graph therefore read variables as they were when
+ * the call began, even if traced after the update. It must not read values (eg_item,
+ * eg_tensor_data ...) while traced: return them as outputs instead. */
 typedef eg_status (*eg_traced_fn)(const eg_tensor *const *inputs, eg_tensor **outputs,
                                   void *user_data);
 

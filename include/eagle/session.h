@@ -32,9 +32,10 @@ eg_graph *eg_graph_new(void);
 void eg_graph_free(eg_graph *graph);
 
 /* Between eg_graph_begin and eg_graph_end (same thread) ops record into the graph instead of
- * running: they return storage-less tensors (owned by the current scope as usual; the graph
- * keeps its own references, so fetches stay valid after the scope ends only if kept with
- * eg_scope_keep or created outside a scope). Reading a value there is an error. Optimizer
+ * running: they return storage-less tensors, new references as usual (released by the current
+ * scope), and the graph keeps its own reference to each, so they stay valid as fetches while
+ * the graph lives even after the scope that built them ends. Reading a value there is an
+ * error. Optimizer
  * steps (eg_optimizer_apply_gradients) and assigns recorded there run at every eg_session_run
  * of the graph, whatever is fetched — build a second graph for inference. A graph can be
  * extended by another begin/end pair before its first run. EG_ERR_STATE when a graph is already
