@@ -205,6 +205,57 @@ static void test_two_optimizers_and_an_assign_in_one_step(void **state) {
     assert_int_equal(s.n_early_updates, 6);
 }
 
+/* ---- a gradient read by something else than its update stays whole ---- */
+
+typedef struct kept_context {
+    eg_tensor *w, *copy;
+    eg_optimizer *optimizer;
+} kept_context;
+
+static eg_status step_keeping_gradient(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    kept_context *c = user;
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tensor *loss = eg_mean(eg_relu(eg_matmul(in[0], c->w)), 0, NULL, false);
+    eg_tensor *grad;
+    eg_tape_gradient(tape, loss, 1, (const eg_tensor *const *)&c->w, &grad, EG_UNCONNECTED_ZERO);
+    eg_tape_free(tape);
+    eg_optimizer_apply_gradients(c->optimizer, 1, &grad, &c->w);
+    eg_assign(c->copy, grad); /* reads the gradient after the update */
+    out[0] = loss;
+    return eg_last_status();
+}
+
+static void test_gradient_read_after_its_update_is_kept(void **state) {
+    (void)state;
+    int64_t ws[2] = {784, 16}, xs[2] = {4, 784};
+    eg_tensor *w0 = random_tensor(EG_DTYPE_F32, 2, ws, 5);
+    kept_context c[2];
+    for (int m = 0; m < 2; m++)
+        c[m] = (kept_context){eg_variable(w0, "w"), eg_variable(w0, "copy"), eg_adam_new(NULL)};
+    eg_function *f = eg_function_new("keeps", step_keeping_gradient, 1, 1, &c[1]);
+    for (int step = 0; step < 3; step++) {
+        eg_scope_begin();
+        const eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 40 + (uint64_t)step);
+        eg_tensor *loss[2];
+        assert_int_equal(step_keeping_gradient(&x, &loss[0], &c[0]), EG_OK);
+        assert_int_equal(eg_function_call(f, &x, &loss[1]), EG_OK);
+        assert_memory_equal(eg_tensor_data(c[0].w), eg_tensor_data(c[1].w), 784 * 16 * 4);
+        assert_memory_equal(eg_tensor_data(c[0].copy), eg_tensor_data(c[1].copy), 784 * 16 * 4);
+        eg_release(loss[1]);
+        eg_scope_end();
+    }
+    eg_function_stats s;
+    assert_int_equal(eg_function_stats_get(f, &s), EG_OK);
+    assert_int_equal(s.n_tiled_updates, 0);
+    eg_function_free(f);
+    for (int m = 0; m < 2; m++) {
+        eg_release(c[m].w);
+        eg_release(c[m].copy);
+        eg_optimizer_free(c[m].optimizer);
+    }
+    eg_release(w0);
+}
+
 /* ---- common subexpressions ---- */
 
 static eg_status twice(const eg_tensor *const *in, eg_tensor **out, void *user) {
@@ -271,6 +322,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_activation_memory_at_most_half_of_eager, setup),
         cmocka_unit_test_setup(test_every_optimizer_updates_inside_the_graph, setup),
         cmocka_unit_test_setup(test_two_optimizers_and_an_assign_in_one_step, setup),
+        cmocka_unit_test_setup(test_gradient_read_after_its_update_is_kept, setup),
         cmocka_unit_test_setup(test_common_subexpressions_are_computed_once, setup),
         cmocka_unit_test_setup(test_memory_budget_recomputes_and_fits, setup),
     };

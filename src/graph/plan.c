@@ -441,12 +441,14 @@ static eg_status layout(trace *t) {
     for (int i = 0; i < t->n_outputs; i++) pin(t, t->outputs[i]);
     /* every target that is not an update's gradient is pinned */
     for (int i = 0; i < t->n_targets; i++) {
-        bool gradient = false;
-        for (int p = 0; p < t->n_parts && !gradient; p++) {
+        /* listed more often than steps use it as a gradient: something else reads it too */
+        int as_gradient = 0, listed = 0;
+        for (int p = 0; p < t->n_parts; p++) {
             const update_action *u = t->actions[t->parts[p].action].update;
-            gradient = u->grads[t->parts[p].index] == t->targets[i];
+            as_gradient += u->grads[t->parts[p].index] == t->targets[i];
         }
-        if (!gradient) pin(t, t->targets[i]);
+        for (int j = 0; j < t->n_targets; j++) listed += t->targets[j] == t->targets[i];
+        if (listed > as_gradient) pin(t, t->targets[i]);
     }
     /* optimizer updates */
     s->n_early_updates = s->n_tiled_updates = 0;
