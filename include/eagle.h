@@ -18,5 +18,6 @@
 #include "eagle/optim.h"
 #include "eagle/profiler.h"
 #include "eagle/lazy.h"
+#include "eagle/session.h"
 
 #endif

@@ -9,8 +9,12 @@
  * A tensor whose value was fused away or freed is recomputed if it is read later.
  *
  * Graph mode (eg_function): a C function traced once per input signature into a graph whose
- * inputs are placeholders; planned once (fusion, one arena for every intermediate) and replayed
- * on later calls without per-op allocation. */
+ * inputs are placeholders; planned once and replayed on later calls without per-op allocation.
+ * The plan merges common subexpressions, fuses elementwise chains, orders the ops to keep little
+ * memory live, runs each optimizer update as soon as its gradient is ready (a weight gradient
+ * made by a matmul is consumed tile by tile and never exists whole), writes fused results over
+ * inputs they last read, and gives every intermediate an offset in one arena from its lifetime.
+ * eagle/session.h offers the same machinery TF1-style (placeholders, graph, session). */
 #ifndef EAGLE_LAZY_H
 #define EAGLE_LAZY_H
 
@@ -46,9 +50,12 @@ void eg_lazy_stats_get(eg_lazy_stats *out);
 typedef struct eg_function eg_function;
 
 /* The traced function: reads n_inputs tensors, writes n_outputs new tensors into outputs.
- * It may use every op, tapes, variables and optimizers (their updates run at each call, after
- * the graph, in the order they were traced). It must not read values (eg_item, eg_tensor_data
- * ...) while traced: return them as outputs instead. */
+ * It may use every op, tapes, variables and optimizers: their updates run at each call, each
+ * variable's as soon as its gradient is computed and no op of the graph still reads the
+ * variable (or after the graph, in traced order, when an assign or another step on the same
+ * variable was traced before it). Ops of the graph therefore read variables as they were when
+ * the call began, even if traced after the update. It must not read values (eg_item,
+ * eg_tensor_data ...) while traced: return them as outputs instead. */
 typedef eg_status (*eg_traced_fn)(const eg_tensor *const *inputs, eg_tensor **outputs,
                                   void *user_data);
 
@@ -66,6 +73,13 @@ eg_status eg_function_call(eg_function *function, const eg_tensor *const *inputs
                            eg_tensor **outputs);
 /* More traces than this (default 5) set a retracing warning in the stats. */
 void eg_function_set_retrace_limit(eg_function *function, int limit);
+/* A budget in bytes for the arena of traces made from now on (0: none, the default). When the
+ * plan exceeds it, the planner recomputes cheap intermediates — elementwise results kept from
+ * the forward pass for the backward pass — right before their late readers instead of keeping
+ * them, as long as that shrinks the arena; results are bitwise the same. The stats say what it
+ * chose and whether the budget was met (a plan that cannot fit still runs). EG_ERR_NULL_ARGUMENT
+ * for a NULL function. */
+eg_status eg_function_set_memory_budget(eg_function *function, size_t bytes);
 
 typedef struct eg_function_stats {
     int n_traces;
@@ -73,14 +87,32 @@ typedef struct eg_function_stats {
     char last_trace_reason[160];
     /* Non-empty once n_traces passes the limit, like TensorFlow's retracing warning. */
     char retrace_warning[256];
-    int64_t n_nodes;        /* ops in the traced graph */
-    int64_t n_kernels;      /* launches per replay after fusion */
-    int64_t n_fused_nodes;  /* ops run inside fused loops, without a buffer */
+    int64_t n_nodes;       /* ops in the traced graph */
+    int64_t n_kernels;     /* launches per replay after fusion */
+    int64_t n_fused_nodes; /* ops run inside fused loops, without a buffer */
+    /* The arena is all the memory a call uses beyond its inputs, variables and optimizer slots:
+     * the activations kept for the backward pass, temporaries, gradients until their update
+     * has consumed them, and the outputs. It is the graph's activation memory. */
     size_t arena_bytes;     /* the planned arena: every intermediate and output */
     size_t unplanned_bytes; /* the same buffers without sharing: their plain sum */
     size_t eager_bytes;     /* every op result, as eager mode in one scope would hold them */
     uint64_t n_replays;
     uint64_t n_arena_allocations; /* arenas allocated (1 in a steady state) */
+    /* What the optimizations did. */
+    int64_t n_cse_merged;    /* ops merged into an identical earlier op (same op, attrs, inputs) */
+    int64_t n_in_place;      /* elementwise results written over an input they last read */
+    int64_t n_early_updates; /* optimizer updates run as soon as their gradient is ready and no
+                                later op reads the variable, so the gradient's memory is reused */
+    int64_t n_tiled_updates; /* of which consume the gradient tile by tile as its matmul makes
+                                it: the whole gradient never exists */
+    size_t scratch_bytes;    /* of arena_bytes: the tiles of those matmuls */
+    /* The memory budget (eg_function_set_memory_budget) and what the planner chose for it. */
+    size_t memory_budget;          /* 0: none */
+    bool budget_met;               /* arena_bytes <= memory_budget (true without a budget) */
+    int64_t n_recomputed;          /* intermediates computed again instead of kept */
+    size_t recompute_saved_bytes;  /* arena bytes saved by recomputing them */
+    int64_t recompute_extra_flops; /* elementwise operations added per call */
+    char recomputed[256];          /* which: "relu (128, 512) for matmul, ..." */
 } eg_function_stats;
 eg_status eg_function_stats_get(const eg_function *function, eg_function_stats *out);
 

@@ -11,8 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
-#include "graph/planner.h"
-#include "lazy/internal.h"
+#include "graph/internal.h"
 
 typedef struct input_signature {
     eg_dtype dtype;
@@ -20,40 +19,6 @@ typedef struct input_signature {
     int64_t shape[EG_MAX_DIMS];
     const eg_device *device;
 } input_signature;
-
-typedef enum { ROLE_VIEW, ROLE_INLINED, ROLE_BUFFER } role;
-
-typedef struct entry {
-    eg_tensor *tensor; /* a graph tensor: its lazy node is the recipe, kept for every replay */
-    role role;
-    int last_use;
-    size_t offset, bytes; /* ROLE_BUFFER: place in the arena */
-    int64_t view_delta;   /* ROLE_VIEW: offset - base offset, in elements */
-    int n_members;        /* ROLE_BUFFER: fused group size (1: a plain kernel) */
-    eg_tensor **members;
-} entry;
-
-typedef struct deferred {
-    void (*run)(void *context);
-    void (*free_context)(void *context);
-    void *context;
-} deferred;
-
-typedef struct trace {
-    input_signature *signature;
-    eg_tensor **placeholders;
-    eg_tensor **outputs;
-    eg_tensor **targets; /* outputs to compute + tensors the deferred actions read */
-    int n_targets;
-    deferred *actions;
-    int n_actions;
-    entry *entries;
-    int n_entries;
-    size_t arena_bytes, unplanned_bytes, eager_bytes;
-    int64_t n_kernels, n_fused;
-    eg__storage *arena;
-    const eg_device *device;
-} trace;
 
 struct eg_function {
     char *name;
@@ -63,6 +28,7 @@ struct eg_function {
     trace **traces;
     int n_traces;
     int retrace_limit;
+    size_t memory_budget;
     eg_function_stats stats;
 };
 
@@ -70,6 +36,16 @@ static _Thread_local trace *tracing_now;
 
 bool eg__graph_tracing(void) {
     return tracing_now != NULL;
+}
+
+void eg__graph_note(eg_tensor *t) {
+    trace *tr = tracing_now;
+    if (!tr || !tr->keep_notes) return;
+    eg_tensor **notes = realloc(tr->notes, sizeof *notes * (size_t)(tr->n_notes + 1));
+    if (!notes) return; /* only loses the early unpending of this node */
+    tr->notes = notes;
+    eg__ref(t);
+    tr->notes[tr->n_notes++] = t;
 }
 
 eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void *context),
@@ -84,12 +60,51 @@ eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void 
         if (free_context) free_context(context);
         return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
     }
-    t->actions[t->n_actions++] = (deferred){run, free_context, context};
+    t->actions[t->n_actions++] = (deferred){run, free_context, context, NULL};
     for (int i = 0; i < n_tensors; i++) {
         if (!tensors[i]) continue;
         eg__ref(tensors[i]);
         t->targets[t->n_targets++] = (eg_tensor *)tensors[i];
     }
+    return EG_OK;
+}
+
+eg_status eg__graph_defer_update(eg_optimizer *optimizer, int n, eg_tensor *const *grads,
+                                 eg_tensor *const *variables) {
+    update_action *u = calloc(1, sizeof *u);
+    if (u) {
+        u->grads = calloc((size_t)n + 1, sizeof *u->grads);
+        u->variables = calloc((size_t)n + 1, sizeof *u->variables);
+    }
+    if (!u || !u->grads || !u->variables) {
+        if (u) {
+            free(u->grads);
+            free(u->variables);
+        }
+        free(u);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory",
+                         eg_optimizer_name(optimizer));
+    }
+    u->optimizer = optimizer;
+    u->n = n;
+    for (int i = 0; i < n; i++) {
+        u->grads[i] = grads[i];
+        u->variables[i] = variables[i];
+        if (grads[i]) eg__ref(grads[i]);
+        eg__ref(variables[i]);
+    }
+    eg_status status = eg__graph_defer(NULL, NULL, NULL, n, (const eg_tensor *const *)grads);
+    if (status != EG_OK) {
+        for (int i = 0; i < n; i++) {
+            eg__unref(u->grads[i]);
+            eg__unref(u->variables[i]);
+        }
+        free(u->grads);
+        free(u->variables);
+        free(u);
+        return status;
+    }
+    tracing_now->actions[tracing_now->n_actions - 1].update = u;
     return EG_OK;
 }
 
@@ -121,8 +136,23 @@ eg_function *eg_function_new(const char *name, eg_traced_fn fn, int n_inputs, in
 
 static void trace_free(trace *t, int n_inputs, int n_outputs) {
     if (!t) return;
-    for (int i = 0; i < t->n_actions; i++)
+    for (int i = 0; i < t->n_actions && !t->borrowed_actions; i++) {
         if (t->actions[i].free_context) t->actions[i].free_context(t->actions[i].context);
+        update_action *u = t->actions[i].update;
+        if (!u) continue;
+        for (int k = 0; k < u->n; k++) {
+            eg__unref(u->grads[k]);
+            eg__unref(u->variables[k]);
+        }
+        free(u->grads);
+        free(u->variables);
+        free(u);
+    }
+    free(t->parts);
+    free(t->part_order);
+    for (int i = 0; i < t->n_notes; i++) eg__unref(t->notes[i]);
+    free(t->notes);
+    if (t->borrowed_actions) t->actions = NULL;
     for (int i = 0; i < t->n_entries; i++) {
         free(t->entries[i].members);
         eg__unref(t->entries[i].tensor);
@@ -152,150 +182,16 @@ void eg_function_set_retrace_limit(eg_function *f, int limit) {
     if (f) f->retrace_limit = limit;
 }
 
+eg_status eg_function_set_memory_budget(eg_function *f, size_t bytes) {
+    if (!f) return eg__error(EG_ERR_NULL_ARGUMENT, "function_set_memory_budget: NULL function");
+    f->memory_budget = bytes;
+    return EG_OK;
+}
+
 eg_status eg_function_stats_get(const eg_function *f, eg_function_stats *out) {
     if (!f || !out) return eg__error(EG_ERR_NULL_ARGUMENT, "function_stats_get: NULL argument");
     *out = f->stats;
     return EG_OK;
-}
-
-/* ---- planning ---- */
-
-static int position_in(const trace *t, const eg_tensor *x) {
-    /* Graphs are small (tens to hundreds of ops): a scan keeps this simple. */
-    for (int i = 0; i < t->n_entries; i++)
-        if (t->entries[i].tensor == x) return i;
-    return -1;
-}
-
-static bool is_target(const trace *t, const eg_tensor *x) {
-    for (int i = 0; i < t->n_targets; i++)
-        if (t->targets[i] == x) return true;
-    return false;
-}
-
-static bool same_shape(const eg_tensor *a, const eg_tensor *b) {
-    return a->n_dims == b->n_dims &&
-           memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->n_dims) == 0;
-}
-
-static eg_status plan_trace(trace *t) {
-    int n = t->n_entries;
-    int *consumers = calloc((size_t)n + 1, sizeof *consumers);
-    bool *fusable_consumers = malloc(((size_t)n + 1) * sizeof *fusable_consumers);
-    if (!consumers || !fusable_consumers) {
-        free(consumers);
-        free(fusable_consumers);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
-    }
-    for (int i = 0; i < n; i++) fusable_consumers[i] = true;
-    for (int i = 0; i < n; i++) {
-        const eg__lazy_node *node = t->entries[i].tensor->lazy;
-        for (int j = 0; j < node->n_inputs; j++) {
-            int at = position_in(t, node->inputs[j]);
-            if (at < 0) continue;
-            consumers[at]++;
-            if (!eg__lazy_fusable(t->entries[i].tensor) ||
-                !same_shape(t->entries[i].tensor, t->entries[at].tensor))
-                fusable_consumers[at] = false;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        entry *e = &t->entries[i];
-        bool target = is_target(t, e->tensor);
-        e->last_use = target ? n : -1;
-        if (e->tensor->lazy->is_view)
-            e->role = ROLE_VIEW;
-        else if (!target && eg__lazy_fusable(e->tensor) && consumers[i] > 0 && fusable_consumers[i])
-            e->role = ROLE_INLINED;
-        else
-            e->role = ROLE_BUFFER;
-        size_t bytes = (size_t)e->tensor->n_elems * eg_dtype_size(e->tensor->dtype);
-        if (e->role != ROLE_VIEW) t->eager_bytes += bytes;
-        if (e->role == ROLE_INLINED) t->n_fused++;
-        if (e->role == ROLE_BUFFER) {
-            t->n_kernels++;
-            e->bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64;
-            t->unplanned_bytes += e->bytes;
-        }
-    }
-    /* Lifetimes: a buffer lives until its last reader runs; inlined ops and views read their
-     * inputs for as long as they are themselves alive. */
-    for (int i = n - 1; i >= 0; i--) {
-        entry *e = &t->entries[i];
-        int alive_until = e->role == ROLE_BUFFER ? i : (e->last_use > i ? e->last_use : i);
-        if (e->role == ROLE_BUFFER && e->last_use < i) e->last_use = i;
-        const eg__lazy_node *node = e->tensor->lazy;
-        for (int j = 0; j < node->n_inputs; j++) {
-            int at = position_in(t, node->inputs[j]);
-            if (at >= 0 && alive_until > t->entries[at].last_use)
-                t->entries[at].last_use = alive_until;
-        }
-    }
-    /* Fused groups: each buffer whose op is elementwise gathers its inlined producers. */
-    for (int i = 0; i < n; i++) {
-        entry *e = &t->entries[i];
-        if (e->role != ROLE_BUFFER || !eg__lazy_fusable(e->tensor)) continue;
-        bool *seen = calloc((size_t)n, sizeof *seen);
-        int *stack = malloc((size_t)n * sizeof *stack);
-        if (!seen || !stack) {
-            free(seen);
-            free(stack);
-            free(consumers);
-            free(fusable_consumers);
-            return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
-        }
-        int depth = 0, count = 1;
-        stack[depth++] = i;
-        while (depth > 0) {
-            const eg__lazy_node *node = t->entries[stack[--depth]].tensor->lazy;
-            for (int j = 0; j < node->n_inputs; j++) {
-                int at = position_in(t, node->inputs[j]);
-                if (at < 0 || t->entries[at].role != ROLE_INLINED || seen[at]) continue;
-                seen[at] = true;
-                count++;
-                stack[depth++] = at;
-            }
-        }
-        e->members = malloc(sizeof *e->members * (size_t)count);
-        if (e->members) {
-            e->n_members = 0;
-            for (int k = 0; k < i; k++)
-                if (seen[k]) e->members[e->n_members++] = t->entries[k].tensor;
-            e->members[e->n_members++] = e->tensor;
-        }
-        free(seen);
-        free(stack);
-        if (!e->members) { /* its inlined producers would never run */
-            free(consumers);
-            free(fusable_consumers);
-            return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
-        }
-    }
-    /* Views: their offset relative to their base, which moves into the arena at replay. */
-    for (int i = 0; i < n; i++) {
-        entry *e = &t->entries[i];
-        if (e->role == ROLE_VIEW)
-            e->view_delta = e->tensor->offset - e->tensor->lazy->inputs[0]->offset;
-    }
-    /* The arena. */
-    eg__buffer_request *requests = malloc(sizeof *requests * ((size_t)n + 1));
-    eg_status status = EG_OK;
-    if (!requests) {
-        status = eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
-    } else {
-        int n_requests = 0;
-        for (int i = 0; i < n; i++)
-            if (t->entries[i].role == ROLE_BUFFER)
-                requests[n_requests++] =
-                    (eg__buffer_request){t->entries[i].bytes, i, t->entries[i].last_use, 0};
-        t->arena_bytes = eg__plan_buffers(requests, n_requests);
-        for (int r = 0, i = 0; i < n; i++)
-            if (t->entries[i].role == ROLE_BUFFER) t->entries[i].offset = requests[r++].offset;
-        free(requests);
-    }
-    free(consumers);
-    free(fusable_consumers);
-    return status;
 }
 
 /* ---- tracing ---- */
@@ -340,6 +236,58 @@ static bool signature_matches(const eg_function *f, const trace *t,
             return false;
     }
     return true;
+}
+
+/* Graph outputs still to compute join the deferred actions' tensors as targets; the entries are
+ * their storage-less ancestors in topological order; then the plan. */
+eg_status eg__graph_finish_trace(trace *t, const char *name) {
+    eg_status status = EG_OK;
+    for (int i = 0; i < t->n_outputs && status == EG_OK; i++) {
+        eg_tensor *o = t->outputs[i];
+        if (o->storage || (o->lazy && o->lazy->placeholder >= 0)) continue;
+        eg_tensor **targets = realloc(t->targets, sizeof *targets * (size_t)(t->n_targets + 1));
+        if (!targets) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", name);
+        t->targets = targets;
+        eg__ref(o);
+        t->targets[t->n_targets++] = o;
+    }
+    eg_tensor **order;
+    int n;
+    status = eg__lazy_topo_order(t->n_targets, (const eg_tensor *const *)t->targets, &order, &n);
+    if (status != EG_OK) return status;
+    t->entries = calloc((size_t)n + 1, sizeof *t->entries);
+    if (!t->entries) {
+        for (int i = 0; i < n; i++) eg__unref(order[i]);
+        free(order);
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", name);
+    }
+    for (int i = 0; i < n; i++) {
+        t->entries[i].tensor = order[i];
+        eg__lazy_unpend(order[i]->lazy);
+    }
+    t->n_entries = n;
+    free(order);
+    return eg__graph_plan(t);
+}
+
+void eg__graph_copy_plan_stats(eg_function_stats *s, const eg_function_stats *plan) {
+    s->n_nodes = plan->n_nodes;
+    s->n_kernels = plan->n_kernels;
+    s->n_fused_nodes = plan->n_fused_nodes;
+    s->arena_bytes = plan->arena_bytes;
+    s->unplanned_bytes = plan->unplanned_bytes;
+    s->eager_bytes = plan->eager_bytes;
+    s->n_cse_merged = plan->n_cse_merged;
+    s->n_in_place = plan->n_in_place;
+    s->n_early_updates = plan->n_early_updates;
+    s->n_tiled_updates = plan->n_tiled_updates;
+    s->scratch_bytes = plan->scratch_bytes;
+    s->memory_budget = plan->memory_budget;
+    s->budget_met = plan->budget_met;
+    s->n_recomputed = plan->n_recomputed;
+    s->recompute_saved_bytes = plan->recompute_saved_bytes;
+    s->recompute_extra_flops = plan->recompute_extra_flops;
+    memcpy(s->recomputed, plan->recomputed, sizeof s->recomputed);
 }
 
 static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, trace **out) {
@@ -396,40 +344,10 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
         eg_release(returned[i]); /* the function's reference: the trace holds its own */
     }
     free(returned);
-    /* Graph outputs still to compute join the deferred actions' tensors as targets. */
-    for (int i = 0; i < f->n_outputs && status == EG_OK; i++) {
-        eg_tensor *o = t->outputs[i];
-        if (o->storage || (o->lazy && o->lazy->placeholder >= 0)) continue;
-        eg_tensor **targets = realloc(t->targets, sizeof *targets * (size_t)(t->n_targets + 1));
-        if (!targets) {
-            status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
-            break;
-        }
-        t->targets = targets;
-        eg__ref(o);
-        t->targets[t->n_targets++] = o;
-    }
-    if (status == EG_OK) {
-        eg_tensor **order;
-        int n;
-        status =
-            eg__lazy_topo_order(t->n_targets, (const eg_tensor *const *)t->targets, &order, &n);
-        if (status == EG_OK) {
-            t->entries = calloc((size_t)n + 1, sizeof *t->entries);
-            if (!t->entries) {
-                for (int i = 0; i < n; i++) eg__unref(order[i]);
-                status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
-            } else {
-                for (int i = 0; i < n; i++) {
-                    t->entries[i].tensor = order[i];
-                    eg__lazy_unpend(order[i]->lazy);
-                }
-                t->n_entries = n;
-                status = plan_trace(t);
-            }
-            free(order);
-        }
-    }
+    t->n_inputs = f->n_inputs;
+    t->n_outputs = f->n_outputs;
+    t->memory_budget = f->memory_budget;
+    if (status == EG_OK) status = eg__graph_finish_trace(t, f->name);
     if (status != EG_OK) {
         trace_free(t, f->n_inputs, f->n_outputs);
         return status;
@@ -447,14 +365,14 @@ static eg_status ensure_arena(eg_function *f, trace *t) {
     t->arena = NULL;
     eg__storage *arena = malloc(sizeof *arena);
     if (!arena) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
-    arena->data = eg__allocator_alloc(t->device->get_allocator(t->device), t->arena_bytes,
-                                      &arena->allocation);
+    arena->data = eg__allocator_alloc(t->device->get_allocator(t->device),
+                                      t->plan_stats.arena_bytes, &arena->allocation);
     if (!arena->data) {
         free(arena);
         return eg_last_status();
     }
     atomic_init(&arena->refcount, 1);
-    arena->n_bytes = t->arena_bytes;
+    arena->n_bytes = t->plan_stats.arena_bytes;
     arena->device = t->device;
     arena->container = NULL;
     arena->release = NULL;
@@ -470,15 +388,75 @@ static void bind(eg_tensor *x, eg__storage *storage, int64_t offset) {
     x->offset = offset;
 }
 
+/* ---- optimizer updates inside the replay ---- */
+
+static void tile_to_update(void *context, int64_t offset, int rows, int cols, int64_t row_length,
+                           const void *tile) {
+    const update_part *part = context;
+    if (cols == row_length) { /* whole rows: one contiguous range */
+        eg__optimizer_step_range(&part->step, offset, (int64_t)rows * cols, tile);
+        return;
+    }
+    size_t size = eg_dtype_size(part->step.variable->dtype);
+    for (int r = 0; r < rows; r++)
+        eg__optimizer_step_range(&part->step, offset + r * row_length, cols,
+                                 (const char *)tile + (size_t)r * (size_t)cols * size);
+}
+
+static eg_status prepare_part(trace *t, update_part *part) {
+    update_action *u = t->actions[part->action].update;
+    return eg__optimizer_step_prepare(&part->step, u->optimizer, u->variables[part->index],
+                                      u->iteration);
+}
+
+/* One variable's update from its computed gradient. */
+static eg_status run_part(trace *t, update_part *part) {
+    update_action *u = t->actions[part->action].update;
+    eg_tensor *g = u->grads[part->index], *v = u->variables[part->index];
+    if (g->storage && g->dtype == v->dtype && eg__is_contiguous(g) && g->storage != v->storage) {
+        eg_status status = prepare_part(t, part);
+        if (status == EG_OK && v->n_elems)
+            eg__optimizer_step_range(&part->step, 0, v->n_elems, eg__data(g));
+        return status;
+    }
+    /* casts, copies of views...: the optimizer's own path, at this step's iteration */
+    eg_status status = eg_optimizer_set_iterations(u->optimizer, u->iteration);
+    if (status == EG_OK) status = eg_optimizer_apply_gradients(u->optimizer, 1, &g, &v);
+    return status;
+}
+
 static eg_status run_entry(trace *t, entry *e) {
     eg_tensor *x = e->tensor;
     const eg__lazy_node *node = x->lazy;
-    if (e->role == ROLE_INLINED) return EG_OK; /* computed inside its consumer's fused loop */
-    if (e->role == ROLE_VIEW) {
+    switch (e->role) {
+    case ROLE_INLINED:
+        return EG_OK; /* computed inside its consumer's fused loop */
+    case ROLE_VIEW: {
         const eg_tensor *base = node->inputs[0];
         if (!base->storage) return eg__error(EG_ERR_INTERNAL, "function: view of nothing");
         bind(x, base->storage, base->offset + e->view_delta);
         return EG_OK;
+    }
+    case ROLE_ALIAS: {
+        const eg_tensor *same = t->entries[e->alias_of].tensor;
+        if (!same->storage) return EG_OK; /* fused away: nothing reads the alias either */
+        bind(x, same->storage, same->offset);
+        return EG_OK;
+    }
+    case ROLE_BUFFER:
+        break;
+    }
+    if (e->recompute_of >= 0) eg__tensor_detach_storage(x); /* its new copy */
+    eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, x,
+                            &node->attrs};
+    if (e->fused_part >= 0) {
+        update_part *part = &t->parts[e->fused_part];
+        eg_status status = prepare_part(t, part);
+        if (status != EG_OK || x->n_elems == 0) return status;
+        status = eg__cpu_matmul_tiles(&call, (char *)t->arena->data + e->scratch_offset,
+                                      e->n_scratch, tile_to_update, part);
+        if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", x->device->name);
+        return status;
     }
     bind(x, t->arena, (int64_t)(e->offset / eg_dtype_size(x->dtype)));
     if (x->n_elems == 0) return EG_OK;
@@ -486,8 +464,6 @@ static eg_status run_entry(trace *t, entry *e) {
     eg__kernel_fn kernel = x->device->kernels[node->op];
     if (!kernel)
         return eg__op_error(node->op, EG_ERR_UNSUPPORTED, "no kernel on %s", x->device->name);
-    eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, x,
-                            &node->attrs};
     eg_status status = kernel(&call);
     if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", x->device->name);
     return status;
@@ -517,11 +493,37 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
         }
         bind(t->placeholders[i], x->storage, x->offset);
     }
-    for (int i = 0; i < t->n_entries && status == EG_OK; i++) status = run_entry(t, &t->entries[i]);
-    for (int i = 0; i < t->n_actions && status == EG_OK; i++) {
-        t->actions[i].run(t->actions[i].context);
-        if (eg__error_pending()) status = eg_last_status();
+    /* each step's iteration: the optimizer's count, plus one per earlier step on it */
+    for (int a = 0; a < t->n_actions; a++) {
+        update_action *u = t->actions[a].update;
+        if (!u) continue;
+        u->iteration = eg_optimizer_iterations(u->optimizer);
+        for (int b = 0; b < a; b++)
+            if (t->actions[b].update && t->actions[b].update->optimizer == u->optimizer)
+                u->iteration++;
     }
+    for (int p = 0; p < t->n_early_parts && status == EG_OK; p++)
+        status = run_part(t, &t->parts[t->part_order[p]]);
+    for (int i = 0; i < t->n_entries && status == EG_OK; i++) {
+        entry *e = &t->entries[i];
+        status = run_entry(t, e);
+        for (int p = 0; p < e->n_parts && status == EG_OK; p++)
+            status = run_part(t, &t->parts[t->part_order[e->first_part + p]]);
+    }
+    /* what could not run earlier, in traced order */
+    for (int a = 0; a < t->n_actions && status == EG_OK; a++) {
+        if (t->actions[a].run) {
+            t->actions[a].run(t->actions[a].context);
+            if (eg__error_pending()) status = eg_last_status();
+            continue;
+        }
+        for (int p = 0; p < t->n_parts && status == EG_OK; p++)
+            if (t->parts[p].action == a && !t->parts[p].hoisted) status = run_part(t, &t->parts[p]);
+    }
+    for (int a = 0; a < t->n_actions && status == EG_OK; a++)
+        if (t->actions[a].update)
+            status = eg_optimizer_set_iterations(t->actions[a].update->optimizer,
+                                                 t->actions[a].update->iteration + 1);
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (status == EG_OK) {
@@ -568,12 +570,75 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
                      "%.40s traced %d times (last: %.100s); keep input shapes and dtypes fixed, "
                      "e.g. drop the last batch",
                      f->name, f->n_traces, reason);
-        s->n_nodes = t->n_entries;
-        s->n_kernels = t->n_kernels;
-        s->n_fused_nodes = t->n_fused;
-        s->arena_bytes = t->arena_bytes;
-        s->unplanned_bytes = t->unplanned_bytes;
-        s->eager_bytes = t->eager_bytes;
+        eg__graph_copy_plan_stats(s, &t->plan_stats);
     }
     return replay(f, t, inputs, outputs);
+}
+
+/* ---- what session.c builds on ---- */
+
+trace *eg__graph_trace_new(void) {
+    trace *t = calloc(1, sizeof *t);
+    if (!t) eg__error(EG_ERR_OUT_OF_MEMORY, "graph: out of host memory");
+    return t;
+}
+
+void eg__graph_trace_free(trace *t, int n_inputs, int n_outputs) {
+    trace_free(t, n_inputs, n_outputs);
+}
+
+eg_status eg__graph_record_begin(trace *t, const char *name) {
+    if (tracing_now)
+        return eg__error(EG_ERR_STATE, "%s: already recording a graph or tracing a function", name);
+    tracing_now = t;
+    eg_lazy_begin();
+    return EG_OK;
+}
+
+void eg__graph_record_end(void) {
+    trace *t = tracing_now;
+    eg_lazy_end();
+    tracing_now = NULL;
+    /* what the graph recorded reads the live variables at every run */
+    for (int i = 0; t && i < t->n_notes; i++)
+        if (t->notes[i]->lazy) eg__lazy_unpend(t->notes[i]->lazy);
+}
+
+eg_status eg__graph_sign(trace *t) {
+    t->signature = calloc((size_t)t->n_inputs + 1, sizeof *t->signature);
+    if (!t->signature) return eg__error(EG_ERR_OUT_OF_MEMORY, "graph: out of host memory");
+    for (int i = 0; i < t->n_inputs; i++) {
+        input_signature *s = &t->signature[i];
+        const eg_tensor *x = t->placeholders[i];
+        s->dtype = x->dtype;
+        s->n_dims = x->n_dims;
+        memcpy(s->shape, x->shape, sizeof s->shape);
+        s->device = x->device;
+    }
+    t->device = t->n_inputs ? t->placeholders[0]->device : eg__cpu_device();
+    return EG_OK;
+}
+
+static eg_status no_function(const eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
+    (void)inputs;
+    (void)outputs;
+    (void)user;
+    return eg__error(EG_ERR_INTERNAL, "session: a plan was asked to trace");
+}
+
+eg_function *eg__function_from_trace(const char *name, trace *t) {
+    eg_function *f = eg_function_new(name, no_function, t->n_inputs, t->n_outputs, NULL);
+    trace **traces = f ? malloc(sizeof *traces) : NULL;
+    if (!traces) {
+        eg_function_free(f);
+        if (f) eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", name);
+        return NULL;
+    }
+    traces[0] = t;
+    f->traces = traces;
+    f->n_traces = 1;
+    f->stats.n_traces = 1;
+    snprintf(f->stats.last_trace_reason, sizeof f->stats.last_trace_reason, "first run");
+    eg__graph_copy_plan_stats(&f->stats, &t->plan_stats);
+    return f;
 }

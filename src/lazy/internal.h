@@ -56,6 +56,8 @@ bool eg__lazy_fusable(const eg_tensor *t);
 
 /* ---- graph tracing hooks for code with side effects (optimizer updates, assign) ---- */
 bool eg__graph_tracing(void);
+/* Called for every op recorded while tracing (a session's graph keeps them all). */
+void eg__graph_note(eg_tensor *t);
 /* Defers run(context) to every replay of the function being traced, after its graph has
  * computed `tensors` (which become outputs of the graph). free_context(context) runs when the
  * trace is freed. */

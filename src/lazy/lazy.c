@@ -116,6 +116,7 @@ eg_tensor *eg__lazy_record(eg__op op, int n_inputs, const eg_tensor *const *inpu
     }
     t->lazy = node;
     pending_add(node);
+    if (eg__graph_tracing()) eg__graph_note(t); /* a session graph keeps what it records */
     return t;
 }
 

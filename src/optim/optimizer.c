@@ -342,56 +342,6 @@ static eg_status check_pair(const eg_optimizer *opt, int i, const eg_tensor *gra
     return EG_OK;
 }
 
-/* Inside a traced function the update becomes part of every replay (lazy/internal.h). */
-typedef struct deferred_update {
-    eg_optimizer *optimizer;
-    int n;
-    eg_tensor **grads, **variables;
-} deferred_update;
-
-static void run_deferred_update(void *context) {
-    deferred_update *d = context;
-    eg_optimizer_apply_gradients(d->optimizer, d->n, d->grads, d->variables);
-}
-
-static void free_deferred_update(void *context) {
-    deferred_update *d = context;
-    for (int i = 0; i < d->n; i++) {
-        eg__unref(d->grads[i]);
-        eg__unref(d->variables[i]);
-    }
-    free(d->grads);
-    free(d->variables);
-    free(d);
-}
-
-static eg_status defer_update(eg_optimizer *opt, int n, eg_tensor *const *grads,
-                              eg_tensor *const *variables) {
-    deferred_update *d = calloc(1, sizeof *d);
-    if (d) {
-        d->grads = calloc((size_t)n + 1, sizeof *d->grads);
-        d->variables = calloc((size_t)n + 1, sizeof *d->variables);
-    }
-    if (!d || !d->grads || !d->variables) {
-        if (d) {
-            free(d->grads);
-            free(d->variables);
-        }
-        free(d);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
-    }
-    d->optimizer = opt;
-    d->n = n;
-    for (int i = 0; i < n; i++) {
-        d->grads[i] = grads[i];
-        d->variables[i] = variables[i];
-        eg__ref(grads[i]);
-        eg__ref(variables[i]);
-    }
-    return eg__graph_defer(run_deferred_update, free_deferred_update, d, n,
-                           (const eg_tensor *const *)grads);
-}
-
 eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *const *grads,
                                        eg_tensor *const *variables) {
     if (!opt) return eg__error(EG_ERR_NULL_ARGUMENT, "apply_gradients: optimizer is NULL");
@@ -414,7 +364,7 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     }
     eg__idmap_clear(&seen);
     if (status != EG_OK) return status;
-    if (eg__graph_tracing()) return defer_update(opt, n, grads, variables);
+    if (eg__graph_tracing()) return eg__graph_defer_update(opt, n, grads, variables);
     /* Lazy gradients are computed together: one by one they would recompute shared work. */
     const eg_tensor **pending = malloc(sizeof *pending * ((size_t)n + 1));
     if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
@@ -602,4 +552,66 @@ void eg_optimizer_free(eg_optimizer *opt) {
     }
     eg__idmap_clear(&opt->slots);
     free(opt);
+}
+
+/* ---- graph mode: one step's update applied piecewise (optim/internal.h) ---- */
+
+eg_status eg__optimizer_step_prepare(eg__update_step *step, eg_optimizer *opt, eg_tensor *variable,
+                                     int64_t iteration) {
+    double lr = eg_schedule_value(&opt->learning_rate, iteration);
+    if (isnan(lr)) return eg_last_status();
+    eg__scope_suspend();
+    slot_set *set = get_slots(opt, variable);
+    eg__scope_resume();
+    if (!set) return eg_last_status();
+    *step = (eg__update_step){opt, variable, iteration, lr, 0, {NULL, NULL, NULL}};
+    for (int k = 0; k < MAX_SLOTS && k < 3; k++)
+        if (set->slots[k]) step->slots[k] = eg__data(set->slots[k]);
+    if (opt->kind == KIND_ADAM) { /* as in eg_optimizer_apply_gradients */
+        double t = (double)(iteration + 1);
+        step->alpha = lr * sqrt(1.0 - pow(opt->beta_2, t)) / (1.0 - pow(opt->beta_1, t));
+    }
+    return EG_OK;
+}
+
+void eg__optimizer_step_range(const eg__update_step *step, int64_t start, int64_t count,
+                              const void *grad) {
+    const eg_optimizer *opt = step->optimizer;
+    double lr = step->learning_rate;
+    hyper h = {.lr = lr,
+               .weight_decay = opt->weight_decay,
+               .momentum = opt->momentum,
+               .nesterov = opt->nesterov,
+               .beta_1 = opt->beta_1,
+               .beta_2 = opt->beta_2,
+               .epsilon = opt->epsilon,
+               .rho = opt->rho,
+               .alpha = step->alpha};
+    const eg_tensor *v = step->variable;
+    size_t size = eg_dtype_size(v->dtype);
+    void *slot[MAX_SLOTS] = {0};
+    for (int k = 0; k < MAX_SLOTS && k < 3; k++)
+        if (step->slots[k]) slot[k] = (char *)step->slots[k] + (size_t)start * size;
+    void *data = (char *)eg__data(v) + (size_t)start * size;
+    bool f32 = v->dtype == EG_DTYPE_F32;
+    switch (opt->kind) {
+    case KIND_SGD:
+        if (f32)
+            sgd_f32(data, grad, slot[0], count, &h);
+        else
+            sgd_f64(data, grad, slot[0], count, &h);
+        break;
+    case KIND_ADAM:
+        if (f32)
+            adam_f32(data, grad, slot[0], slot[1], count, &h);
+        else
+            adam_f64(data, grad, slot[0], slot[1], count, &h);
+        break;
+    case KIND_RMSPROP:
+        if (f32)
+            rmsprop_f32(data, grad, slot[0], slot[1], slot[2], count, &h);
+        else
+            rmsprop_f64(data, grad, slot[0], slot[1], slot[2], count, &h);
+        break;
+    }
 }

@@ -165,10 +165,13 @@ int cli_bench(int argc, char **argv) {
     char hidden[128];
     mlp_format_hidden(&config, hidden, sizeof hidden);
     printf("eagle bench modes: MLP 784-%s-10, batch %ld, %ld steps, %d thread(s)\n"
-           "(step peak: the most memory a steady-state step uses above what it started with;\n"
-           " for graph mode plus its arena, which holds its intermediates between calls)\n",
+           "(act. peak: peak activation memory of a steady-state step: the most memory it uses\n"
+           " above what it started with (variables, optimizer slots and the batch are already\n"
+           " there and the same in every mode), so forward activations kept for the backward\n"
+           " pass, temporaries and gradients until their update; for graph mode plus its arena,\n"
+           " which holds all of those and is kept between calls)\n",
            hidden, batch, steps, eg_get_num_threads());
-    printf("%-6s %12s %16s %16s %16s %10s %12s\n", "mode", "step (us)", "step peak (KiB)",
+    printf("%-6s %12s %16s %16s %16s %10s %12s\n", "mode", "step (us)", "act. peak (KiB)",
            "reserved (KiB)", "alloc calls/step", "test acc", "last loss");
     mode_result results[N_MODES] = {0};
     int rc = CLI_OK;
@@ -191,9 +194,16 @@ int cli_bench(int argc, char **argv) {
                (double)g->arena_bytes / 1024.0, (double)g->unplanned_bytes / 1024.0,
                (double)g->eager_bytes / 1024.0, g->n_traces,
                (unsigned long long)g->n_arena_allocations);
+        printf("graph: %lld updates run as soon as their gradient was ready, %lld of them "
+               "consuming it tile by tile (%.1f KiB of tiles); %lld common subexpressions "
+               "merged; %lld results written in place\n",
+               (long long)g->n_early_updates, (long long)g->n_tiled_updates,
+               (double)g->scratch_bytes / 1024.0, (long long)g->n_cse_merged,
+               (long long)g->n_in_place);
     }
     if (rc == CLI_OK)
-        printf("graph/eager: step time %.2fx, step peak memory %.2fx; lazy/eager step time %.2fx\n",
+        printf("graph/eager: step time %.2fx, peak activation memory %.2fx; lazy/eager step time "
+               "%.2fx\n",
                results[MODE_GRAPH].median_step_us / results[MODE_EAGER].median_step_us,
                (double)results[MODE_GRAPH].peak_step_bytes /
                    (double)results[MODE_EAGER].peak_step_bytes,

@@ -45,6 +45,20 @@ void eg__cpu_elementwise_flat(eg__op op, const eg__attrs *attrs, eg_dtype out_dt
                               eg_dtype in_dtype, int n_inputs, int64_t n, char *out,
                               char *const *inputs, const int64_t *input_strides);
 
+/* Matmul whose output tiles go to a consumer instead of memory (graph mode hands them to the
+ * optimizer, so a weight gradient never exists whole). Each tile is computed by the same BLAS
+ * call as eg__cpu_matmul's, so its values are bitwise the same. Tiles are computed n_scratch at a
+ * time (in parallel), into scratch (n_scratch * eg__cpu_matmul_tile_bytes(output) bytes); fn
+ * gets the element offset of the tile's first element in the row-major output, its rows and
+ * cols, the output's row length and the tile (rows x cols, rows `cols` elements apart). fn runs
+ * on pool threads, for disjoint tiles at once. call->output needs no storage. */
+typedef void (*eg__matmul_tile_fn)(void *context, int64_t offset, int rows, int cols,
+                                   int64_t row_length, const void *tile);
+size_t eg__cpu_matmul_tile_bytes(const eg_tensor *output);
+int64_t eg__cpu_matmul_tile_count(const eg_tensor *output);
+eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
+                               eg__matmul_tile_fn fn, void *context);
+
 /* A 4-d image tensor's sizes and element strides as (n, h, w, c), NHWC or NCHW (convolution and
  * pooling kernels). */
 typedef struct eg__image {

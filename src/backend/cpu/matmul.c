@@ -97,11 +97,79 @@ typedef struct matmul_job {
     const eg_tensor *bias;
     eg__op activation;
     /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
+    bool own; /* Eagle's GEMM (f32, wide enough, CPU allows), else OpenBLAS tiles */
     int64_t parts_m, parts_n, part_rows, part_cols;
     atomic_bool failed;
 } matmul_job;
 
-/* Tasks are (batch, row tile, column tile) in row-major order. */
+/* Eagle's GEMM problem of batch element `batch` of the job (all of C), writing to c (row stride
+ * n). c is passed in: a tile consumer's output has no memory of its own. */
+static eg__gemm_f32 own_problem(const matmul_job *j, int64_t batch, float *c) {
+    return (eg__gemm_f32){
+        .m = j->m,
+        .n = j->n,
+        .k = j->k,
+        .a = (const float *)eg__data(j->a) + batch_offset(j->a, j->out, batch),
+        .a_row = j->trans_a ? 1 : j->lda,
+        .a_col = j->trans_a ? j->lda : 1,
+        .b = (const float *)eg__data(j->b) + batch_offset(j->b, j->out, batch),
+        .b_row = j->trans_b ? 1 : j->ldb,
+        .b_col = j->trans_b ? j->ldb : 1,
+        .c = c,
+        .ldc = j->n,
+        .bias = j->bias ? (const float *)eg__data(j->bias) : NULL,
+        .bias_stride = j->bias ? j->bias->strides[0] : 0,
+        .activation = j->activation,
+    };
+}
+
+/* Output tile `task` ((batch, row tile, column tile) in row-major order) into c, whose rows are
+ * ldc elements apart, epilogue included: the same computation wherever c is. On Eagle's GEMM the
+ * tile is a sub-problem with the same k, whose elements have the bits of the whole product's
+ * (gemm.h); false when its packing buffers cannot be allocated. */
+static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc) {
+    int64_t per_batch = j->row_tiles * j->col_tiles;
+    size_t size = eg_dtype_size(j->out->dtype);
+    int64_t batch = task / per_batch, tile = task % per_batch;
+    int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+    int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+    int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+    if (j->own) {
+        eg__gemm_f32 g = own_problem(j, batch, (float *)c);
+        g.m = rows;
+        g.n = cols;
+        g.a += i0 * g.a_row;
+        g.b += j0 * g.b_col;
+        g.ldc = ldc;
+        if (g.bias) g.bias += j0 * g.bias_stride;
+        return eg__gemm_f32_range(&g, 0, rows, 0, cols);
+    }
+    /* rows i0.. of op(A) and columns j0.. of op(B) in this batch element */
+    int64_t ao = batch_offset(j->a, j->out, batch) + (j->trans_a ? i0 : i0 * j->lda);
+    int64_t bo = batch_offset(j->b, j->out, batch) + (j->trans_b ? j0 * j->ldb : j0);
+    const char *a = (const char *)eg__data(j->a) + (size_t)ao * size;
+    const char *b = (const char *)eg__data(j->b) + (size_t)bo * size;
+    if (j->k == 0) {
+        for (int r = 0; r < rows; r++) memset(c + (size_t)(r * ldc) * size, 0, (size_t)cols * size);
+    } else {
+        enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
+        enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
+        if (j->out->dtype == EG_DTYPE_F32)
+            cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
+                        (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c, (int)ldc);
+        else
+            cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
+                        (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c, (int)ldc);
+    }
+    /* the epilogue while the tile is still in cache */
+    if (j->bias || j->activation != EG__OP_COUNT)
+        eg__gemm_epilogue(j->out->dtype, c, ldc, rows, cols, j0,
+                          j->bias ? (const char *)eg__data(j->bias) : NULL,
+                          j->bias ? j->bias->strides[0] : 0, j->activation);
+    return true;
+}
+
+/* Tasks are (batch, row tile, column tile) in row-major order (OpenBLAS). */
 static void blas_tiles(void *context, int64_t begin, int64_t end) {
     matmul_job *j = context;
     int64_t per_batch = j->row_tiles * j->col_tiles;
@@ -109,35 +177,8 @@ static void blas_tiles(void *context, int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; task++) {
         int64_t batch = task / per_batch, tile = task % per_batch;
         int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
-        int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
-        int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
-        /* rows i0.. of op(A) and columns j0.. of op(B) in this batch element */
-        int64_t ao = batch_offset(j->a, j->out, batch) + (j->trans_a ? i0 : i0 * j->lda);
-        int64_t bo = batch_offset(j->b, j->out, batch) + (j->trans_b ? j0 * j->ldb : j0);
         int64_t co = batch * j->m * j->n + i0 * j->n + j0;
-        char *c = (char *)eg__data(j->out) + (size_t)co * size;
-        const char *a = (const char *)eg__data(j->a) + (size_t)ao * size;
-        const char *b = (const char *)eg__data(j->b) + (size_t)bo * size;
-        if (j->k == 0) {
-            for (int r = 0; r < rows; r++)
-                memset(c + (size_t)(r * j->n) * size, 0, (size_t)cols * size);
-        } else {
-            enum CBLAS_TRANSPOSE ta = j->trans_a ? CblasTrans : CblasNoTrans;
-            enum CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
-            if (j->out->dtype == EG_DTYPE_F32)
-                cblas_sgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0f, (const float *)a,
-                            (int)j->lda, (const float *)b, (int)j->ldb, 0.0f, (float *)c,
-                            (int)j->n);
-            else
-                cblas_dgemm(CblasRowMajor, ta, tb, rows, cols, (int)j->k, 1.0, (const double *)a,
-                            (int)j->lda, (const double *)b, (int)j->ldb, 0.0, (double *)c,
-                            (int)j->n);
-        }
-        /* the epilogue while the tile is still in cache */
-        if (j->bias || j->activation != EG__OP_COUNT)
-            eg__gemm_epilogue(j->out->dtype, c, j->n, rows, cols, j0,
-                              j->bias ? (const char *)eg__data(j->bias) : NULL,
-                              j->bias ? j->bias->strides[0] : 0, j->activation);
+        compute_tile(j, task, (char *)eg__data(j->out) + (size_t)co * size, j->n);
     }
 }
 
@@ -150,22 +191,7 @@ static void own_parts(void *context, int64_t begin, int64_t end) {
         int64_t m0 = part / j->parts_n * j->part_rows, n0 = part % j->parts_n * j->part_cols;
         int64_t m1 = m0 + j->part_rows < j->m ? m0 + j->part_rows : j->m;
         int64_t n1 = n0 + j->part_cols < j->n ? n0 + j->part_cols : j->n;
-        eg__gemm_f32 g = {
-            .m = j->m,
-            .n = j->n,
-            .k = j->k,
-            .a = (const float *)eg__data(j->a) + batch_offset(j->a, j->out, batch),
-            .a_row = j->trans_a ? 1 : j->lda,
-            .a_col = j->trans_a ? j->lda : 1,
-            .b = (const float *)eg__data(j->b) + batch_offset(j->b, j->out, batch),
-            .b_row = j->trans_b ? 1 : j->ldb,
-            .b_col = j->trans_b ? j->ldb : 1,
-            .c = (float *)eg__data(j->out) + batch * j->m * j->n,
-            .ldc = j->n,
-            .bias = j->bias ? (const float *)eg__data(j->bias) : NULL,
-            .bias_stride = j->bias ? j->bias->strides[0] : 0,
-            .activation = j->activation,
-        };
+        eg__gemm_f32 g = own_problem(j, batch, (float *)eg__data(j->out) + batch * j->m * j->n);
         if (!eg__gemm_f32_range(&g, m0, m1, n0, n1)) atomic_store(&j->failed, true);
     }
 }
@@ -200,8 +226,10 @@ static void plan_parts(matmul_job *j, int64_t batches) {
     if (j->part_cols < 1) j->part_cols = 1;
 }
 
-eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bias,
-                               eg__op activation) {
+/* Fills *job for call (epilogue: bias, activation); *a_copy and *b_copy receive contiguous copies
+ * of operands BLAS cannot read as they are (release them with eg__unref). */
+static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias, eg__op activation,
+                             matmul_job *job_out, eg_tensor **a_copy, eg_tensor **b_copy) {
     pthread_once(&blas_once, blas_single_thread);
     const eg_tensor *a_in = call->inputs[0], *b_in = call->inputs[1];
     eg_tensor *out = call->output;
@@ -221,31 +249,45 @@ eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bia
         blas_view(b, &b_op);
     }
     const eg_tensor *A = a ? a : a_in, *B = b ? b : b_in;
-    matmul_job job = {.a = A,
-                      .b = B,
-                      .out = out,
-                      .lda = a_op.leading,
-                      .ldb = b_op.leading,
-                      .bias = bias,
-                      .activation = activation};
-    atomic_init(&job.failed, false);
-    job.m = out->shape[out->n_dims - 2];
-    job.n = out->shape[out->n_dims - 1];
-    job.k = A->shape[A->n_dims - (call->attrs->transpose_a ? 2 : 1)];
-    job.trans_a = call->attrs->transpose_a != a_op.transposed;
-    job.trans_b = call->attrs->transpose_b != b_op.transposed;
-    int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
-    eg_status status = EG_OK;
+    *job_out = (matmul_job){.a = A,
+                            .b = B,
+                            .out = out,
+                            .lda = a_op.leading,
+                            .ldb = b_op.leading,
+                            .bias = bias,
+                            .activation = activation};
+    atomic_init(&job_out->failed, false);
+    job_out->m = out->shape[out->n_dims - 2];
+    job_out->n = out->shape[out->n_dims - 1];
+    job_out->k = A->shape[A->n_dims - (call->attrs->transpose_a ? 2 : 1)];
+    job_out->trans_a = call->attrs->transpose_a != a_op.transposed;
+    job_out->trans_b = call->attrs->transpose_b != b_op.transposed;
+    job_out->row_tiles = (job_out->m + TILE_ROWS - 1) / TILE_ROWS;
+    job_out->col_tiles = (job_out->n + TILE_COLS - 1) / TILE_COLS;
     /* Products narrower than one micro-tile (the 10 logits) would waste most of each tile:
      * OpenBLAS does those (bench/gemm: 1.6x faster at n = 10). */
-    if (out->dtype == EG_DTYPE_F32 && job.n >= EG_GEMM_NR && eg__gemm_f32_available()) {
+    job_out->own =
+        out->dtype == EG_DTYPE_F32 && job_out->n >= EG_GEMM_NR && eg__gemm_f32_available();
+    *a_copy = a;
+    *b_copy = b;
+    return EG_OK;
+}
+
+eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bias,
+                               eg__op activation) {
+    matmul_job job;
+    eg_tensor *a, *b;
+    eg_status prepared = prepare_job(call, bias, activation, &job, &a, &b);
+    if (prepared != EG_OK) return prepared;
+    eg_tensor *out = call->output;
+    int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
+    eg_status status = EG_OK;
+    if (job.own) {
         plan_parts(&job, batches);
         eg__parallel_for(batches * job.parts_m * job.parts_n, 1, own_parts, &job);
         if (atomic_load(&job.failed))
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
     } else {
-        job.row_tiles = (job.m + TILE_ROWS - 1) / TILE_ROWS;
-        job.col_tiles = (job.n + TILE_COLS - 1) / TILE_COLS;
         int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
                             (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
         eg__parallel_for(batches * job.row_tiles * job.col_tiles,
@@ -280,4 +322,67 @@ eg_status eg__cpu_dense(const eg__kernel_call *call) {
     eg__kernel_call product = *call;
     product.attrs = &attrs;
     return eg__cpu_matmul_fused(&product, call->inputs[2], activations[activation]);
+}
+
+/* ---- tiles handed to a consumer (graph mode's fused optimizer updates) ---- */
+
+size_t eg__cpu_matmul_tile_bytes(const eg_tensor *out) {
+    int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
+    return (size_t)((m < TILE_ROWS ? m : TILE_ROWS) * (n < TILE_COLS ? n : TILE_COLS)) *
+           eg_dtype_size(out->dtype);
+}
+
+int64_t eg__cpu_matmul_tile_count(const eg_tensor *out) {
+    int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
+    int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0;
+    return batches * ((m + TILE_ROWS - 1) / TILE_ROWS) * ((n + TILE_COLS - 1) / TILE_COLS);
+}
+
+typedef struct consumer_job {
+    matmul_job job;
+    char *scratch;
+    size_t tile_bytes;
+    int64_t first;
+    eg__matmul_tile_fn fn;
+    void *context;
+} consumer_job;
+
+static void tiles_to_consumer(void *context, int64_t begin, int64_t end) {
+    const consumer_job *c = context;
+    const matmul_job *j = &c->job;
+    int64_t per_batch = j->row_tiles * j->col_tiles;
+    for (int64_t slot = begin; slot < end; slot++) {
+        int64_t task = c->first + slot, tile = task % per_batch;
+        int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+        int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+        int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+        char *tile_data = c->scratch + (size_t)slot * c->tile_bytes;
+        if (!compute_tile(j, task, tile_data, cols)) {
+            atomic_store((atomic_bool *)&j->failed, true);
+            continue;
+        }
+        /* element offset of the tile's first element in the (never written) output */
+        c->fn(c->context, task / per_batch * j->m * j->n + i0 * j->n + j0, rows, cols, j->n,
+              tile_data);
+    }
+}
+
+eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
+                               eg__matmul_tile_fn fn, void *context) {
+    consumer_job c = {.scratch = scratch, .fn = fn, .context = context};
+    eg_tensor *a, *b;
+    eg_status status = prepare_job(call, NULL, EG__OP_COUNT, &c.job, &a, &b);
+    if (status != EG_OK) return status;
+    c.tile_bytes = eg__cpu_matmul_tile_bytes(call->output);
+    int64_t n_tiles = eg__cpu_matmul_tile_count(call->output);
+    if (n_scratch < 1) n_scratch = 1;
+    for (c.first = 0; c.first < n_tiles; c.first += n_scratch) {
+        int64_t wave = n_tiles - c.first < n_scratch ? n_tiles - c.first : n_scratch;
+        eg__parallel_for(wave, 1, tiles_to_consumer, &c);
+    }
+    eg__unref(a);
+    eg__unref(b);
+    if (atomic_load(&c.job.failed))
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
+    return EG_OK;
 }

@@ -1,0 +1,107 @@
+/* Internal: what the files of src/graph share — a trace (one input signature's graph and its
+ * plan), built by function.c (tracing, replay), planned by plan.c, used by session.c. */
+#ifndef EAGLE_SRC_GRAPH_INTERNAL_H
+#define EAGLE_SRC_GRAPH_INTERNAL_H
+
+#include "eagle/optim.h"
+#include "lazy/internal.h"
+#include "optim/internal.h"
+
+typedef enum {
+    ROLE_VIEW,    /* bound to its base's memory, no kernel */
+    ROLE_INLINED, /* computed inside its consumer's fused loop, no buffer */
+    ROLE_BUFFER,  /* a kernel (or fused loop) writing an arena buffer */
+    ROLE_ALIAS,   /* the same op on the same inputs as an earlier entry: shares its memory (CSE) */
+} role;
+
+typedef struct entry {
+    eg_tensor *tensor; /* a graph tensor: its lazy node is the recipe, kept for every replay */
+    role role;
+    int alias_of;     /* ROLE_ALIAS: index of the entry holding the value */
+    int recompute_of; /* >= 0: runs that entry's op again into a new buffer (memory budget) */
+    int first_use, last_use;
+    size_t offset, bytes; /* ROLE_BUFFER: place in the arena */
+    int64_t view_delta;   /* ROLE_VIEW: offset - base offset, in elements */
+    int n_members;        /* ROLE_BUFFER: fused group size (1: a plain kernel) */
+    eg_tensor **members;
+    int first_part, n_parts; /* update parts run right after this entry (trace->parts) */
+    int fused_part;          /* >= 0: a matmul whose tiles go straight to this update part */
+    size_t scratch_offset;   /* fused_part: n_scratch tiles there */
+    int n_scratch;
+    int in_place_of; /* >= 0: writes over that input's buffer, whose last reader it is */
+} entry;
+
+/* An optimizer step recorded while tracing (eg_optimizer_apply_gradients). */
+typedef struct update_action {
+    eg_optimizer *optimizer;
+    int n;
+    eg_tensor **grads, **variables;
+    int64_t iteration; /* this replay's */
+} update_action;
+
+/* One variable's share of an update_action. */
+typedef struct update_part {
+    int action, index;
+    int position; /* runs right after entry `position`; -1: before every entry */
+    bool hoisted; /* else it runs after the graph, in traced order with the other actions */
+    bool fused;   /* consumes its gradient tile by tile inside the gradient's matmul */
+    eg__update_step step;
+} update_part;
+
+typedef struct deferred {
+    void (*run)(void *context);
+    void (*free_context)(void *context);
+    void *context;
+    update_action *update; /* set for optimizer steps (run is NULL) */
+} deferred;
+
+typedef struct trace {
+    struct input_signature *signature;
+    int n_inputs, n_outputs;
+    eg_tensor **placeholders;
+    eg_tensor **outputs;
+    eg_tensor **targets; /* outputs to compute + tensors the deferred actions read */
+    int n_targets;
+    deferred *actions;
+    int n_actions;
+    entry *entries;
+    int n_entries;
+    update_part *parts;
+    int n_parts;
+    int *part_order; /* hoisted untiled parts by position; the first n_early_parts run first */
+    int n_early_parts;
+    size_t memory_budget;         /* 0: none */
+    double live_area;             /* sum of bytes x positions alive, for comparing plans */
+    eg_function_stats plan_stats; /* the plan's share of the stats */
+    eg__storage *arena;
+    const eg_device *device;
+    bool borrowed_actions; /* a session's plan: the graph owns the actions */
+    eg_tensor **notes;     /* a session graph: every op recorded while building it */
+    int n_notes;
+    bool keep_notes;
+} trace;
+
+/* Plans a trace whose entries (topological order) and actions are set: common subexpressions,
+ * fusion, order, update placement, in-place reuse, recomputation under the budget, the arena.
+ * Fills t->plan_stats. */
+eg_status eg__graph_plan(trace *t);
+
+/* For a trace whose placeholders, outputs, targets and actions are set: its entries and plan. */
+eg_status eg__graph_finish_trace(trace *t, const char *name);
+void eg__graph_copy_plan_stats(eg_function_stats *stats, const eg_function_stats *plan);
+
+/* Session support (session.c). A trace to record a graph into; recording on/off. */
+trace *eg__graph_trace_new(void);
+void eg__graph_trace_free(trace *t, int n_inputs, int n_outputs);
+eg_status eg__graph_record_begin(trace *t, const char *name);
+void eg__graph_record_end(void);
+/* A function object that replays `t` (a finished trace for n_inputs placeholders and
+ * n_outputs outputs; the function owns it). */
+eg_function *eg__function_from_trace(const char *name, trace *t);
+/* The input signature of t from its placeholders. */
+eg_status eg__graph_sign(trace *t);
+
+/* Index of the first entry computing x, or -1. */
+int eg__graph_position(const trace *t, const eg_tensor *x);
+
+#endif
