@@ -45,13 +45,6 @@ void eg_lazy_stats_get(eg_lazy_stats *out) {
 
 /* ---- nodes ---- */
 
-static int64_t attrs_hash(const eg__attrs *attrs) {
-    const unsigned char *bytes = (const unsigned char *)attrs;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof *attrs; i++) h = (h ^ bytes[i]) * 1099511628211ull;
-    return (int64_t)h;
-}
-
 /* Every pending node, so that a write barrier can find the readers of a tensor. Nodes may be
  * freed by any thread (the last release of their tensor), hence a mutex. */
 static pthread_mutex_t pending_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -108,7 +101,6 @@ eg_tensor *eg__lazy_record(eg__op op, int n_inputs, const eg_tensor *const *inpu
     node->op = op;
     node->is_view = meta->is_view;
     if (attrs) node->attrs = *attrs;
-    node->attrs_hash = attrs_hash(&node->attrs);
     for (int i = 0; i < n_inputs; i++) {
         node->inputs[i] = (eg_tensor *)inputs[i];
         eg__ref(inputs[i]);
@@ -316,6 +308,13 @@ static bool same_shape(const eg_tensor *a, const eg_tensor *b) {
            memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->n_dims) == 0;
 }
 
+/* Whether a node reads a variable directly (something written in place later). */
+static bool reads_variable(const eg__lazy_node *node) {
+    for (int j = 0; j < node->n_inputs; j++)
+        if (node->inputs[j]->variable) return true;
+    return false;
+}
+
 /* Roles, from the consumers down to the producers. */
 static void assign_roles(plan *p, int n_targets, const eg_tensor *const *targets) {
     for (int i = 0; i < n_targets; i++) {
@@ -352,11 +351,18 @@ static void assign_roles(plan *p, int n_targets, const eg_tensor *const *targets
          * (freeing it now would mean computing it again for them). */
         e->keep = e->target || !eg__lazy_is_internal(e->tensor, 1) ||
                   atomic_load(&e->tensor->lazy_consumers) > n_consumers[i];
+        if (!e->keep && eg__lazy_fusable(e->tensor) && n_consumers[i] > 0 && fusable_consumers[i] &&
+            !e->tensor->lazy->is_view) {
+            e->role = ROLE_INLINED;
+            continue;
+        }
+        /* A buffer that reads a variable is kept too: left pending, its node would make the
+         * next write to the variable (an optimizer step) copy the variable for it; kept, it
+         * costs only its own (usually smaller) memory until its tensor dies, as in eager mode.
+         * A view of a variable kept shares its storage, as an eager view does. */
+        e->keep = e->keep || reads_variable(e->tensor->lazy);
         if (e->tensor->lazy->is_view)
             e->role = ROLE_VIEW;
-        else if (!e->keep && eg__lazy_fusable(e->tensor) && n_consumers[i] > 0 &&
-                 fusable_consumers[i])
-            e->role = ROLE_INLINED;
         else
             e->role = e->keep ? ROLE_KEPT : ROLE_TEMPORARY;
     }
@@ -486,7 +492,8 @@ static void finish(plan *p, eg_status status) {
 
 /* ---- the schedule cache ----
  * A realization's roles and lifetimes follow from its structure alone: per entry the op, its
- * attributes, shape, dtype, whether it must be kept, and where its inputs come from. That
+ * shape, dtype, whether it must be kept, and where its inputs come from (attributes change
+ * neither roles nor lifetimes: they are read from the nodes when the kernels run). That
  * structure is the key; a training loop that builds the same step every time plans it once. */
 
 enum { CACHE_SLOTS = 8 };
@@ -508,8 +515,8 @@ static _Thread_local uint64_t cache_clock;
 static int64_t *schedule_key(plan *p, size_t *length) {
     size_t total = 1;
     for (int i = 0; i < p->n; i++)
-        total +=
-            10 + (size_t)p->entries[i].tensor->n_dims + (size_t)p->entries[i].tensor->lazy->n_inputs;
+        total += 10 + (size_t)p->entries[i].tensor->n_dims +
+                 (size_t)p->entries[i].tensor->lazy->n_inputs;
     int64_t *key = malloc(sizeof *key * total);
     if (!key) return NULL;
     size_t k = 0;
@@ -518,7 +525,6 @@ static int64_t *schedule_key(plan *p, size_t *length) {
         const eg_tensor *t = e->tensor;
         const eg__lazy_node *node = t->lazy;
         key[k++] = node->op;
-        key[k++] = node->attrs_hash;
         key[k++] = t->dtype;
         key[k++] = t->n_dims;
         for (int d = 0; d < t->n_dims; d++) key[k++] = t->shape[d];
@@ -526,7 +532,10 @@ static int64_t *schedule_key(plan *p, size_t *length) {
         key[k++] = e->target || !eg__lazy_is_internal(t, 1);
         key[k++] = atomic_load(&t->lazy_consumers);
         key[k++] = node->n_inputs;
-        for (int j = 0; j < node->n_inputs; j++) key[k++] = position_of(p, node->inputs[j]);
+        for (int j = 0; j < node->n_inputs; j++) { /* leaves: -1, variables -3 */
+            int at = position_of(p, node->inputs[j]);
+            key[k++] = at >= 0 ? at : node->inputs[j]->variable ? -3 : -1;
+        }
         key[k++] = -2; /* separator: entries differ in length */
     }
     *length = k;
