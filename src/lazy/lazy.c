@@ -253,9 +253,10 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
         eg_tensor *tensor;
         int next_input;
     } frame;
-    int capacity = 64, depth = 0;
-    frame *stack = malloc(sizeof *stack * (size_t)capacity);
-    if (!stack) return eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
+    enum { LOCAL = 64 };
+    frame local[LOCAL]; /* deeper graphs move to the heap */
+    int capacity = LOCAL, depth = 0;
+    frame *stack = local;
     eg__idmap visiting = {0};
     eg_status status = EG_OK;
     for (int i = 0; i < n_targets && status == EG_OK; i++) {
@@ -277,7 +278,10 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
                 if (eg__idmap_contains(&visiting, input->id)) continue;
                 if (depth == capacity) {
                     capacity *= 2;
-                    frame *grown = realloc(stack, sizeof *stack * (size_t)capacity);
+                    frame *grown = stack == local
+                                       ? malloc(sizeof *stack * (size_t)capacity)
+                                       : realloc(stack, sizeof *stack * (size_t)capacity);
+                    if (grown && stack == local) memcpy(grown, local, sizeof local);
                     if (!grown) {
                         status = eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
                         break;
@@ -292,7 +296,7 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
             depth--;
         }
     }
-    free(stack);
+    if (stack != local) free(stack);
     eg__idmap_clear(&visiting);
     return status;
 }
@@ -390,7 +394,9 @@ static void compute_last_uses(plan *p) {
 static int gather_group(plan *p, int root_at, eg_tensor **members, int capacity) {
     int n = 0;
     int stack[256], depth = 0;
-    bool *seen = calloc((size_t)p->n, sizeof *seen);
+    bool local_seen[256];
+    bool *seen =
+        p->n <= 256 ? memset(local_seen, 0, sizeof local_seen) : calloc((size_t)p->n, sizeof *seen);
     if (!seen) return -1;
     /* Collect the inlined entries reachable from root through inlined entries, then sort them
      * by plan position, which is a valid evaluation order. */
@@ -408,7 +414,7 @@ static int gather_group(plan *p, int root_at, eg_tensor **members, int capacity)
     for (int i = 0; i < root_at && n < capacity - 1; i++)
         if (seen[i]) members[n++] = p->entries[i].tensor;
     members[n++] = p->entries[root_at].tensor;
-    free(seen);
+    if (seen != local_seen) free(seen);
     return n;
 }
 
@@ -451,7 +457,8 @@ static eg_status run_node(plan *p, int at) {
 }
 
 static eg_status execute(plan *p) {
-    int *frees_at = malloc(sizeof *frees_at * (size_t)p->n);
+    int local[256];
+    int *frees_at = p->n <= 256 ? local : malloc(sizeof *frees_at * (size_t)p->n);
     if (!frees_at) return eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
     for (int i = 0; i < p->n; i++) frees_at[i] = -1;
     for (int j = 0; j < p->n; j++) {
@@ -469,7 +476,7 @@ static eg_status execute(plan *p) {
         for (int j = frees_at[i]; j >= 0; j = p->entries[j].next_free)
             eg__tensor_detach_storage(p->entries[j].tensor);
     }
-    free(frees_at);
+    if (frees_at != local) free(frees_at);
     return status;
 }
 
@@ -511,13 +518,14 @@ typedef struct cached_schedule {
 static _Thread_local cached_schedule schedule_cache[CACHE_SLOTS];
 static _Thread_local uint64_t cache_clock;
 
-/* The structural key of a collected plan (roles not yet assigned: keep is computed here). */
-static int64_t *schedule_key(plan *p, size_t *length) {
+/* The structural key of a collected plan (roles not yet assigned: keep is computed here), in
+ * buffer when it fits in `capacity` values, else malloc'd. */
+static int64_t *schedule_key(plan *p, int64_t *buffer, size_t capacity, size_t *length) {
     size_t total = 1;
     for (int i = 0; i < p->n; i++)
         total += 10 + (size_t)p->entries[i].tensor->n_dims +
                  (size_t)p->entries[i].tensor->lazy->n_inputs;
-    int64_t *key = malloc(sizeof *key * total);
+    int64_t *key = total <= capacity ? buffer : malloc(sizeof *key * total);
     if (!key) return NULL;
     size_t k = 0;
     for (int i = 0; i < p->n; i++) {
@@ -552,20 +560,23 @@ static cached_schedule *cache_find(const int64_t *key, size_t length, int n) {
     return NULL;
 }
 
-static void cache_store(plan *p, int64_t *key, size_t length) {
+/* Stores p's roles under a copy of key. */
+static void cache_store(plan *p, const int64_t *key, size_t length) {
     cached_schedule *slot = &schedule_cache[0];
     for (int i = 1; i < CACHE_SLOTS; i++)
         if (schedule_cache[i].last_used < slot->last_used) slot = &schedule_cache[i];
     role *roles = malloc(sizeof *roles * (size_t)p->n);
     bool *keeps = malloc(sizeof *keeps * (size_t)p->n);
     int *last_uses = malloc(sizeof *last_uses * (size_t)p->n);
-    if (!roles || !keeps || !last_uses) {
+    int64_t *stored_key = malloc(sizeof *key * length);
+    if (!roles || !keeps || !last_uses || !stored_key) {
         free(roles);
         free(keeps);
         free(last_uses);
-        free(key);
+        free(stored_key);
         return;
     }
+    memcpy(stored_key, key, sizeof *key * length);
     free(slot->key);
     free(slot->roles);
     free(slot->keeps);
@@ -575,7 +586,7 @@ static void cache_store(plan *p, int64_t *key, size_t length) {
         keeps[i] = p->entries[i].keep;
         last_uses[i] = p->entries[i].last_use;
     }
-    *slot = (cached_schedule){key, length, p->n, roles, keeps, last_uses, ++cache_clock};
+    *slot = (cached_schedule){stored_key, length, p->n, roles, keeps, last_uses, ++cache_clock};
 }
 
 static eg_status realize_many(int n, const eg_tensor *const *tensors) {
@@ -591,7 +602,8 @@ static eg_status realize_many(int n, const eg_tensor *const *tensors) {
             if (at >= 0) p.entries[at].target = true;
         }
         size_t length = 0;
-        int64_t *key = schedule_key(&p, &length);
+        int64_t local_key[1024]; /* a training step's key fits: no allocation per step */
+        int64_t *key = schedule_key(&p, local_key, 1024, &length);
         cached_schedule *hit = key ? cache_find(key, length, p.n) : NULL;
         if (hit) {
             thread_stats.n_schedule_hits++;
@@ -601,12 +613,12 @@ static eg_status realize_many(int n, const eg_tensor *const *tensors) {
                 p.entries[i].keep = hit->keeps[i];
                 p.entries[i].last_use = hit->last_uses[i];
             }
-            free(key);
         } else {
             assign_roles(&p, n, tensors);
             compute_last_uses(&p);
             if (key) cache_store(&p, key, length);
         }
+        if (key != local_key) free(key);
         status = execute(&p);
     }
     finish(&p, status);
