@@ -259,11 +259,13 @@ static void test_lazy_training_step_does_not_copy_variables(void **state) {
     int dims[4] = {2, 1, 2, 1};
     eg_tensor *vars[2][4];
     eg_optimizer *adam[2];
+    eg_scope_begin(); /* the initial values; variables outlive scopes */
     for (int mode = 0; mode < 2; mode++) {
         for (int i = 0; i < 4; i++)
             vars[mode][i] = eg_variable(random_tensor(dims[i], shapes[i], 30 + (uint64_t)i), "v");
         adam[mode] = eg_adam_new(NULL);
     }
+    eg_scope_end();
     for (int step = 0; step < 3; step++) {
         eg_scope_begin();
         eg_tensor *x = random_tensor(2, xs, 40 + (uint64_t)step);
