@@ -210,6 +210,91 @@ static void test_gradients_in_lazy_mode(void **state) {
     eg_scope_end();
 }
 
+/* A write to a variable (assign, an optimizer step) does not change what lazy values that read
+ * it are: never computed, or computed and dropped, they still give the eager values of the
+ * time they were called. */
+static void test_pending_readers_keep_a_variables_old_value(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t xs[2] = {6, 4}, ws[2] = {4, 4};
+    eg_tensor *x = random_tensor(2, xs, 20);
+    eg_tensor *w = eg_variable(random_tensor(2, ws, 21), "w");
+    eg_tensor *doubled_eager = eg_mul_scalar(w, 2.0);
+    eg_tensor *product_eager = eg_matmul(x, w);
+    eg_tensor *result_eager = eg_matmul(eg_exp(product_eager), w);
+    eg_lazy_begin();
+    eg_tensor *doubled = eg_mul_scalar(w, 2.0); /* never computed before the write */
+    eg_tensor *product = eg_matmul(x, w);       /* computed, then only the scope holds it */
+    eg_tensor *result = eg_matmul(eg_exp(product), w);
+    assert_int_equal(eg_lazy_end(), EG_OK);
+    assert_int_equal(eg_realize(1, (const eg_tensor *const *)&result), EG_OK);
+    assert_int_equal(eg_assign(w, eg_zeros(EG_DTYPE_F32, 2, ws)), EG_OK);
+    assert_bitwise_equal(result, result_eager);
+    assert_bitwise_equal(product, product_eager);
+    assert_bitwise_equal(doubled, doubled_eager);
+    eg_release(w);
+    eg_scope_end();
+}
+
+/* The two-layer step the next test runs; returns the hidden activations, fills grads. */
+static eg_tensor *mlp_grads(const eg_tensor *x, eg_tensor *const *vars, eg_tensor **grads) {
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tensor *h = eg_relu(eg_add(eg_matmul(x, vars[0]), vars[1]));
+    eg_tensor *y = eg_add(eg_matmul(h, vars[2]), vars[3]);
+    eg_tensor *loss = eg_mean(eg_square(y), 0, NULL, false);
+    assert_int_equal(
+        eg_tape_gradient(tape, loss, 4, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO),
+        EG_OK);
+    eg_tape_free(tape);
+    return h;
+}
+
+/* A lazy training step updates the variables without copying them for the lazy values that
+ * read them (the forward pass): the update allocates nothing, as in eager mode, and every
+ * value is still the eager one. */
+static void test_lazy_training_step_does_not_copy_variables(void **state) {
+    (void)state;
+    int64_t xs[2] = {16, 32}, w0s[2] = {32, 64}, b0s[1] = {64}, w1s[2] = {64, 8}, b1s[1] = {8};
+    const int64_t *shapes[4] = {w0s, b0s, w1s, b1s};
+    int dims[4] = {2, 1, 2, 1};
+    eg_tensor *vars[2][4];
+    eg_optimizer *adam[2];
+    eg_scope_begin(); /* the initial values; variables outlive scopes */
+    for (int mode = 0; mode < 2; mode++) {
+        for (int i = 0; i < 4; i++)
+            vars[mode][i] = eg_variable(random_tensor(dims[i], shapes[i], 30 + (uint64_t)i), "v");
+        adam[mode] = eg_adam_new(NULL);
+    }
+    eg_scope_end();
+    for (int step = 0; step < 3; step++) {
+        eg_scope_begin();
+        eg_tensor *x = random_tensor(2, xs, 40 + (uint64_t)step);
+        eg_tensor *grads[2][4];
+        eg_tensor *h_eager = mlp_grads(x, vars[0], grads[0]);
+        assert_int_equal(eg_optimizer_apply_gradients(adam[0], 4, grads[0], vars[0]), EG_OK);
+        eg_lazy_begin();
+        eg_tensor *h_lazy = mlp_grads(x, vars[1], grads[1]);
+        assert_int_equal(eg_lazy_end(), EG_OK);
+        assert_false(eg_tensor_is_realized(grads[1][0]));
+        assert_int_equal(eg_realize(4, (const eg_tensor *const *)grads[1]), EG_OK);
+        eg_memory_stats before, after;
+        eg_memory_stats_get(NULL, &before);
+        assert_int_equal(eg_optimizer_apply_gradients(adam[1], 4, grads[1], vars[1]), EG_OK);
+        eg_memory_stats_get(NULL, &after);
+        if (step > 0) { /* the first step makes the optimizer's slots */
+            assert_int_equal(after.n_allocs - before.n_allocs, 0);
+            assert_int_equal(after.peak_bytes_in_use, before.peak_bytes_in_use);
+        }
+        assert_bitwise_equal(h_lazy, h_eager); /* computed with the weights before the step */
+        eg_scope_end();
+    }
+    for (int i = 0; i < 4; i++) assert_bitwise_equal(vars[1][i], vars[0][i]);
+    for (int mode = 0; mode < 2; mode++) {
+        for (int i = 0; i < 4; i++) eg_release(vars[mode][i]);
+        eg_optimizer_free(adam[mode]);
+    }
+}
+
 static void test_nothing_leaks(void **state) {
     (void)state;
     eg_debug_track_tensors(true);
@@ -236,6 +321,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_schedule_is_cached_by_structure, setup),
         cmocka_unit_test_setup(test_errors_are_raised_at_the_call, setup),
         cmocka_unit_test_setup(test_gradients_in_lazy_mode, setup),
+        cmocka_unit_test_setup(test_pending_readers_keep_a_variables_old_value, setup),
+        cmocka_unit_test_setup(test_lazy_training_step_does_not_copy_variables, setup),
         cmocka_unit_test_setup(test_nothing_leaks, setup),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);

@@ -89,7 +89,12 @@ static void gather_leaf(const fused_plan *plan, const leaf *l, int64_t begin, in
 static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
     const fused_plan *plan = context;
     const eg_tensor *root = plan->root;
-    char *buffers = malloc(plan->member_bytes * (size_t)(plan->n_members + plan->n_leaves));
+    enum { LOCAL_BUFFERS = 8 };
+    _Alignas(64) char local[LOCAL_BUFFERS * BLOCK * 8]; /* small groups need no allocation */
+    size_t n_buffers = (size_t)(plan->n_members + plan->n_leaves);
+    char *buffers = n_buffers <= LOCAL_BUFFERS && plan->member_bytes == BLOCK * 8
+                        ? local
+                        : malloc(plan->member_bytes * n_buffers);
     if (!buffers) {
         atomic_store(&((fused_plan *)context)->failed, true);
         return;
@@ -139,17 +144,23 @@ static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
                                      node->n_inputs, n, out, inputs, strides);
         }
     }
-    free(buffers);
+    if (buffers != local) free(buffers);
 }
 
 eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *members) {
     fused_plan plan = {
         .root = root, .n_members = n_members, .members = members, .member_bytes = BLOCK * 8};
-    plan.operands = malloc(sizeof *plan.operands * (size_t)n_members);
-    plan.leaves = malloc(sizeof *plan.leaves * (size_t)(3 * n_members));
+    enum { LOCAL_MEMBERS = 16 };
+    operand local_operands[LOCAL_MEMBERS][3]; /* small groups need no allocation */
+    leaf local_leaves[3 * LOCAL_MEMBERS];
+    bool local = n_members <= LOCAL_MEMBERS;
+    plan.operands = local ? local_operands : malloc(sizeof *plan.operands * (size_t)n_members);
+    plan.leaves = local ? local_leaves : malloc(sizeof *plan.leaves * (size_t)(3 * n_members));
     if (!plan.operands || !plan.leaves) {
-        free(plan.operands);
-        free(plan.leaves);
+        if (!local) {
+            free(plan.operands);
+            free(plan.leaves);
+        }
         return eg__error(EG_ERR_OUT_OF_MEMORY, "fused loop: out of host memory");
     }
     eg_status status = EG_OK;
@@ -176,7 +187,9 @@ eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *m
         if (atomic_load(&plan.failed))
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "fused loop: out of host memory");
     }
-    free(plan.operands);
-    free(plan.leaves);
+    if (!local) {
+        free(plan.operands);
+        free(plan.leaves);
+    }
     return status;
 }

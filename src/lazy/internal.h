@@ -16,7 +16,6 @@ typedef struct eg__lazy_node {
     int placeholder; /* >= 0: the graph input of that index (no op); -1 otherwise */
     struct eg__lazy_node *prev, *next; /* every pending node, for write barriers */
     bool pending;                      /* in that list */
-    int64_t attrs_hash;                /* of attrs, for the schedule cache's keys */
 } eg__lazy_node;
 
 extern _Thread_local int eg__lazy_depth;

@@ -45,13 +45,6 @@ void eg_lazy_stats_get(eg_lazy_stats *out) {
 
 /* ---- nodes ---- */
 
-static int64_t attrs_hash(const eg__attrs *attrs) {
-    const unsigned char *bytes = (const unsigned char *)attrs;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof *attrs; i++) h = (h ^ bytes[i]) * 1099511628211ull;
-    return (int64_t)h;
-}
-
 /* Every pending node, so that a write barrier can find the readers of a tensor. Nodes may be
  * freed by any thread (the last release of their tensor), hence a mutex. */
 static pthread_mutex_t pending_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -108,7 +101,6 @@ eg_tensor *eg__lazy_record(eg__op op, int n_inputs, const eg_tensor *const *inpu
     node->op = op;
     node->is_view = meta->is_view;
     if (attrs) node->attrs = *attrs;
-    node->attrs_hash = attrs_hash(&node->attrs);
     for (int i = 0; i < n_inputs; i++) {
         node->inputs[i] = (eg_tensor *)inputs[i];
         eg__ref(inputs[i]);
@@ -262,9 +254,10 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
         eg_tensor *tensor;
         int next_input;
     } frame;
-    int capacity = 64, depth = 0;
-    frame *stack = malloc(sizeof *stack * (size_t)capacity);
-    if (!stack) return eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
+    enum { LOCAL = 64 };
+    frame local[LOCAL]; /* deeper graphs move to the heap */
+    int capacity = LOCAL, depth = 0;
+    frame *stack = local;
     eg__idmap visiting = {0};
     eg_status status = EG_OK;
     for (int i = 0; i < n_targets && status == EG_OK; i++) {
@@ -286,7 +279,10 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
                 if (eg__idmap_contains(&visiting, input->id)) continue;
                 if (depth == capacity) {
                     capacity *= 2;
-                    frame *grown = realloc(stack, sizeof *stack * (size_t)capacity);
+                    frame *grown = stack == local
+                                       ? malloc(sizeof *stack * (size_t)capacity)
+                                       : realloc(stack, sizeof *stack * (size_t)capacity);
+                    if (grown && stack == local) memcpy(grown, local, sizeof local);
                     if (!grown) {
                         status = eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
                         break;
@@ -301,7 +297,7 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
             depth--;
         }
     }
-    free(stack);
+    if (stack != local) free(stack);
     eg__idmap_clear(&visiting);
     return status;
 }
@@ -315,6 +311,13 @@ bool eg__lazy_fusable(const eg_tensor *t) {
 static bool same_shape(const eg_tensor *a, const eg_tensor *b) {
     return a->n_dims == b->n_dims &&
            memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->n_dims) == 0;
+}
+
+/* Whether a node reads a variable directly (something written in place later). */
+static bool reads_variable(const eg__lazy_node *node) {
+    for (int j = 0; j < node->n_inputs; j++)
+        if (node->inputs[j]->variable) return true;
+    return false;
 }
 
 /* Roles, from the consumers down to the producers. */
@@ -353,11 +356,18 @@ static void assign_roles(plan *p, int n_targets, const eg_tensor *const *targets
          * (freeing it now would mean computing it again for them). */
         e->keep = e->target || !eg__lazy_is_internal(e->tensor, 1) ||
                   atomic_load(&e->tensor->lazy_consumers) > n_consumers[i];
+        if (!e->keep && eg__lazy_fusable(e->tensor) && n_consumers[i] > 0 && fusable_consumers[i] &&
+            !e->tensor->lazy->is_view) {
+            e->role = ROLE_INLINED;
+            continue;
+        }
+        /* A buffer that reads a variable is kept too: left pending, its node would make the
+         * next write to the variable (an optimizer step) copy the variable for it; kept, it
+         * costs only its own (usually smaller) memory until its tensor dies, as in eager mode.
+         * A view of a variable kept shares its storage, as an eager view does. */
+        e->keep = e->keep || reads_variable(e->tensor->lazy);
         if (e->tensor->lazy->is_view)
             e->role = ROLE_VIEW;
-        else if (!e->keep && eg__lazy_fusable(e->tensor) && n_consumers[i] > 0 &&
-                 fusable_consumers[i])
-            e->role = ROLE_INLINED;
         else
             e->role = e->keep ? ROLE_KEPT : ROLE_TEMPORARY;
     }
@@ -385,7 +395,9 @@ static void compute_last_uses(plan *p) {
 static int gather_group(plan *p, int root_at, eg_tensor **members, int capacity) {
     int n = 0;
     int stack[256], depth = 0;
-    bool *seen = calloc((size_t)p->n, sizeof *seen);
+    bool local_seen[256];
+    bool *seen =
+        p->n <= 256 ? memset(local_seen, 0, sizeof local_seen) : calloc((size_t)p->n, sizeof *seen);
     if (!seen) return -1;
     /* Collect the inlined entries reachable from root through inlined entries, then sort them
      * by plan position, which is a valid evaluation order. */
@@ -403,7 +415,7 @@ static int gather_group(plan *p, int root_at, eg_tensor **members, int capacity)
     for (int i = 0; i < root_at && n < capacity - 1; i++)
         if (seen[i]) members[n++] = p->entries[i].tensor;
     members[n++] = p->entries[root_at].tensor;
-    free(seen);
+    if (seen != local_seen) free(seen);
     return n;
 }
 
@@ -446,7 +458,8 @@ static eg_status run_node(plan *p, int at) {
 }
 
 static eg_status execute(plan *p) {
-    int *frees_at = malloc(sizeof *frees_at * (size_t)p->n);
+    int local[256];
+    int *frees_at = p->n <= 256 ? local : malloc(sizeof *frees_at * (size_t)p->n);
     if (!frees_at) return eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
     for (int i = 0; i < p->n; i++) frees_at[i] = -1;
     for (int j = 0; j < p->n; j++) {
@@ -464,7 +477,7 @@ static eg_status execute(plan *p) {
         for (int j = frees_at[i]; j >= 0; j = p->entries[j].next_free)
             eg__tensor_detach_storage(p->entries[j].tensor);
     }
-    free(frees_at);
+    if (frees_at != local) free(frees_at);
     return status;
 }
 
@@ -487,7 +500,8 @@ static void finish(plan *p, eg_status status) {
 
 /* ---- the schedule cache ----
  * A realization's roles and lifetimes follow from its structure alone: per entry the op, its
- * attributes, shape, dtype, whether it must be kept, and where its inputs come from. That
+ * shape, dtype, whether it must be kept, and where its inputs come from (attributes change
+ * neither roles nor lifetimes: they are read from the nodes when the kernels run). That
  * structure is the key; a training loop that builds the same step every time plans it once. */
 
 enum { CACHE_SLOTS = 8 };
@@ -505,13 +519,14 @@ typedef struct cached_schedule {
 static _Thread_local cached_schedule schedule_cache[CACHE_SLOTS];
 static _Thread_local uint64_t cache_clock;
 
-/* The structural key of a collected plan (roles not yet assigned: keep is computed here). */
-static int64_t *schedule_key(plan *p, size_t *length) {
+/* The structural key of a collected plan (roles not yet assigned: keep is computed here), in
+ * buffer when it fits in `capacity` values, else malloc'd. */
+static int64_t *schedule_key(plan *p, int64_t *buffer, size_t capacity, size_t *length) {
     size_t total = 1;
     for (int i = 0; i < p->n; i++)
-        total +=
-            10 + (size_t)p->entries[i].tensor->n_dims + (size_t)p->entries[i].tensor->lazy->n_inputs;
-    int64_t *key = malloc(sizeof *key * total);
+        total += 10 + (size_t)p->entries[i].tensor->n_dims +
+                 (size_t)p->entries[i].tensor->lazy->n_inputs;
+    int64_t *key = total <= capacity ? buffer : malloc(sizeof *key * total);
     if (!key) return NULL;
     size_t k = 0;
     for (int i = 0; i < p->n; i++) {
@@ -519,7 +534,6 @@ static int64_t *schedule_key(plan *p, size_t *length) {
         const eg_tensor *t = e->tensor;
         const eg__lazy_node *node = t->lazy;
         key[k++] = node->op;
-        key[k++] = node->attrs_hash;
         key[k++] = t->dtype;
         key[k++] = t->n_dims;
         for (int d = 0; d < t->n_dims; d++) key[k++] = t->shape[d];
@@ -527,7 +541,10 @@ static int64_t *schedule_key(plan *p, size_t *length) {
         key[k++] = e->target || !eg__lazy_is_internal(t, 1);
         key[k++] = atomic_load(&t->lazy_consumers);
         key[k++] = node->n_inputs;
-        for (int j = 0; j < node->n_inputs; j++) key[k++] = position_of(p, node->inputs[j]);
+        for (int j = 0; j < node->n_inputs; j++) { /* leaves: -1, variables -3 */
+            int at = position_of(p, node->inputs[j]);
+            key[k++] = at >= 0 ? at : node->inputs[j]->variable ? -3 : -1;
+        }
         key[k++] = -2; /* separator: entries differ in length */
     }
     *length = k;
@@ -544,20 +561,23 @@ static cached_schedule *cache_find(const int64_t *key, size_t length, int n) {
     return NULL;
 }
 
-static void cache_store(plan *p, int64_t *key, size_t length) {
+/* Stores p's roles under a copy of key. */
+static void cache_store(plan *p, const int64_t *key, size_t length) {
     cached_schedule *slot = &schedule_cache[0];
     for (int i = 1; i < CACHE_SLOTS; i++)
         if (schedule_cache[i].last_used < slot->last_used) slot = &schedule_cache[i];
     role *roles = malloc(sizeof *roles * (size_t)p->n);
     bool *keeps = malloc(sizeof *keeps * (size_t)p->n);
     int *last_uses = malloc(sizeof *last_uses * (size_t)p->n);
-    if (!roles || !keeps || !last_uses) {
+    int64_t *stored_key = malloc(sizeof *key * length);
+    if (!roles || !keeps || !last_uses || !stored_key) {
         free(roles);
         free(keeps);
         free(last_uses);
-        free(key);
+        free(stored_key);
         return;
     }
+    memcpy(stored_key, key, sizeof *key * length);
     free(slot->key);
     free(slot->roles);
     free(slot->keeps);
@@ -567,7 +587,7 @@ static void cache_store(plan *p, int64_t *key, size_t length) {
         keeps[i] = p->entries[i].keep;
         last_uses[i] = p->entries[i].last_use;
     }
-    *slot = (cached_schedule){key, length, p->n, roles, keeps, last_uses, ++cache_clock};
+    *slot = (cached_schedule){stored_key, length, p->n, roles, keeps, last_uses, ++cache_clock};
 }
 
 static eg_status realize_many(int n, const eg_tensor *const *tensors) {
@@ -583,7 +603,8 @@ static eg_status realize_many(int n, const eg_tensor *const *tensors) {
             if (at >= 0) p.entries[at].target = true;
         }
         size_t length = 0;
-        int64_t *key = schedule_key(&p, &length);
+        int64_t local_key[1024]; /* a training step's key fits: no allocation per step */
+        int64_t *key = schedule_key(&p, local_key, 1024, &length);
         cached_schedule *hit = key ? cache_find(key, length, p.n) : NULL;
         if (hit) {
             thread_stats.n_schedule_hits++;
@@ -593,12 +614,12 @@ static eg_status realize_many(int n, const eg_tensor *const *tensors) {
                 p.entries[i].keep = hit->keeps[i];
                 p.entries[i].last_use = hit->last_uses[i];
             }
-            free(key);
         } else {
             assign_roles(&p, n, tensors);
             compute_last_uses(&p);
             if (key) cache_store(&p, key, length);
         }
+        if (key != local_key) free(key);
         status = execute(&p);
     }
     finish(&p, status);
