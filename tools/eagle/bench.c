@@ -188,8 +188,7 @@ int cli_bench(int argc, char **argv) {
            " pass, temporaries and gradients until their update; for graph mode plus its arena,\n"
            " which holds all of those and is kept between calls)\n",
            hidden, batch, steps, eg_get_num_threads());
-    printf("%-6s %12s %12s %16s %16s %16s %10s %12s
-", "mode", "step (us)", "cpu (us)",
+    printf("%-6s %12s %12s %16s %16s %16s %10s %12s\n", "mode", "step (us)", "cpu (us)",
            "act. peak (KiB)", "reserved (KiB)", "alloc calls/step", "test acc", "last loss");
     mode_result results[N_MODES] = {0};
     int rc = CLI_OK;
@@ -222,8 +221,7 @@ int cli_bench(int argc, char **argv) {
     }
     if (rc == CLI_OK)
         printf("graph/eager: step time %.2fx (cpu %.2fx), peak activation memory %.2fx; lazy/eager "
-               "step time %.2fx (cpu %.2fx)
-",
+               "step time %.2fx (cpu %.2fx)\n",
                results[MODE_GRAPH].median_step_us / results[MODE_EAGER].median_step_us,
                results[MODE_GRAPH].median_step_cpu_us / results[MODE_EAGER].median_step_cpu_us,
                (double)results[MODE_GRAPH].peak_step_bytes /
