@@ -226,6 +226,56 @@ static void test_wide_model_step_in_three_modes(void **state) {
 
 /* ---- the planner ---- */
 
+/* ---- random ops: a Dropout layer draws a new mask at every replay, as eager calls do ---- */
+
+/* out[0] = sum(dropout(x) * w) and out[1] = its gradient with respect to w (the backward
+ * applies the same mask) */
+static eg_status dropout_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    eg_layer *dropout = user;
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, in[1]);
+    eg_tensor *y = eg_layer_call(dropout, eg_mul(in[0], in[1]), true);
+    out[0] = eg_sum(y, 0, NULL, false);
+    eg_tensor *grad = NULL;
+    eg_status status = eg_tape_gradient(tape, out[0], 1, &in[1], &grad, EG_UNCONNECTED_ZERO);
+    eg_tape_free(tape);
+    out[1] = grad;
+    return status;
+}
+
+static void test_dropout_masks_are_drawn_again_at_every_replay(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t shape[1] = {257};
+    eg_tensor *x = random_tensor(EG_DTYPE_F32, 1, shape, 5),
+              *w = random_tensor(EG_DTYPE_F32, 1, shape, 6);
+    eg_layer *dropout = eg_dropout_new(0.5, NULL);
+    eg_function *f = eg_function_new("dropout_step", dropout_step, 2, 2, dropout);
+    const eg_tensor *in[2] = {x, w};
+    float previous = 0;
+    for (int call = 0; call < 4; call++) {
+        eg_tensor *eager[2], *graph[2];
+        eg_manual_seed(100 + (uint64_t)call);
+        assert_int_equal(dropout_step(in, eager, dropout), EG_OK);
+        eg_manual_seed(100 + (uint64_t)call);
+        assert_int_equal(eg_function_call(f, in, graph), EG_OK);
+        assert_memory_equal(eg_tensor_data(eager[0]), eg_tensor_data(graph[0]), sizeof(float));
+        assert_memory_equal(eg_tensor_data(eager[1]), eg_tensor_data(graph[1]),
+                            257 * sizeof(float));
+        float value = *(const float *)eg_tensor_data(graph[0]);
+        if (call > 0) assert_true(value != previous); /* a new mask each call */
+        previous = value;
+        eg_release(graph[0]);
+        eg_release(graph[1]);
+    }
+    eg_function_stats stats;
+    assert_int_equal(eg_function_stats_get(f, &stats), EG_OK);
+    assert_int_equal(stats.n_traces, 1);
+    eg_function_free(f);
+    eg_layer_free(dropout);
+    eg_scope_end();
+}
+
 static void test_planner_on_random_graphs(void **state) {
     (void)state;
     uint64_t seed = 42;
@@ -264,6 +314,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_seed_model_step_in_three_modes, setup),
         cmocka_unit_test_setup(test_wide_model_step_in_three_modes, setup),
         cmocka_unit_test_setup(test_planner_on_random_graphs, setup),
+        cmocka_unit_test_setup(test_dropout_masks_are_drawn_again_at_every_replay, setup),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -48,6 +48,39 @@ void eg__graph_note(eg_tensor *t) {
     tr->notes[tr->n_notes++] = t;
 }
 
+void eg__graph_note_random(eg_tensor *t, eg_generator *generator) {
+    trace *tr = tracing_now;
+    if (!tr || !t || !t->lazy) return;
+    int n = tr->n_random + 1;
+    eg_tensor **ops = realloc(tr->random_ops, sizeof *ops * (size_t)n);
+    if (ops) tr->random_ops = ops;
+    eg_generator **generators =
+        ops ? realloc(tr->random_generators, sizeof *generators * (size_t)n) : NULL;
+    if (!generators) return;
+    tr->random_generators = generators;
+    eg__ref(t);
+    tr->random_ops[tr->n_random] = t;
+    tr->random_generators[tr->n_random++] = generator;
+}
+
+/* New seeds for the trace's random ops, drawn in traced order. Ops that reuse a random op's seed
+ * (dropout's gradient applies the same mask: a dropout op with the same attrs) follow it; they
+ * are found by the old seed, a 64-bit random number. */
+static void redraw_seeds(trace *t) {
+    for (int i = 0; i < t->n_random; i++) {
+        eg__lazy_node *node = t->random_ops[i]->lazy;
+        uint64_t seed = eg_generator_next_seed(t->random_generators[i]);
+        if (!node) continue;
+        uint64_t old = node->attrs.seed;
+        for (int k = 0; k < t->n_entries; k++) {
+            eg__lazy_node *other = t->entries[k].tensor->lazy;
+            if (other && other->op == node->op && other->attrs.seed == old)
+                other->attrs.seed = seed;
+        }
+        node->attrs.seed = seed;
+    }
+}
+
 eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void *context),
                           void *context, int n_tensors, const eg_tensor *const *tensors) {
     trace *t = tracing_now;
@@ -152,6 +185,9 @@ static void trace_free(trace *t, int n_inputs, int n_outputs) {
     free(t->part_order);
     for (int i = 0; i < t->n_notes; i++) eg__unref(t->notes[i]);
     free(t->notes);
+    for (int i = 0; i < t->n_random; i++) eg__unref(t->random_ops[i]);
+    free(t->random_ops);
+    free(t->random_generators);
     if (t->borrowed_actions) t->actions = NULL;
     for (int i = 0; i < t->n_entries; i++) {
         free(t->entries[i].members);
@@ -475,8 +511,10 @@ static eg_tensor *output_for(const eg_tensor *graph_output) {
                            graph_output->strides, graph_output->offset);
 }
 
+/* just_traced: the call that traced t, whose random ops drew their seeds while tracing. */
 static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs,
-                        eg_tensor **outputs) {
+                        eg_tensor **outputs, bool just_traced) {
+    if (!just_traced) redraw_seeds(t);
     eg_status status = ensure_arena(f, t);
     eg_tensor *copies[64] = {0};
     for (int i = 0; i < f->n_inputs && status == EG_OK; i++) {
@@ -550,6 +588,7 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
         if (!eg__check_arg(inputs[i], f->name, i)) return eg_last_status();
     if (f->n_inputs > 64) return eg__error(EG_ERR_UNSUPPORTED, "%s: at most 64 inputs", f->name);
     trace *t = NULL;
+    bool just_traced = false;
     for (int i = 0; i < f->n_traces && !t; i++)
         if (signature_matches(f, f->traces[i], inputs)) t = f->traces[i];
     if (!t) {
@@ -562,6 +601,7 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
         eg_status status = build_trace(f, inputs, &t);
         if (status != EG_OK) return status;
         f->traces[f->n_traces++] = t;
+        just_traced = true;
         eg_function_stats *s = &f->stats;
         s->n_traces = f->n_traces;
         snprintf(s->last_trace_reason, sizeof s->last_trace_reason, "%s", reason);
@@ -572,7 +612,7 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
                      f->name, f->n_traces, reason);
         eg__graph_copy_plan_stats(s, &t->plan_stats);
     }
-    return replay(f, t, inputs, outputs);
+    return replay(f, t, inputs, outputs, just_traced);
 }
 
 /* ---- what session.c builds on ---- */

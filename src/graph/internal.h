@@ -79,6 +79,11 @@ typedef struct trace {
     eg_tensor **notes;     /* a session graph: every op recorded while building it */
     int n_notes;
     bool keep_notes;
+    /* ops whose seed was drawn from a generator while tracing (dropout layers): every replay
+     * draws them again, in traced order, as the eager calls would */
+    eg_tensor **random_ops;
+    eg_generator **random_generators;
+    int n_random;
 } trace;
 
 /* Plans a trace whose entries (topological order) and actions are set: common subexpressions,

@@ -195,6 +195,21 @@ static eg_status plan_fetches(eg_session *s, int n_fetches, eg_tensor *const *fe
     t->actions = g->actions;
     t->n_actions = g->n_actions;
     t->borrowed_actions = true;
+    if (g->n_random > 0) { /* every run draws new seeds for the graph's random ops */
+        t->random_ops = malloc(sizeof *t->random_ops * (size_t)g->n_random);
+        t->random_generators = malloc(sizeof *t->random_generators * (size_t)g->n_random);
+        if (!t->random_ops || !t->random_generators) {
+            free(out->fetches);
+            eg__graph_trace_free(t, t->n_inputs, t->n_outputs);
+            return eg__error(EG_ERR_OUT_OF_MEMORY, "session_run: out of host memory");
+        }
+        for (int i = 0; i < g->n_random; i++) {
+            eg__ref(g->random_ops[i]);
+            t->random_ops[i] = g->random_ops[i];
+            t->random_generators[i] = g->random_generators[i];
+        }
+        t->n_random = g->n_random;
+    }
     eg_status status = eg__graph_sign(t);
     if (status == EG_OK) status = eg__graph_finish_trace(t, "session_run");
     if (status != EG_OK) {

@@ -57,6 +57,10 @@ bool eg__lazy_fusable(const eg_tensor *t);
 bool eg__graph_tracing(void);
 /* Called for every op recorded while tracing (a session's graph keeps them all). */
 void eg__graph_note(eg_tensor *t);
+/* While tracing: t's op took its seed attribute from generator (NULL: the default one), so each
+ * replay draws a fresh seed from it (in the order of these calls) instead of reusing the traced
+ * one. Without memory it only loses that (the traced seed stays). */
+void eg__graph_note_random(eg_tensor *t, eg_generator *generator);
 /* Defers run(context) to every replay of the function being traced, after its graph has
  * computed `tensors` (which become outputs of the graph). free_context(context) runs when the
  * trace is freed. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nn/internal.h"
+#include "ops/internal.h"
 
 /* ---- construction ---- */
 
@@ -517,7 +518,7 @@ eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x, bool trainin
         return call_norm(layer, x, training);
     case EG__LAYER_DROPOUT:
         if (!training || layer->rate == 0) return eg_reshape(x, x->n_dims, x->shape);
-        return eg_dropout(x, layer->rate, eg_generator_next_seed(NULL), true);
+        return eg__dropout_from_generator(x, layer->rate, NULL);
     default:
         eg__error(EG_ERR_INTERNAL, "layer_call: unknown layer kind %d", (int)layer->kind);
         return NULL;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "lazy/internal.h"
 #include "ops/internal.h"
 
 static eg_tensor *run1(eg__op op, const eg_tensor *x, const eg__attrs *attrs) {
@@ -447,6 +448,14 @@ eg_tensor *eg_pad(const eg_tensor *t, const int64_t *widths, double value) {
 
 eg_tensor *eg_sparse_softmax_cross_entropy(const eg_tensor *logits, const eg_tensor *labels) {
     return run2(EG__OP_SPARSE_SOFTMAX_CROSS_ENTROPY, logits, labels, &no_attrs);
+}
+
+eg_tensor *eg__dropout_from_generator(const eg_tensor *x, double rate, eg_generator *generator) {
+    if (!eg__check_arg(x, "dropout", 0)) return NULL;
+    if (rate == 0) return eg_reshape(x, x->n_dims, x->shape);
+    eg_tensor *y = eg_dropout(x, rate, eg_generator_next_seed(generator), true);
+    if (y && eg__graph_tracing()) eg__graph_note_random(y, generator);
+    return y;
 }
 
 eg_tensor *eg_dropout(const eg_tensor *x, double rate, uint64_t seed, bool training) {

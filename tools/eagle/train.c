@@ -472,12 +472,6 @@ int cli_train(int argc, char **argv) {
     eg_status (*evaluate)(eg_model *, const mlp_data *, double *, double *) =
         cnn ? cnn_evaluate : mlp_evaluate;
     int rc = CLI_FAILURE;
-    if (cnn && !strcmp(o.mode, "graph")) {
-        /* A traced step would freeze the dropout masks drawn while tracing. */
-        fprintf(stderr, "eagle train: --model cnn runs in eager or lazy mode; graph mode would "
-                        "replay its dropout masks unchanged\n");
-        return CLI_USAGE;
-    }
     if (!mlp_data_load(o.data_dir, true, o.limit, &train) ||
         !mlp_data_load(o.data_dir, false, o.test_limit, &test))
         goto done;
