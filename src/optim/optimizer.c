@@ -174,6 +174,25 @@ typedef struct hyper {
     double rho;
 } hyper;
 
+/* The hyperparameters of opt's update number `iteration` at learning rate lr (Adam's alpha
+ * bias-corrected for that step). One definition for eg_optimizer_apply_gradients and graph
+ * mode's tiled updates, which must give the same bits. */
+static hyper hyper_at(const eg_optimizer *opt, double lr, int64_t iteration) {
+    hyper h = {.lr = lr,
+               .weight_decay = opt->weight_decay,
+               .momentum = opt->momentum,
+               .nesterov = opt->nesterov,
+               .beta_1 = opt->beta_1,
+               .beta_2 = opt->beta_2,
+               .epsilon = opt->epsilon,
+               .rho = opt->rho};
+    if (opt->kind == KIND_ADAM) {
+        double t = (double)(iteration + 1);
+        h.alpha = lr * sqrt(1.0 - pow(opt->beta_2, t)) / (1.0 - pow(opt->beta_1, t));
+    }
+    return h;
+}
+
 /* Each loop: v (n,) the variable, g (n,) the gradient, s0..s2 the slots in kind order; all
  * contiguous, same dtype T; computed in T like Keras. */
 #define DEFINE_UPDATES(T, SUFFIX, SQRT)                                                            \
@@ -405,18 +424,7 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
         if (g->n_elems && !items[i].grad) status = eg_last_status();
     }
     if (status == EG_OK) {
-        hyper h = {.lr = lr,
-                   .weight_decay = opt->weight_decay,
-                   .momentum = opt->momentum,
-                   .nesterov = opt->nesterov,
-                   .beta_1 = opt->beta_1,
-                   .beta_2 = opt->beta_2,
-                   .epsilon = opt->epsilon,
-                   .rho = opt->rho};
-        if (opt->kind == KIND_ADAM) {
-            double t = (double)(opt->iterations + 1);
-            h.alpha = lr * sqrt(1.0 - pow(opt->beta_2, t)) / (1.0 - pow(opt->beta_1, t));
-        }
+        hyper h = hyper_at(opt, lr, opt->iterations);
         for (int i = 0; i < n; i++) {
             eg_tensor *v = variables[i];
             if (!grads[i] || v->n_elems == 0) continue;
@@ -567,26 +575,14 @@ eg_status eg__optimizer_step_prepare(eg__update_step *step, eg_optimizer *opt, e
     *step = (eg__update_step){opt, variable, iteration, lr, 0, {NULL, NULL, NULL}};
     for (int k = 0; k < MAX_SLOTS && k < 3; k++)
         if (set->slots[k]) step->slots[k] = eg__data(set->slots[k]);
-    if (opt->kind == KIND_ADAM) { /* as in eg_optimizer_apply_gradients */
-        double t = (double)(iteration + 1);
-        step->alpha = lr * sqrt(1.0 - pow(opt->beta_2, t)) / (1.0 - pow(opt->beta_1, t));
-    }
+    step->alpha = hyper_at(opt, lr, iteration).alpha;
     return EG_OK;
 }
 
 void eg__optimizer_step_range(const eg__update_step *step, int64_t start, int64_t count,
                               const void *grad) {
     const eg_optimizer *opt = step->optimizer;
-    double lr = step->learning_rate;
-    hyper h = {.lr = lr,
-               .weight_decay = opt->weight_decay,
-               .momentum = opt->momentum,
-               .nesterov = opt->nesterov,
-               .beta_1 = opt->beta_1,
-               .beta_2 = opt->beta_2,
-               .epsilon = opt->epsilon,
-               .rho = opt->rho,
-               .alpha = step->alpha};
+    hyper h = hyper_at(opt, step->learning_rate, step->iteration);
     const eg_tensor *v = step->variable;
     size_t size = eg_dtype_size(v->dtype);
     void *slot[MAX_SLOTS] = {0};
