@@ -197,7 +197,7 @@ static void own_parts(void *context, int64_t begin, int64_t end) {
 }
 
 /* Multiply-adds below which Eagle's GEMM stays on one thread. */
-#define MIN_PART_WORK (1 << 18)
+#define MIN_PART_WORK (1 << 21)
 
 /* Cuts each batch element into parts for the threads. The bits do not depend on the cut (see
  * gemm.h), so it may follow the thread count: one part per thread, along the longer side of C
@@ -375,10 +375,15 @@ eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n
     if (status != EG_OK) return status;
     c.tile_bytes = eg__cpu_matmul_tile_bytes(call->output);
     int64_t n_tiles = eg__cpu_matmul_tile_count(call->output);
+    /* small tiles stay on one thread, as in the plain product (a wave's hand-over would cost
+     * more than the tile) */
+    int64_t tile_work = (c.job.m < TILE_ROWS ? c.job.m : TILE_ROWS) *
+                        (c.job.n < TILE_COLS ? c.job.n : TILE_COLS) * (c.job.k > 0 ? c.job.k : 1);
     if (n_scratch < 1) n_scratch = 1;
     for (c.first = 0; c.first < n_tiles; c.first += n_scratch) {
         int64_t wave = n_tiles - c.first < n_scratch ? n_tiles - c.first : n_scratch;
-        eg__parallel_for(wave, 1, tiles_to_consumer, &c);
+        eg__parallel_for(wave, MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1,
+                         tiles_to_consumer, &c);
     }
     eg__unref(a);
     eg__unref(b);
