@@ -5,7 +5,8 @@
  *                   [--limit N] [--steps N] [--profile 1] [--constant-lr 1] [--data DIR]
  * --steps N stops each epoch after N steps (a throughput probe); --profile 1 prints Eagle's
  * per-op profile of the training steps at the end; the learning rate follows cnn_optimizer_new's
- * cosine decay over the whole run unless --constant-lr 1; the shuffle is train.c's. */
+ * cosine decay over the whole run unless --constant-lr 1; the shuffle is `eagle train`'s
+ * (cli_shuffle_order). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include "cnn.h"
+#include "pipeline.h"
 
 static double clock_seconds(clockid_t id) {
     struct timespec t;
@@ -21,23 +23,6 @@ static double clock_seconds(clockid_t id) {
 }
 static double seconds(void) {
     return clock_seconds(CLOCK_MONOTONIC);
-}
-
-/* Fisher-Yates with splitmix64 (tools/eagle/train.c's): depends only on the seed and epoch. */
-static void shuffle(int64_t *order, int64_t n, unsigned long long seed, int epoch) {
-    uint64_t state = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch;
-    for (int64_t i = 0; i < n; i++) order[i] = i;
-    for (int64_t i = n - 1; i > 0; i--) {
-        state += 0x9E3779B97F4A7C15ull;
-        uint64_t z = state;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        int64_t j = (int64_t)(z % (uint64_t)(i + 1));
-        int64_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
 }
 
 static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_data *data,
@@ -124,7 +109,7 @@ int main(int argc, char **argv) {
     double train_seconds = 0, cpu_seconds = 0;
     int64_t trained = 0;
     for (int epoch = 1; epoch <= epochs; epoch++) {
-        shuffle(order, train.n, seed, epoch);
+        cli_shuffle_order(order, train.n, seed, epoch);
         printf("Epoch %d/%ld\n", epoch, epochs);
         fflush(stdout);
         if (profile) eg_profiler_start(EG_PROFILE_OPS);
