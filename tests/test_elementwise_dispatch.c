@@ -1,7 +1,8 @@
 /* Elementwise ops and sums give the same bits whatever the CPU path (baseline or AVX2), the
  * thread count, the layout (a transposed view, a broadcast) and the length: the canonical
  * summation order (src/backend/cpu/reduce.c) checked against a plain-C reference, long sums split
- * over threads, and the vector-math ops against a one-element-at-a-time evaluation. */
+ * over threads, the vector-math ops against a one-element-at-a-time evaluation, and Adam's fused
+ * update (one parallel pass over all variables) against Keras' formula in plain C. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,6 +10,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_features.h"
@@ -184,12 +186,83 @@ static void test_binary_layouts(void **state) {
         }
 }
 
+/* Adam's update of a weight (odd size, so every vector loop has a tail) and a bias, applied as
+ * one parallel pass over both: the same bits on both CPU paths and thread counts, and equal to
+ * Keras' formula evaluated one element at a time in float. */
+static void test_adam_levels_threads(void **state) {
+    (void)state;
+    enum { STEPS = 3 };
+    const int64_t weight_shape[2] = {301, 177}, bias_shape[1] = {7};
+    const int64_t sizes[2] = {301 * 177, 7};
+    float *expected[2];
+    float *m_ref[2], *u_ref[2];
+    for (int k = 0; k < 2; k++) {
+        expected[k] = calloc((size_t)sizes[k], sizeof(float));
+        m_ref[k] = calloc((size_t)sizes[k], sizeof(float));
+        u_ref[k] = calloc((size_t)sizes[k], sizeof(float));
+        assert_non_null(expected[k]);
+        assert_non_null(m_ref[k]);
+        assert_non_null(u_ref[k]);
+    }
+    eg_tensor *initial[2] = {random_tensor(2, weight_shape, 1), random_tensor(1, bias_shape, 2)};
+    eg_tensor *grads[STEPS][2];
+    for (int t = 0; t < STEPS; t++) {
+        grads[t][0] = random_tensor(2, weight_shape, 10 + (uint64_t)t);
+        grads[t][1] = random_tensor(1, bias_shape, 20 + (uint64_t)t);
+    }
+    /* the reference: eagle's float formula of Keras' Adam (lr 1e-3, betas .9/.999, eps 1e-7) */
+    for (int k = 0; k < 2; k++) memcpy(expected[k], eg_tensor_data(initial[k]), sizes[k] * 4);
+    for (int t = 0; t < STEPS; t++) {
+        double step = t + 1;
+        float alpha = (float)(1e-3 * sqrt(1.0 - pow(0.999, step)) / (1.0 - pow(0.9, step)));
+        float b1 = (float)(1.0 - 0.9), b2 = (float)(1.0 - 0.999), eps = (float)1e-7;
+        for (int k = 0; k < 2; k++) {
+            const float *g = eg_tensor_data(grads[t][k]);
+            for (int64_t i = 0; i < sizes[k]; i++) {
+                float mi = m_ref[k][i] + (g[i] - m_ref[k][i]) * b1;
+                float ui = u_ref[k][i] + (g[i] * g[i] - u_ref[k][i]) * b2;
+                m_ref[k][i] = mi;
+                u_ref[k][i] = ui;
+                expected[k][i] = expected[k][i] - (mi * alpha) / (sqrtf(ui) + eps);
+            }
+        }
+    }
+    for (int level = EG__CPU_BASELINE; level <= EG__CPU_AVX2; level++) {
+        eg__cpu_set_level((eg__cpu_level)level);
+        for (int threads = 1; threads <= 2; threads++) {
+            assert_int_equal(eg_set_num_threads(threads), EG_OK);
+            eg_tensor *vars[2] = {eg_variable(initial[0], "w"), eg_variable(initial[1], "b")};
+            assert_non_null(vars[0]);
+            assert_non_null(vars[1]);
+            eg_optimizer *opt = eg_adam_new(NULL);
+            for (int t = 0; t < STEPS; t++)
+                assert_int_equal(eg_optimizer_apply_gradients(opt, 2, grads[t], vars), EG_OK);
+            for (int k = 0; k < 2; k++) {
+                assert_memory_equal(eg_tensor_data(vars[k]), expected[k], sizes[k] * 4);
+                assert_memory_equal(eg_tensor_data(eg_optimizer_get_slot(opt, vars[k], "momentum")),
+                                    m_ref[k], sizes[k] * 4);
+                assert_memory_equal(eg_tensor_data(eg_optimizer_get_slot(opt, vars[k], "velocity")),
+                                    u_ref[k], sizes[k] * 4);
+            }
+            eg_optimizer_free(opt);
+            eg_release(vars[0]);
+            eg_release(vars[1]);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        free(expected[k]);
+        free(m_ref[k]);
+        free(u_ref[k]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sum_layouts_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_layouts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adam_levels_threads, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
