@@ -256,6 +256,40 @@ static void test_adam_levels_threads(void **state) {
     }
 }
 
+/* Transposed inputs are staged through small transposed tiles (src/backend/cpu/loops.c): the
+ * copy of a transposed view and an op on one against plain C, for 4-byte types (staged) and
+ * others (walked directly), with sizes that leave partial tiles and partial 4 x 4 blocks, and a
+ * batch of matrices. */
+static void test_transposed_inputs_plain_c(void **state) {
+    (void)state;
+    const int64_t batch = 2, rows = 131, columns = 70; /* x: (batch, rows, columns) */
+    int64_t shape[3] = {batch, rows, columns};
+    const eg_dtype dtypes[] = {EG_DTYPE_F32, EG_DTYPE_I32, EG_DTYPE_F64, EG_DTYPE_U8};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        eg_tensor *x = eg_cast(eg_mul_scalar(random_tensor(3, shape, 40 + d), 100.0), dtypes[d]);
+        eg_tensor *xd = eg_cast(x, EG_DTYPE_F64); /* plain C reads these */
+        const double *xv = eg_tensor_data(xd);
+        for (int threads = 1; threads <= 2; threads++) {
+            assert_int_equal(eg_set_num_threads(threads), EG_OK);
+            eg_tensor *xt = eg_transpose(x, 1, 2); /* (batch, columns, rows) */
+            eg_tensor *copy = eg_cast(eg_contiguous(xt), EG_DTYPE_F64);
+            eg_tensor *sum = eg_cast(eg_add(xt, xt), EG_DTYPE_F64);
+            const double *cv = eg_tensor_data(copy), *sv = eg_tensor_data(sum);
+            for (int64_t b = 0; b < batch; b++)
+                for (int64_t i = 0; i < columns; i++)
+                    for (int64_t j = 0; j < rows; j++) {
+                        double want = xv[(b * rows + j) * columns + i];
+                        int64_t at = (b * columns + i) * rows + j;
+                        if (cv[at] != want || (dtypes[d] != EG_DTYPE_U8 && sv[at] != want + want))
+                            fail_msg("dtype %d threads %d at (%lld, %lld, %lld): copy %g sum %g, "
+                                     "want %g",
+                                     (int)dtypes[d], threads, (long long)b, (long long)i,
+                                     (long long)j, cv[at], sv[at], want);
+                    }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
@@ -263,6 +297,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adam_levels_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transposed_inputs_plain_c, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

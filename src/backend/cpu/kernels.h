@@ -16,6 +16,7 @@ typedef struct eg__nd_loop {
     int64_t shape[EG_MAX_DIMS];
     int64_t strides[EG_ND_MAX_OPERANDS][EG_MAX_DIMS];
     char *base[EG_ND_MAX_OPERANDS];
+    int64_t element_sizes[EG_ND_MAX_OPERANDS]; /* bytes per element of each operand */
     int64_t n_elems;
 } eg__nd_loop;
 
@@ -23,8 +24,7 @@ typedef struct eg__nd_loop {
 void eg__nd_loop_init(eg__nd_loop *loop, int n_operands, const eg_tensor *const *operands);
 
 /* Processes n elements whose first elements are at pointers[i], stepping strides[i] bytes. */
-typedef void (*eg__nd_inner_fn)(void *context, int64_t n, char **pointers,
-                                const int64_t *strides);
+typedef void (*eg__nd_inner_fn)(void *context, int64_t n, char **pointers, const int64_t *strides);
 
 /* Runs inner over every element of the loop, in parallel when it is large. */
 void eg__nd_loop_run(const eg__nd_loop *loop, eg__nd_inner_fn inner, void *context);

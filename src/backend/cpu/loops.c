@@ -39,7 +39,10 @@ void eg__nd_loop_init(eg__nd_loop *loop, int n_operands, const eg_tensor *const 
         n = 1;
     }
     loop->n_dims = n;
-    for (int i = 0; i < n_operands; i++) loop->base[i] = eg__data(operands[i]);
+    for (int i = 0; i < n_operands; i++) {
+        loop->base[i] = eg__data(operands[i]);
+        loop->element_sizes[i] = (int64_t)eg_dtype_size(operands[i]->dtype);
+    }
 }
 
 typedef struct run_context {
@@ -87,8 +90,42 @@ static void run_range(void *arg, int64_t begin, int64_t end) {
  * plain walk touches a new cache line (and often a new page) per element. The last two axes are
  * walked in tiles instead, TILE_ROWS x TILE_COLUMNS, so such an operand reads each cache line for
  * TILE_ROWS rows in a row while it is still cached. Elementwise results do not depend on the
- * order they are computed in. */
-enum { TILE_ROWS = 32, TILE_COLUMNS = 128, FAR_STRIDE = 64 };
+ * order they are computed in. The tile shape and the prefetch distance were chosen on a
+ * transposed 4096 x 4096 f32 add (one thread, best of 30 by CPU time: 84 ms before staging,
+ * ~32 ms with it; 32 x 128 tiles and other distances were no better). */
+enum { TILE_ROWS = 64, TILE_COLUMNS = 128, FAR_STRIDE = 64 };
+enum { PREFETCH_AHEAD = 8 };
+
+static bool is_far(int64_t stride) {
+    return stride > FAR_STRIDE || stride < -FAR_STRIDE;
+}
+
+/* dst[r][c] (rows x columns, row stride TILE_COLUMNS) = the 4-byte element at
+ * src + r * 4 + c * column_stride: a transposed matrix's tile made contiguous, 4 x 4 blocks at a
+ * time so that each source row is read 16 bytes at a time. */
+static void transpose_into(float *dst, const char *src, int64_t column_stride, int64_t rows,
+                           int64_t columns) {
+    int64_t main_rows = rows - rows % 4, main_columns = columns - columns % 4;
+    for (int64_t c = 0; c < main_columns; c += 4) {
+        const char *s = src + c * column_stride;
+        /* the rows to come are far apart: no hardware prefetcher follows them */
+        for (int64_t k = c + PREFETCH_AHEAD; k < c + PREFETCH_AHEAD + 4 && k < columns; k++)
+            for (int64_t offset = 0; offset < rows * 4; offset += 64)
+                __builtin_prefetch(src + k * column_stride + offset);
+        for (int64_t r = 0; r < main_rows; r += 4) {
+            float block[4][4];
+            for (int k = 0; k < 4; k++) memcpy(block[k], s + k * column_stride + r * 4, 16);
+            for (int k = 0; k < 4; k++)
+                for (int j = 0; j < 4; j++) dst[(r + k) * TILE_COLUMNS + c + j] = block[j][k];
+        }
+        for (int64_t r = main_rows; r < rows; r++)
+            for (int j = 0; j < 4; j++)
+                memcpy(&dst[r * TILE_COLUMNS + c + j], s + j * column_stride + r * 4, 4);
+    }
+    for (int64_t c = main_columns; c < columns; c++)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(&dst[r * TILE_COLUMNS + c], src + c * column_stride + r * 4, 4);
+}
 
 static bool wants_tiles(const eg__nd_loop *loop) {
     int last = loop->n_dims - 1;
@@ -96,8 +133,7 @@ static bool wants_tiles(const eg__nd_loop *loop) {
         return false;
     for (int i = 0; i < loop->n_operands; i++) {
         int64_t inner = loop->strides[i][last], outer = loop->strides[i][last - 1];
-        if ((inner > FAR_STRIDE || inner < -FAR_STRIDE) && outer < inner && outer > -inner)
-            return true;
+        if (is_far(inner) && outer < inner && outer > -inner) return true;
     }
     return false;
 }
@@ -133,11 +169,31 @@ static void run_tiles(void *arg, int64_t begin, int64_t end) {
                 rest /= loop->shape[d];
             }
         }
+        /* Inputs stored transposed (4-byte elements, rows of the tile contiguous in memory) are
+         * first transposed into a small local tile: read straight, each of their cache lines is
+         * used by one row of the tile while dozens of others compete for the same L1 sets
+         * (columns of a power-of-two-wide matrix are a multiple of 4 KiB apart). */
+        float staged[2][TILE_ROWS * TILE_COLUMNS];
+        char *tile_base[EG_ND_MAX_OPERANDS];
+        int64_t row_strides[EG_ND_MAX_OPERANDS], strides[EG_ND_MAX_OPERANDS];
+        int n_staged = 0;
+        for (int i = 0; i < loop->n_operands; i++) {
+            tile_base[i] = base[i];
+            row_strides[i] = loop->strides[i][last - 1];
+            strides[i] = inner_strides[i];
+            if (i > 0 && n_staged < 2 && loop->element_sizes[i] == 4 && row_strides[i] == 4 &&
+                is_far(inner_strides[i])) {
+                transpose_into(staged[n_staged], base[i], inner_strides[i], rows, columns);
+                tile_base[i] = (char *)staged[n_staged++];
+                row_strides[i] = TILE_COLUMNS * 4;
+                strides[i] = 4;
+            }
+        }
         for (int64_t r = 0; r < rows; r++) {
             char *pointers[EG_ND_MAX_OPERANDS];
             for (int i = 0; i < loop->n_operands; i++)
-                pointers[i] = base[i] + r * loop->strides[i][last - 1];
-            rc->inner(rc->context, columns, pointers, inner_strides);
+                pointers[i] = tile_base[i] + r * row_strides[i];
+            rc->inner(rc->context, columns, pointers, strides);
         }
     }
 }
