@@ -1,15 +1,19 @@
 /* The fused dense op (matmul + bias + activation in one kernel) against the unfused chain
  * eg_activation_apply(act, eg_add(eg_matmul(x, w), b)): values and the gradients of x, w and b
  * are bitwise equal, for every fusable activation, f32 and f64, shapes with partial tiles and
- * with several k blocks, 1 and 2 threads; and its results do not depend on the thread count. */
+ * with several k blocks, 1 and 2 threads; and its results do not depend on the thread count.
+ * Eagle's GEMM against its documented summation order in plain C. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
+#include "backend/cpu/gemm.h"
 #include "eagle.h"
 
 static int case_setup(void **state) {
@@ -89,7 +93,7 @@ static void test_dense_equals_unfused(void **state) {
     check(EG_DTYPE_F32, 37, 300, 45);  /* partial tiles, two k blocks */
     check(EG_DTYPE_F32, 128, 784, 64); /* the MLP's first layer (4 k blocks) */
     check(EG_DTYPE_F32, 130, 40, 300); /* several OpenBLAS tiles (test_dense_openblas) */
-    check(EG_DTYPE_F32, 128, 64, 10);  /* narrow: OpenBLAS tiles with the epilogue */
+    check(EG_DTYPE_F32, 128, 64, 10);  /* narrow: computed as C^T, the epilogue after */
     check(EG_DTYPE_F64, 37, 300, 45);
     check(EG_DTYPE_F32, 4, 0, 5); /* k = 0: act(b) */
 }
@@ -111,10 +115,66 @@ static void test_dense_errors(void **state) {
     eg_clear_error();
 }
 
+/* Eagle's GEMM computes each element in one fixed order (gemm.h): here that order written out in
+ * plain C must give the same bits, for all four transposition cases and for shapes that take
+ * every path: narrow products computed as C^T = B^T A^T, partial micro-tiles, several k blocks,
+ * B read in place (few rows) or packed. */
+static float ordered_dot(const float *a, int64_t a_step, const float *b, int64_t b_step,
+                         int64_t k) {
+    int64_t blocks = (k + EG_GEMM_KC - 1) / EG_GEMM_KC, block = (k + blocks - 1) / blocks;
+    float result = 0;
+    for (int64_t p0 = 0; p0 < k; p0 += block) {
+        float partial = 0;
+        for (int64_t p = p0; p < p0 + block && p < k; p++)
+            partial = fmaf(a[p * a_step], b[p * b_step], partial);
+        result = p0 == 0 ? partial : result + partial;
+    }
+    return result;
+}
+
+static void test_gemm_order(void **state) {
+    (void)state;
+    if (!eg__gemm_f32_available()) skip(); /* OpenBLAS computes the products there */
+    static const int64_t shapes[][3] = {{32, 64, 10},  {128, 512, 10}, {512, 128, 10},
+                                        {64, 32, 10},  {5, 3, 7},      {37, 300, 45},
+                                        {33, 600, 17}, {130, 40, 1},   {49, 257, 3}};
+    eg_generator *g = eg_generator_new(11);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+        for (int trans = 0; trans < 4; trans++) {
+            bool ta = trans & 1, tb = trans & 2;
+            int64_t as[2] = {ta ? k : m, ta ? m : k}, bs[2] = {tb ? n : k, tb ? k : n};
+            eg_tensor *a = eg_random_uniform(g, EG_DTYPE_F32, 2, as, -1, 1);
+            eg_tensor *b = eg_random_uniform(g, EG_DTYPE_F32, 2, bs, -1, 1);
+            const float *av = eg_tensor_data(a), *bv = eg_tensor_data(b);
+            for (int threads = 1; threads <= 2; threads++) {
+                assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                eg_tensor *c =
+                    eg_matmul(ta ? eg_transpose(a, 0, 1) : a, tb ? eg_transpose(b, 0, 1) : b);
+                assert_non_null(c);
+                const float *cv = eg_tensor_data(c);
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        float want = ordered_dot(ta ? av + i : av + i * k, ta ? m : 1,
+                                                 tb ? bv + j * k : bv + j, tb ? 1 : n, k);
+                        if (memcmp(&cv[i * n + j], &want, sizeof want) != 0)
+                            fail_msg("%lld x %lld x %lld%s%s, %d thread(s): C[%lld, %lld] = %.9g, "
+                                     "the ordered sum %.9g",
+                                     (long long)m, (long long)k, (long long)n, ta ? " A^T" : "",
+                                     tb ? " B^T" : "", threads, (long long)i, (long long)j,
+                                     cv[i * n + j], want);
+                    }
+            }
+        }
+    }
+    eg_generator_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_dense_equals_unfused, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_dense_errors, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_gemm_order, case_setup, case_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,7 @@
 
 #define MR                EG_GEMM_MR
 #define NR                EG_GEMM_NR
-#define KC                256 /* k per block: an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
+#define KC                EG_GEMM_KC /* an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
 #define MC                144 /* rows per packed A block: 144 x 256 floats = 144 KiB, in L2 */
 #define NC                512 /* columns per packed B panel: 512 KiB, in L3; a C block of MC x NC stays in L2 */
 #define DIRECT_B_MAX_ROWS 48 /* rows of C up to which B is used unpacked (row-major B only) */
@@ -271,9 +271,11 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
  * (k = p0..) for full micro-panels and the packed last one (at bp) for a partial one. Edge tiles
  * go through a local tile and the same additions, so an element's bits do not depend on whether
  * it is at an edge, nor on whether B was packed. */
-AVX2 static void macro_kernel(const eg__gemm_f32 *g, const float *ap, const float *bp, bool direct,
-                              int64_t i0, int64_t mc, int64_t j0, int64_t nc, int64_t p0,
-                              int64_t kc, bool accumulate) {
+AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const float *ap,
+                              const float *bp, bool direct, int64_t i0, int64_t mc, int64_t j0,
+                              int64_t nc, int64_t p0, int64_t kc, bool accumulate) {
+    /* C[i, j] at c[i * c_row + j * c_col]: row-major, or (a swapped product) column-major */
+    int64_t c_row = c_transposed ? 1 : g->ldc, c_col = c_transposed ? g->ldc : 1;
     for (int64_t jr = 0; jr < nc; jr += NR) {
         int64_t cols = nc - jr < NR ? nc - jr : NR;
         const float *b = bp + jr * kc;
@@ -287,17 +289,18 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, const float *ap, const floa
         for (int64_t ir = 0; ir < mc; ir += MR) {
             int64_t rows = mc - ir < MR ? mc - ir : MR;
             const float *a = ap + ir * kc;
-            float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
-            if (rows == MR && cols == NR) {
+            float *c = g->c + (i0 + ir) * c_row + (j0 + jr) * c_col;
+            if (rows == MR && cols == NR && !c_transposed) {
                 kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
                 continue;
             }
             float tile[MR * NR] __attribute__((aligned(32)));
             kernel_6x16(kc, a, b, b_stride, tile, NR, false);
             for (int64_t r = 0; r < rows; r++)
-                for (int64_t j = 0; j < cols; j++)
-                    c[r * g->ldc + j] =
-                        accumulate ? c[r * g->ldc + j] + tile[r * NR + j] : tile[r * NR + j];
+                for (int64_t j = 0; j < cols; j++) {
+                    float *element = &c[r * c_row + j * c_col];
+                    *element = accumulate ? *element + tile[r * NR + j] : tile[r * NR + j];
+                }
         }
     }
 }
@@ -306,16 +309,10 @@ static bool has_epilogue(const eg__gemm_f32 *g) {
     return g->bias || g->activation != EG__OP_COUNT;
 }
 
-bool eg__gemm_f32_range(const eg__gemm_f32 *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    if (m0 >= m1 || n0 >= n1) return true;
-    if (g->k == 0) {
-        for (int64_t i = m0; i < m1; i++)
-            memset(g->c + i * g->ldc + n0, 0, (size_t)(n1 - n0) * sizeof(float));
-        if (has_epilogue(g))
-            eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + m0 * g->ldc + n0), g->ldc, m1 - m0,
-                              n1 - n0, n0, (const char *)g->bias, g->bias_stride, g->activation);
-        return true;
-    }
+/* The packed product over rows [m0, m1) x columns [n0, n1) of C (k > 0); C column-major when
+ * c_transposed (g is then a swapped product, without an epilogue). */
+static bool packed_range(const eg__gemm_f32 *g, bool c_transposed, int64_t m0, int64_t m1,
+                         int64_t n0, int64_t n1) {
     buffers *buf = thread_buffers();
     if (!buf) return false;
     /* k blocks of equal size that depend on k alone: the summation order is fixed by the
@@ -335,13 +332,53 @@ bool eg__gemm_f32_range(const eg__gemm_f32 *g, int64_t m0, int64_t m1, int64_t n
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = m1 - ic < MC ? m1 - ic : MC;
                 pack_a(g, ic, mc, p0, kc, buf->a);
-                macro_kernel(g, buf->a, buf->b, direct, ic, mc, jc, nc, p0, kc, block > 0);
+                macro_kernel(g, c_transposed, buf->a, buf->b, direct, ic, mc, jc, nc, p0, kc,
+                             block > 0);
                 if (block == k_blocks - 1 && has_epilogue(g))
                     eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + ic * g->ldc + jc), g->ldc, mc,
                                       nc, jc, (const char *)g->bias, g->bias_stride, g->activation);
             }
         }
     }
+    return true;
+}
+
+/* The share of a micro-kernel's work that is useful for an m x n product. */
+static double tile_efficiency(int64_t m, int64_t n) {
+    return (double)m / (double)((m + MR - 1) / MR * MR) * (double)n /
+           (double)((n + NR - 1) / NR * NR);
+}
+
+bool eg__gemm_f32_range(const eg__gemm_f32 *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    if (m0 >= m1 || n0 >= n1) return true;
+    if (g->k == 0) {
+        for (int64_t i = m0; i < m1; i++)
+            memset(g->c + i * g->ldc + n0, 0, (size_t)(n1 - n0) * sizeof(float));
+    } else if (n1 - n0 < NR &&
+               tile_efficiency(n1 - n0, m1 - m0) > 1.1 * tile_efficiency(m1 - m0, n1 - n0)) {
+        /* A narrow C (a layer of 10 outputs) fills 16-column tiles poorly: compute C^T = op(B)^T
+         * op(A)^T instead. Each element is the same sum of the same fused multiply-adds in the
+         * same order (a product's factors commute exactly), so the bits do not change; the
+         * epilogue then runs over C as usual. */
+        eg__gemm_f32 swapped = {.m = g->n,
+                                .n = g->m,
+                                .k = g->k,
+                                .a = g->b,
+                                .a_row = g->b_col,
+                                .a_col = g->b_row,
+                                .b = g->a,
+                                .b_row = g->a_col,
+                                .b_col = g->a_row,
+                                .c = g->c,
+                                .ldc = g->ldc,
+                                .activation = EG__OP_COUNT};
+        if (!packed_range(&swapped, true, n0, n1, m0, m1)) return false;
+    } else {
+        return packed_range(g, false, m0, m1, n0, n1);
+    }
+    if (has_epilogue(g))
+        eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + m0 * g->ldc + n0), g->ldc, m1 - m0, n1 - n0,
+                          n0, (const char *)g->bias, g->bias_stride, g->activation);
     return true;
 }
 

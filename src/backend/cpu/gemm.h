@@ -33,6 +33,10 @@ typedef struct eg__gemm_f32 {
 #define EG_GEMM_MR 6
 /* Columns of the micro-kernel's tile. */
 #define EG_GEMM_NR 16
+/* The most k one block sums: k is cut into ceil(k / EG_GEMM_KC) blocks of equal size (the last
+ * smaller); each C element is the first block's sum, then + each next block's, each block summed
+ * from 0 by fused multiply-adds in k order (tests/test_dense.c writes the order out). */
+#define EG_GEMM_KC 256
 
 /* Whether this CPU runs Eagle's GEMM (AVX2 and FMA, checked once with cpuid) and the user has
  * not asked for OpenBLAS with EG_MATMUL=openblas. */

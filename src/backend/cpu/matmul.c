@@ -264,10 +264,9 @@ static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias,
     job_out->trans_b = call->attrs->transpose_b != b_op.transposed;
     job_out->row_tiles = (job_out->m + TILE_ROWS - 1) / TILE_ROWS;
     job_out->col_tiles = (job_out->n + TILE_COLS - 1) / TILE_COLS;
-    /* Products narrower than one micro-tile (the 10 logits) would waste most of each tile:
-     * OpenBLAS does those (bench/gemm: 1.6x faster at n = 10). */
-    job_out->own =
-        out->dtype == EG_DTYPE_F32 && job_out->n >= EG_GEMM_NR && eg__gemm_f32_available();
+    /* Products narrower than one micro-tile (the 10 logits) are computed transposed by the
+     * GEMM itself (gemm.c), which beat OpenBLAS there (bench/gemm --versus --mlp). */
+    job_out->own = out->dtype == EG_DTYPE_F32 && eg__gemm_f32_available();
     *a_copy = a;
     *b_copy = b;
     return EG_OK;
