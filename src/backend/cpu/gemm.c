@@ -145,10 +145,8 @@ AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p
         int64_t rows = mc - ir < MR ? mc - ir : MR;
         const float *src = g->a + (i0 + ir) * g->a_row + p0 * g->a_col;
         if (g->a_row == 1 && rows == MR) { /* op(A) column-major: a row of a panel is contiguous */
-            for (int64_t p = 0; p < kc; p++) {
-                const float *s = src + p * g->a_col;
-                for (int r = 0; r < MR; r++) out[p * MR + r] = s[r];
-            }
+            for (int64_t p = 0; p < kc; p++) /* one 16- and one 8-byte move, not 6 scalars */
+                memcpy(out + p * MR, src + p * g->a_col, MR * sizeof(float));
         } else if (g->a_col == 1 && rows == MR) { /* row-major op(A): 8 x 6 transposes */
             int64_t p = 0;
             for (; p + 8 <= kc; p += 8) transpose_8x8(src + p, g->a_row, MR, out + p * MR, MR, MR);
