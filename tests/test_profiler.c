@@ -647,6 +647,57 @@ static void test_start_stop_while_busy(void **state) {
     for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(threads[i], NULL), 0);
 }
 
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* EG_PROFILE_CPU_TIME: a range that sleeps costs no CPU time, one that computes does; the trace
+ * keeps wall-clock spans; the report says which clock its times are. */
+static void test_cpu_time(void **state) {
+    (void)state;
+    eg_tensor *a = eg_ones(EG_DTYPE_F32, 1, (int64_t[]){4});
+    assert_int_equal(eg_profiler_start(EG_PROFILE_CPU_TIME | EG_PROFILE_TRACE), EG_OK);
+    assert_int_equal(eg_profiler_flags(),
+                     (unsigned)(EG_PROFILE_OPS | EG_PROFILE_TRACE | EG_PROFILE_CPU_TIME));
+    assert_int_equal(eg_profiler_range_push("sleeping"), EG_OK);
+    assert_non_null(eg_add(a, a));
+    usleep(30000);
+    assert_int_equal(eg_profiler_range_pop(), EG_OK);
+    assert_int_equal(eg_profiler_range_push("busy"), EG_OK);
+    volatile double sink = 0;
+    for (double start = thread_cpu_seconds(); thread_cpu_seconds() - start < 0.02;) sink += 1;
+    assert_int_equal(eg_profiler_range_pop(), EG_OK);
+    assert_int_equal(eg_profiler_stop(), EG_OK);
+    eg_profiler_summary summary;
+    int n;
+    eg_profiler_entry *entries = all_entries(&summary, &n);
+    const eg_profiler_entry *sleeping = find_entry(entries, n, "sleeping", true);
+    const eg_profiler_entry *busy = find_entry(entries, n, "busy", true);
+    assert_non_null(sleeping);
+    assert_non_null(busy);
+    assert_true(sleeping->total_seconds < 0.01); /* the 30 ms asleep are not counted */
+    assert_true(busy->total_seconds >= 0.019);   /* the 20 ms of computing are */
+    assert_true(summary.wall_seconds >= 0.049);  /* the session itself is wall time */
+    assert_int_equal(calls_of(entries, n, "add"), 1);
+    free(entries);
+    eg__json root;
+    load_trace(&root);
+    const eg__json *span = find_event(&root, "sleeping", 'X');
+    assert_non_null(span);
+    assert_true(number_field(span, "dur") >= 30000); /* microseconds, wall clock */
+    eg__json_free(&root);
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    assert_non_null(out);
+    assert_int_equal(eg_profiler_report(out, 0), EG_OK);
+    fclose(out);
+    assert_non_null(strstr(text, "CPU time of the calling thread"));
+    free(text);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
@@ -660,6 +711,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_trace_contents, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_user_threads, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_start_stop_while_busy, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_time, case_setup, case_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     eg_profiler_reset();

@@ -58,6 +58,9 @@ eg_status eg_profiler_report(FILE *out, double step_seconds) {
             "thread(s)\n",
             s.op_calls, s.op_seconds * 1e3, s.wall_seconds * 1e3,
             s.wall_seconds > 0 ? 100.0 * s.op_seconds / s.wall_seconds : 0.0, s.n_threads);
+    if (s.flags & EG_PROFILE_CPU_TIME)
+        fprintf(out,
+                "times below: CPU time of the calling thread (pool workers' shares left out)\n");
     if (per_step) fprintf(out, "step: %.3f ms, %.4g step(s)\n", step_seconds * 1e3, n_steps);
     fprintf(out, "%-*s %10s %12s %12s %7s", NAME, "op", "calls", "total ms", "mean us", "% ops");
     if (per_step) fprintf(out, " %10s %7s", "ms/step", "% step");

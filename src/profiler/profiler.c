@@ -30,6 +30,7 @@ typedef struct range_frame {
     bool recording;
     uint16_t name_id;
     uint64_t generation, start_ns;
+    uint64_t cpu_start_ns; /* with EG_PROFILE_CPU_TIME */
 } range_frame;
 static _Thread_local range_frame range_stack[EG__PROFILER_MAX_DEPTH];
 static _Thread_local int range_depth;
@@ -45,6 +46,17 @@ uint64_t eg__profiler_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Thread CPU time with EG_PROFILE_CPU_TIME, else 0 (durations then come from the wall clock). */
+static uint64_t cpu_now_if(unsigned flags) {
+    return flags & EG_PROFILE_CPU_TIME ? thread_cpu_ns() : 0;
 }
 
 /* ---- per-thread buffers -------------------------------------------------------------------- */
@@ -187,9 +199,10 @@ static uint64_t bytes_in_use(const eg_device *device) {
     return stats.bytes_in_use;
 }
 
+/* start/end: wall clock (the trace); duration: what the stats count. */
 static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
                       const eg_tensor *const *inputs, const eg_tensor *output, uint64_t start,
-                      uint64_t end) {
+                      uint64_t end, uint64_t duration) {
     eg__prof_thread *t = thread_buffer();
     if (!t) return;
     bool trace = flags & EG_PROFILE_TRACE;
@@ -200,7 +213,7 @@ static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
     }
     pthread_mutex_lock(&t->mutex);
     if (gen == atomic_load_explicit(&generation, memory_order_relaxed)) {
-        stat_add(&t->ops[op], end - start);
+        stat_add(&t->ops[op], duration);
         t->recorded = true;
         if (trace) {
             int n_kept =
@@ -232,14 +245,15 @@ eg_tensor *eg__profiler_execute(eg__op op, int n_inputs, const eg_tensor *const 
                                 const eg__attrs *attrs) {
     unsigned flags = atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed);
     uint64_t gen = atomic_load_explicit(&generation, memory_order_relaxed);
-    uint64_t start = eg__profiler_now_ns();
+    uint64_t cpu_start = cpu_now_if(flags), start = eg__profiler_now_ns();
     eg_tensor *output = eg__execute_unprofiled(op, n_inputs, inputs, attrs);
-    uint64_t end = eg__profiler_now_ns();
+    uint64_t end = eg__profiler_now_ns(), cpu_end = cpu_now_if(flags);
     if (!flags) return output;
     /* A NULL argument passed along a chain ran nothing: not an op call. */
     for (int i = 0; i < n_inputs; i++)
         if (!inputs[i]) return output;
-    record_op(flags, gen, op, n_inputs, inputs, output, start, end);
+    record_op(flags, gen, op, n_inputs, inputs, output, start, end,
+              flags & EG_PROFILE_CPU_TIME ? cpu_end - cpu_start : end - start);
     return output;
 }
 
@@ -283,12 +297,13 @@ eg_status eg_profiler_set_thread_name(const char *name) {
 /* ---- sessions ------------------------------------------------------------------------------ */
 
 eg_status eg_profiler_start(unsigned flags) {
-    if (flags == 0 || (flags & ~(unsigned)(EG_PROFILE_OPS | EG_PROFILE_TRACE)))
+    if (flags == 0 ||
+        (flags & ~(unsigned)(EG_PROFILE_OPS | EG_PROFILE_TRACE | EG_PROFILE_CPU_TIME)))
         return eg__error(EG_ERR_INVALID_ARGUMENT,
-                         "profiler_start: flags 0x%x are not a combination of EG_PROFILE_OPS and "
-                         "EG_PROFILE_TRACE",
+                         "profiler_start: flags 0x%x are not a combination of EG_PROFILE_OPS, "
+                         "EG_PROFILE_TRACE and EG_PROFILE_CPU_TIME",
                          flags);
-    if (flags & EG_PROFILE_TRACE) flags |= EG_PROFILE_OPS;
+    flags |= EG_PROFILE_OPS; /* each other flag implies it */
     pthread_mutex_lock(&eg__profiler.mutex);
     if (eg__profiler.running) {
         pthread_mutex_unlock(&eg__profiler.mutex);
@@ -411,6 +426,8 @@ eg_status eg_profiler_range_push(const char *name) {
     frame->name_id = (uint16_t)id;
     frame->generation = atomic_load_explicit(&generation, memory_order_relaxed);
     frame->recording = true;
+    frame->cpu_start_ns =
+        cpu_now_if(atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed));
     frame->start_ns = eg__profiler_now_ns();
     return EG_OK;
 }
@@ -434,12 +451,15 @@ eg_status eg_profiler_range_pop(void) {
     unsigned flags = atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed);
     if (!frame.recording || !flags) return EG_OK;
     uint64_t end = eg__profiler_now_ns();
+    uint64_t duration = flags & EG_PROFILE_CPU_TIME && frame.cpu_start_ns
+                            ? thread_cpu_ns() - frame.cpu_start_ns
+                            : end - frame.start_ns;
     eg__prof_thread *t = thread_buffer();
     if (!t) return EG_OK;
     pthread_mutex_lock(&t->mutex);
     if (frame.generation == atomic_load_explicit(&generation, memory_order_relaxed) &&
         ensure_range_slot(t, frame.name_id)) {
-        stat_add(&t->ranges[frame.name_id], end - frame.start_ns);
+        stat_add(&t->ranges[frame.name_id], duration);
         t->recorded = true;
         if (flags & EG_PROFILE_TRACE) {
             eg__prof_event *p = reserve_event(t, sizeof *p);

@@ -74,6 +74,10 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     check "--profile wrote a JSON trace with op spans" \
         python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); assert any(e.get("ph")=="X" and e.get("name")=="matmul" for e in t["traceEvents"])' "$tmp/trace.json"
     check "--mode graph gives eager's training log" same_as_eager graph
+    cpu_profile() { "$eagle" profile --steps 5 --threads 1 --cpu-time | grep -q "CPU time of the calling thread"; }
+    check "eagle profile --cpu-time reports thread CPU time" cpu_profile
+    check "--profile-cpu-time without --profile -> 2" expect_exit 2 "$eagle" train --profile-cpu-time
+    check "... saying it needs --profile" grep -q "needs --profile FILE" <<<"$out"
     check "eval of the saved weights reproduces the test accuracy" \
         bash -c 'out=$("$0" eval "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/w1.safetensors" "$accuracy"
 

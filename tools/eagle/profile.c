@@ -9,6 +9,7 @@
 
 typedef struct profile_options {
     const char *trace_path;
+    bool cpu_time;
     mlp_config model;
     long batch_size, steps, warmup, threads;
     unsigned long long seed;
@@ -29,11 +30,13 @@ static void print_help(void) {
            "  --threads N          CPU threads (default EG_NUM_THREADS or the core count)\n"
            "  --seed N             initialisation and data seed (default 42)\n"
            "  --trace FILE         also write a Chrome trace (open in https://ui.perfetto.dev)\n"
+           "  --cpu-time           time ops and ranges by this thread's CPU time, not the wall\n"
+           "                       clock: steady on a busy machine (use with --threads 1)\n"
            "  --help               this text\n");
 }
 
 static int parse_options(int argc, char **argv, profile_options *o) {
-    enum { HIDDEN = 1000, BATCH, STEPS, WARMUP, THREADS, SEED, TRACE, HELP };
+    enum { HIDDEN = 1000, BATCH, STEPS, WARMUP, THREADS, SEED, TRACE, CPU_TIME, HELP };
     static const struct option options[] = {{"hidden", required_argument, NULL, HIDDEN},
                                             {"batch-size", required_argument, NULL, BATCH},
                                             {"steps", required_argument, NULL, STEPS},
@@ -41,6 +44,7 @@ static int parse_options(int argc, char **argv, profile_options *o) {
                                             {"threads", required_argument, NULL, THREADS},
                                             {"seed", required_argument, NULL, SEED},
                                             {"trace", required_argument, NULL, TRACE},
+                                            {"cpu-time", no_argument, NULL, CPU_TIME},
                                             {"help", no_argument, NULL, HELP},
                                             {NULL, 0, NULL, 0}};
     *o = (profile_options){
@@ -79,6 +83,9 @@ static int parse_options(int argc, char **argv, profile_options *o) {
             break;
         case TRACE:
             o->trace_path = optarg;
+            break;
+        case CPU_TIME:
+            o->cpu_time = true;
             break;
         case 'h':
         case HELP:
@@ -151,7 +158,8 @@ int cli_profile(int argc, char **argv) {
         if (profile_step(model, optimizer, generator, o.batch_size, &loss) != EG_OK) goto done;
     warmup_seconds = cli_seconds() - warmup_seconds;
 
-    unsigned flags = EG_PROFILE_OPS | (o.trace_path ? EG_PROFILE_TRACE : 0);
+    unsigned flags = EG_PROFILE_OPS | (o.trace_path ? EG_PROFILE_TRACE : 0) |
+                     (o.cpu_time ? EG_PROFILE_CPU_TIME : 0);
     if (eg_profiler_start(flags) != EG_OK) goto done;
     profiling = true;
     double seconds = cli_seconds();
