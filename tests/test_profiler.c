@@ -23,10 +23,16 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static double now_seconds(void) {
+static double clock_seconds(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+static double now_seconds(void) {
+    return clock_seconds(CLOCK_MONOTONIC);
+}
+static double thread_cpu_seconds(void) {
+    return clock_seconds(CLOCK_THREAD_CPUTIME_ID);
 }
 
 static int case_setup(void **state) {
@@ -645,12 +651,6 @@ static void test_start_stop_while_busy(void **state) {
     }
     atomic_store(&stop, 1);
     for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(threads[i], NULL), 0);
-}
-
-static double thread_cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* EG_PROFILE_CPU_TIME: a range that sleeps costs no CPU time, one that computes does; the trace
