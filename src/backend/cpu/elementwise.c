@@ -428,6 +428,12 @@ typedef struct cast_context {
 static void cast_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const cast_context *c = context;
     if (c->from == EG_DTYPE_U8 && c->to == EG_DTYPE_F32) {
+        if (s[0] == 4 && s[1] == 1) { /* images: a contiguous loop the compiler vectorizes */
+            float *out = (float *)p[0];
+            const uint8_t *in = (const uint8_t *)p[1];
+            for (int64_t i = 0; i < n; i++) out[i] = (float)in[i];
+            return;
+        }
         for (int64_t i = 0; i < n; i++)
             *(float *)(p[0] + i * s[0]) = (float)*(const uint8_t *)(p[1] + i * s[1]);
         return;
