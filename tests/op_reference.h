@@ -1,4 +1,4 @@
-/* Plain-C references of the op cases (op_reference.c). */
+/* Plain-C references of the op cases (op_reference.c, op_reference_nn.c). */
 #ifndef EAGLE_TESTS_OP_REFERENCE_H
 #define EAGLE_TESTS_OP_REFERENCE_H
 
