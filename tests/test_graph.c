@@ -276,6 +276,61 @@ static void test_dropout_masks_are_drawn_again_at_every_replay(void **state) {
     eg_scope_end();
 }
 
+/* A step drawing random tensors itself (noise, a hand-made mask) interleaved with a Dropout
+ * layer, from an explicit generator and from the default one: each replay draws new values, the
+ * eager calls' values in the same order. */
+typedef struct noisy_context {
+    eg_layer *dropout;
+    eg_generator *generator;
+} noisy_context;
+
+static eg_status noisy_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    noisy_context *c = user;
+    int64_t shape[1] = {257};
+    eg_tensor *noise = eg_random_normal(c->generator, EG_DTYPE_F32, 1, shape, 0.0, 0.1);
+    eg_tensor *dropped = eg_layer_call(c->dropout, eg_add(in[0], noise), true);
+    eg_tensor *keep = eg_random_uniform(NULL, EG_DTYPE_F32, 1, shape, 0.0, 1.0);
+    out[0] = eg_mul(dropped, keep);
+    return eg_last_status();
+}
+
+static void test_random_tensors_are_drawn_again_at_every_replay(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t shape[1] = {257};
+    eg_tensor *x = random_tensor(EG_DTYPE_F32, 1, shape, 7);
+    noisy_context c = {eg_dropout_new(0.25, NULL), eg_generator_new(1)};
+    eg_generator *eager_generator = eg_generator_new(1);
+    eg_function *f = eg_function_new("noisy_step", noisy_step, 1, 1, &c);
+    const eg_tensor *in[1] = {x};
+    eg_tensor *first = NULL;
+    for (int call = 0; call < 3; call++) {
+        eg_tensor *eager, *graph;
+        eg_generator *traced_generator = c.generator;
+        c.generator = eager_generator; /* the same stream, run eagerly */
+        eg_manual_seed(200 + (uint64_t)call);
+        assert_int_equal(noisy_step(in, &eager, &c), EG_OK);
+        c.generator = traced_generator;
+        eg_manual_seed(200 + (uint64_t)call);
+        assert_int_equal(eg_function_call(f, in, &graph), EG_OK);
+        assert_memory_equal(eg_tensor_data(eager), eg_tensor_data(graph), 257 * sizeof(float));
+        if (call == 0)
+            first = eg_contiguous(graph);
+        else /* new draws, not the traced ones */
+            assert_memory_not_equal(eg_tensor_data(first), eg_tensor_data(graph),
+                                    257 * sizeof(float));
+        eg_release(graph);
+    }
+    eg_function_stats stats;
+    assert_int_equal(eg_function_stats_get(f, &stats), EG_OK);
+    assert_int_equal(stats.n_traces, 1);
+    eg_function_free(f);
+    eg_generator_free(eager_generator);
+    eg_generator_free(c.generator);
+    eg_layer_free(c.dropout);
+    eg_scope_end();
+}
+
 static void test_planner_on_random_graphs(void **state) {
     (void)state;
     uint64_t seed = 42;
@@ -315,6 +370,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_wide_model_step_in_three_modes, setup),
         cmocka_unit_test_setup(test_planner_on_random_graphs, setup),
         cmocka_unit_test_setup(test_dropout_masks_are_drawn_again_at_every_replay, setup),
+        cmocka_unit_test_setup(test_random_tensors_are_drawn_again_at_every_replay, setup),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,6 +50,8 @@ void eg_lazy_stats_get(eg_lazy_stats *out);
 typedef struct eg_function eg_function;
 
 /* The traced function: reads n_inputs tensors, writes n_outputs new tensors into outputs.
+ * Random draws (eg_random_uniform/normal, dropout) are made again at every call, from the same
+ * generators in the same order as the eager calls would make them.
  * It may use every op, tapes, variables and optimizers: their updates run at each call, each
  * variable's as soon as its gradient is computed and no op of the graph still reads the
  * variable (or after the graph, in traced order, when an assign or another step on the same

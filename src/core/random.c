@@ -72,11 +72,58 @@ uint64_t eg_generator_next_seed(eg_generator *generator) {
     return ((uint64_t)words[0] << 32) | words[1];
 }
 
-typedef enum { DISTRIBUTION_UNIFORM, DISTRIBUTION_NORMAL } distribution;
+enum { DISTRIBUTION_UNIFORM = 0, DISTRIBUTION_NORMAL = 1 };
+
+static _Thread_local eg__random_observer observer;
+
+void eg__random_set_observer(eg__random_observer new_observer) {
+    observer = new_observer;
+}
 
 /* Element i uses words 2i and 2i+1 of the stream (enough for f64 and for a Box-Muller pair). */
+void eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fill) {
+    double a = fill.a, b = fill.b;
+    eg_dtype dtype = t->dtype;
+    uint64_t n = (uint64_t)t->n_elems;
+    uint64_t first = claim_blocks(generator, (n + 1) / 2);
+    uint64_t seed = generator_seed(generator);
+    void *data = eg__data(t);
+    float *f32 = dtype == EG_DTYPE_F32 ? data : NULL;
+    for (uint64_t block = 0; block * 2 < n; block++) {
+        uint32_t w[4];
+        eg__philox4x32(seed, 0, first + block, w);
+        for (int j = 0; j < 2 && block * 2 + (uint64_t)j < n; j++) {
+            uint64_t i = block * 2 + (uint64_t)j;
+            double value;
+            if (fill.distribution == DISTRIBUTION_UNIFORM) {
+                double u = eg__uniform_f64(w[2 * j], w[2 * j + 1]);
+                value = a + (b - a) * u;
+                if (value >= b) value = a; /* rounding must not reach the open bound */
+            } else {
+                /* Box-Muller with one of the two outputs: simple and exactly reproducible. */
+                double u1 = 1.0 - eg__uniform_f64(w[2 * j], 0); /* (0, 1] */
+                double u2 = eg__uniform_f64(w[2 * j + 1], 0);
+                value = a + b * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+            }
+            if (f32)
+                f32[i] = (float)value;
+            else
+                eg__store_from_double(data, dtype, (int64_t)i, value);
+            /* Rounding to the stored precision (f32, and often f16/bf16) can reach the open
+             * bound too: the interval is [a, b), so such draws become a, as above. */
+            if (fill.distribution == DISTRIBUTION_UNIFORM && dtype != EG_DTYPE_F64 &&
+                (f32 ? (double)f32[i] : eg__load_as_double(data, dtype, (int64_t)i)) >= b) {
+                if (f32)
+                    f32[i] = (float)a;
+                else
+                    eg__store_from_double(data, dtype, (int64_t)i, a);
+            }
+        }
+    }
+}
+
 static eg_tensor *random_tensor(eg_generator *generator, eg_dtype dtype, int n_dims,
-                                const int64_t *shape, double a, double b, distribution kind) {
+                                const int64_t *shape, double a, double b, int kind) {
     const char *name = kind == DISTRIBUTION_UNIFORM ? "random_uniform" : "random_normal";
     if (!eg_dtype_is_float(dtype)) {
         eg__error(EG_ERR_DTYPE, "%s: dtype must be a float type, got %s", name,
@@ -89,38 +136,9 @@ static eg_tensor *random_tensor(eg_generator *generator, eg_dtype dtype, int n_d
     }
     eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, NULL);
     if (!t) return NULL;
-    uint64_t n = (uint64_t)t->n_elems;
-    uint64_t first = claim_blocks(generator, (n + 1) / 2);
-    uint64_t seed = generator_seed(generator);
-    void *data = eg__data(t);
-    float *f32 = dtype == EG_DTYPE_F32 ? data : NULL;
-    for (uint64_t block = 0; block * 2 < n; block++) {
-        uint32_t w[4];
-        eg__philox4x32(seed, 0, first + block, w);
-        for (int j = 0; j < 2 && block * 2 + (uint64_t)j < n; j++) {
-            uint64_t i = block * 2 + (uint64_t)j;
-            double value;
-            if (kind == DISTRIBUTION_UNIFORM) {
-                double u = eg__uniform_f64(w[2 * j], w[2 * j + 1]);
-                value = a + (b - a) * u;
-                if (value >= b) value = a; /* rounding must not reach the open bound */
-            } else {
-                /* Box-Muller with one of the two outputs: simple and exactly reproducible. */
-                double u1 = 1.0 - eg__uniform_f64(w[2 * j], 0); /* (0, 1] */
-                double u2 = eg__uniform_f64(w[2 * j + 1], 0);
-                value = a + b * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-            }
-            if (f32) f32[i] = (float)value;
-            else eg__store_from_double(data, dtype, (int64_t)i, value);
-            /* Rounding to the stored precision (f32, and often f16/bf16) can reach the open
-             * bound too: the interval is [a, b), so such draws become a, as above. */
-            if (kind == DISTRIBUTION_UNIFORM && dtype != EG_DTYPE_F64 &&
-                (f32 ? (double)f32[i] : eg__load_as_double(data, dtype, (int64_t)i)) >= b) {
-                if (f32) f32[i] = (float)a;
-                else eg__store_from_double(data, dtype, (int64_t)i, a);
-            }
-        }
-    }
+    eg__random_fill fill = {kind, a, b};
+    eg__random_refill(t, generator, fill);
+    if (observer) observer(t, generator, fill);
     return t;
 }
 

@@ -48,26 +48,49 @@ void eg__graph_note(eg_tensor *t) {
     tr->notes[tr->n_notes++] = t;
 }
 
-void eg__graph_note_random(eg_tensor *t, eg_generator *generator) {
-    trace *tr = tracing_now;
-    if (!tr || !t || !t->lazy) return;
+/* Appends a draw to the trace's list (t referenced); false when memory is short. */
+static bool note_draw(trace *tr, eg_tensor *t, eg_generator *generator, eg__random_fill fill) {
     int n = tr->n_random + 1;
     eg_tensor **ops = realloc(tr->random_ops, sizeof *ops * (size_t)n);
     if (ops) tr->random_ops = ops;
     eg_generator **generators =
         ops ? realloc(tr->random_generators, sizeof *generators * (size_t)n) : NULL;
-    if (!generators) return;
-    tr->random_generators = generators;
+    if (generators) tr->random_generators = generators;
+    eg__random_fill *fills =
+        generators ? realloc(tr->random_fills, sizeof *fills * (size_t)n) : NULL;
+    if (!fills) return false;
+    tr->random_fills = fills;
     eg__ref(t);
     tr->random_ops[tr->n_random] = t;
-    tr->random_generators[tr->n_random++] = generator;
+    tr->random_generators[tr->n_random] = generator;
+    tr->random_fills[tr->n_random++] = fill;
+    return true;
 }
 
-/* New seeds for the trace's random ops, drawn in traced order. Ops that reuse a random op's seed
- * (dropout's gradient applies the same mask: a dropout op with the same attrs) follow it; they
- * are found by the old seed, a 64-bit random number. */
+void eg__graph_note_random(eg_tensor *t, eg_generator *generator) {
+    trace *tr = tracing_now;
+    if (!tr || !t || !t->lazy) return;
+    note_draw(tr, t, generator, (eg__random_fill){.distribution = -1});
+}
+
+/* The random observer while tracing: a random tensor the function made becomes a constant of
+ * the graph, filled anew at every replay. */
+static void note_random_tensor(eg_tensor *t, eg_generator *generator, eg__random_fill fill) {
+    trace *tr = tracing_now;
+    if (tr && !note_draw(tr, t, generator, fill))
+        eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
+}
+
+/* Draws again what the trace drew, in traced order: new random constants, and new seeds for its
+ * random ops. Ops that reuse a random op's seed (dropout's gradient applies the same mask: a
+ * dropout op with the same attrs) follow it; they are found by the old seed, a 64-bit random
+ * number. */
 static void redraw_seeds(trace *t) {
     for (int i = 0; i < t->n_random; i++) {
+        if (t->random_fills[i].distribution >= 0) {
+            eg__random_refill(t->random_ops[i], t->random_generators[i], t->random_fills[i]);
+            continue;
+        }
         eg__lazy_node *node = t->random_ops[i]->lazy;
         uint64_t seed = eg_generator_next_seed(t->random_generators[i]);
         if (!node) continue;
@@ -188,6 +211,7 @@ static void trace_free(trace *t, int n_inputs, int n_outputs) {
     for (int i = 0; i < t->n_random; i++) eg__unref(t->random_ops[i]);
     free(t->random_ops);
     free(t->random_generators);
+    free(t->random_fills);
     if (t->borrowed_actions) t->actions = NULL;
     for (int i = 0; i < t->n_entries; i++) {
         free(t->entries[i].members);
@@ -359,9 +383,11 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
     eg__scope_resume();
     if (status == EG_OK) {
         tracing_now = t;
+        eg__random_set_observer(note_random_tensor);
         eg_lazy_begin();
         status = f->fn((const eg_tensor *const *)t->placeholders, returned, f->user_data);
         eg_lazy_end();
+        eg__random_set_observer(NULL);
         tracing_now = NULL;
         if (status == EG_OK && eg__error_pending())
             status = eg_last_status();
@@ -631,6 +657,7 @@ eg_status eg__graph_record_begin(trace *t, const char *name) {
     if (tracing_now)
         return eg__error(EG_ERR_STATE, "%s: already recording a graph or tracing a function", name);
     tracing_now = t;
+    eg__random_set_observer(note_random_tensor);
     eg_lazy_begin();
     return EG_OK;
 }
@@ -638,6 +665,7 @@ eg_status eg__graph_record_begin(trace *t, const char *name) {
 void eg__graph_record_end(void) {
     trace *t = tracing_now;
     eg_lazy_end();
+    eg__random_set_observer(NULL);
     tracing_now = NULL;
     /* what the graph recorded reads the live variables at every run */
     for (int i = 0; t && i < t->n_notes; i++)

@@ -4,6 +4,7 @@
 #define EAGLE_SRC_GRAPH_INTERNAL_H
 
 #include "eagle/optim.h"
+#include "core/random.h"
 #include "lazy/internal.h"
 #include "optim/internal.h"
 
@@ -79,10 +80,13 @@ typedef struct trace {
     eg_tensor **notes;     /* a session graph: every op recorded while building it */
     int n_notes;
     bool keep_notes;
-    /* ops whose seed was drawn from a generator while tracing (dropout layers): every replay
-     * draws them again, in traced order, as the eager calls would */
+    /* what drew from a generator while tracing, in traced order: ops whose seed was drawn
+     * (dropout layers; fill.distribution < 0) and tensors eg_random_uniform/normal filled
+     * (constants of the graph). Every replay draws them again, in that order, as the eager calls
+     * would. */
     eg_tensor **random_ops;
     eg_generator **random_generators;
+    eg__random_fill *random_fills;
     int n_random;
 } trace;
 
