@@ -276,9 +276,9 @@ static void test_dropout_masks_are_drawn_again_at_every_replay(void **state) {
     eg_scope_end();
 }
 
-/* A step drawing random tensors itself (noise, a hand-made mask) interleaved with a Dropout
- * layer, from an explicit generator and from the default one: each replay draws new values, the
- * eager calls' values in the same order. */
+/* A step drawing random tensors itself (noise, a hand-made mask) interleaved with dropout
+ * seeds, from an explicit generator and from the default one (a Dropout layer's): each replay
+ * draws new values, the eager calls' values in the same order. */
 typedef struct noisy_context {
     eg_layer *dropout;
     eg_generator *generator;
@@ -288,7 +288,8 @@ static eg_status noisy_step(const eg_tensor *const *in, eg_tensor **out, void *u
     noisy_context *c = user;
     int64_t shape[1] = {257};
     eg_tensor *noise = eg_random_normal(c->generator, EG_DTYPE_F32, 1, shape, 0.0, 0.1);
-    eg_tensor *dropped = eg_layer_call(c->dropout, eg_add(in[0], noise), true);
+    eg_tensor *noisy = eg_dropout_random(eg_add(in[0], noise), 0.5, c->generator);
+    eg_tensor *dropped = eg_layer_call(c->dropout, noisy, true);
     eg_tensor *keep = eg_random_uniform(NULL, EG_DTYPE_F32, 1, shape, 0.0, 1.0);
     out[0] = eg_mul(dropped, keep);
     return eg_last_status();

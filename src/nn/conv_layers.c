@@ -518,7 +518,7 @@ eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x, bool trainin
         return call_norm(layer, x, training);
     case EG__LAYER_DROPOUT:
         if (!training || layer->rate == 0) return eg_reshape(x, x->n_dims, x->shape);
-        return eg__dropout_from_generator(x, layer->rate, NULL);
+        return eg_dropout_random(x, layer->rate, NULL);
     default:
         eg__error(EG_ERR_INTERNAL, "layer_call: unknown layer kind %d", (int)layer->kind);
         return NULL;

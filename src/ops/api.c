@@ -450,7 +450,7 @@ eg_tensor *eg_sparse_softmax_cross_entropy(const eg_tensor *logits, const eg_ten
     return run2(EG__OP_SPARSE_SOFTMAX_CROSS_ENTROPY, logits, labels, &no_attrs);
 }
 
-eg_tensor *eg__dropout_from_generator(const eg_tensor *x, double rate, eg_generator *generator) {
+eg_tensor *eg_dropout_random(const eg_tensor *x, double rate, eg_generator *generator) {
     if (!eg__check_arg(x, "dropout", 0)) return NULL;
     if (rate == 0) return eg_reshape(x, x->n_dims, x->shape);
     eg_tensor *y = eg_dropout(x, rate, eg_generator_next_seed(generator), true);

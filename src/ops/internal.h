@@ -106,10 +106,6 @@ bool eg__conv2d_attrs(eg__attrs *attrs, const eg_conv2d_options *options, const 
 bool eg__pool2d_attrs(eg__attrs *attrs, const eg_pool2d_options *options, const int64_t *x_shape,
                       const char *name);
 
-/* Training-mode dropout whose seed is drawn from generator (NULL: the default one), as the
- * Dropout layer does: in a traced function each replay draws a fresh seed in traced order (so
- * graph mode gives eager's masks), where eg_dropout's explicit seed stays fixed. */
-eg_tensor *eg__dropout_from_generator(const eg_tensor *x, double rate, eg_generator *generator);
 /* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
 eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);
 
