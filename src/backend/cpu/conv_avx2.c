@@ -281,56 +281,56 @@ eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, cons
 
 /* ---- filter gradient ---- */
 
-/* dw[r][0..16) += sum over the band's pixels (n_rows output rows of ow pixels) of
- * px[r][pixel offset] * dy[pixel][0..16), for the n_valid filter rows r (dw rows ldw apart). */
+/* dw[r][0..16) += sum over n_pix output pixels i of px[r][xoff[i]] * dy[i][0..16), for the n_valid
+ * filter rows r (dw rows ldw apart, dy rows ldy apart). xoff holds the pixels' offsets in the
+ * padded band, so one loop with one index runs over all the sweep's pixels: a loop per output
+ * row (14 or 28 pixels here) paid its set-up per row and six pointer increments per pixel; the
+ * median call on conv2-conv4 is ~5% faster this way (interleaved A/B, same bits). */
 static inline __attribute__((always_inline)) void
-filter_block_body(const float *const *px, const band_layout *l, int64_t n_rows, int64_t ow,
-                  const float *dy, int64_t ldy, float *dw, int64_t ldw, int n_valid, bool full,
-                  __m256i m0, __m256i m1) {
+filter_block_flat(const float *const *px, const int64_t *xoff, int64_t n_pix, const float *dy,
+                  int64_t ldy, float *dw, int64_t ldw, int n_valid, bool full, __m256i m0,
+                  __m256i m1) {
     ACC_DECLARE;
     const float *p0 = px[0], *p1 = px[1], *p2 = px[2], *p3 = px[3], *p4 = px[4], *p5 = px[5];
-    for (int64_t row = 0; row < n_rows; row++) {
-        int64_t xo = row * l->row_step;
-        const float *d = dy + row * ow * ldy;
-        for (int64_t col = 0; col < ow; col++, xo += l->col_step, d += ldy) {
-            __m256 d0, d1;
-            if (full) {
-                d0 = _mm256_loadu_ps(d);
-                d1 = _mm256_loadu_ps(d + 8);
-            } else {
-                d0 = _mm256_maskload_ps(d, m0);
-                d1 = _mm256_maskload_ps(d + 8, m1);
-            }
-            ACC_ROW(0, _mm256_broadcast_ss(p0 + xo), d0, d1);
-            ACC_ROW(1, _mm256_broadcast_ss(p1 + xo), d0, d1);
-            ACC_ROW(2, _mm256_broadcast_ss(p2 + xo), d0, d1);
-            ACC_ROW(3, _mm256_broadcast_ss(p3 + xo), d0, d1);
-            ACC_ROW(4, _mm256_broadcast_ss(p4 + xo), d0, d1);
-            ACC_ROW(5, _mm256_broadcast_ss(p5 + xo), d0, d1);
+    const float *d = dy;
+    for (int64_t i = 0; i < n_pix; i++, d += ldy) {
+        int64_t xo = xoff[i];
+        __m256 d0, d1;
+        if (full) {
+            d0 = _mm256_loadu_ps(d);
+            d1 = _mm256_loadu_ps(d + 8);
+        } else {
+            d0 = _mm256_maskload_ps(d, m0);
+            d1 = _mm256_maskload_ps(d + 8, m1);
         }
+        ACC_ROW(0, _mm256_broadcast_ss(p0 + xo), d0, d1);
+        ACC_ROW(1, _mm256_broadcast_ss(p1 + xo), d0, d1);
+        ACC_ROW(2, _mm256_broadcast_ss(p2 + xo), d0, d1);
+        ACC_ROW(3, _mm256_broadcast_ss(p3 + xo), d0, d1);
+        ACC_ROW(4, _mm256_broadcast_ss(p4 + xo), d0, d1);
+        ACC_ROW(5, _mm256_broadcast_ss(p5 + xo), d0, d1);
     }
 #define DW_ROW(r) (dw + (r)*ldw)
     PUT_ROWS(DW_ROW, full, m0, m1, true, n_valid);
 #undef DW_ROW
 }
 
-static void filter_block_full(const float *const *px, const band_layout *l, int64_t n_rows,
-                              int64_t ow, const float *dy, int64_t ldy, float *dw, int64_t ldw,
-                              int n_valid) {
+static void filter_flat_full(const float *const *px, const int64_t *xoff, int64_t n_pix,
+                             const float *dy, int64_t ldy, float *dw, int64_t ldw, int n_valid) {
     __m256i none = _mm256_setzero_si256();
-    filter_block_body(px, l, n_rows, ow, dy, ldy, dw, ldw, n_valid, true, none, none);
+    filter_block_flat(px, xoff, n_pix, dy, ldy, dw, ldw, n_valid, true, none, none);
 }
 
-static void filter_block_masked(const float *const *px, const band_layout *l, int64_t n_rows,
-                                int64_t ow, const float *dy, int64_t ldy, float *dw, int64_t ldw,
-                                int n_valid, __m256i m0, __m256i m1) {
-    filter_block_body(px, l, n_rows, ow, dy, ldy, dw, ldw, n_valid, false, m0, m1);
+static void filter_flat_masked(const float *const *px, const int64_t *xoff, int64_t n_pix,
+                               const float *dy, int64_t ldy, float *dw, int64_t ldw, int n_valid,
+                               __m256i m0, __m256i m1) {
+    filter_block_flat(px, xoff, n_pix, dy, ldy, dw, ldw, n_valid, false, m0, m1);
 }
 
-/* Scratch: the padded band, then the filter rows' offsets in it. */
+/* Scratch: the padded band, then the filter rows' offsets in it, then a band's pixel offsets. */
 size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
     band_layout l = layout_of(g, FILTER_BAND_PIXELS);
-    return (band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2;
+    return (band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2 + (size_t)(l.rows * g->y.w) * 2;
 }
 
 void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
@@ -341,6 +341,10 @@ void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, cons
     for (int64_t t = 0, kk = 0; t < g->kh * g->kw; t++) /* filter row (tap i, j; channel ch) */
         for (int64_t ch = 0; ch < g->cg; ch++, kk++)
             koff[kk] = (t / g->kw * g->dil_h * l.wp + t % g->kw * g->dil_w) * l.c + ch;
+    int64_t *xoff = koff + g->k;
+    for (int64_t row = 0, pix = 0; row < l.rows; row++)
+        for (int64_t col = 0; col < g->y.w; col++, pix++)
+            xoff[pix] = row * l.row_step + col * l.col_step;
     int64_t n_ob = (g->og + NR - 1) / NR;
     /* Rows of one sweep: its dy rows and the padded input it reads stay in L1 while every block
      * of filter rows and output channels passes over them. */
@@ -365,13 +369,13 @@ void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, cons
                             int n_ch = g->og - ob * NR < NR ? (int)(g->og - ob * NR) : NR;
                             const float *d = dyb + grp * g->og + ob * NR;
                             if (n_ch == NR) {
-                                filter_block_full(px, &l, s_rows, g->y.w, d, g->out_c, dw + ob * NR,
-                                                  g->out_c, n_valid);
+                                filter_flat_full(px, xoff, s_rows * g->y.w, d, g->out_c,
+                                                 dw + ob * NR, g->out_c, n_valid);
                             } else {
                                 __m256i m0, m1;
                                 channel_masks(n_ch, &m0, &m1);
-                                filter_block_masked(px, &l, s_rows, g->y.w, d, g->out_c,
-                                                    dw + ob * NR, g->out_c, n_valid, m0, m1);
+                                filter_flat_masked(px, xoff, s_rows * g->y.w, d, g->out_c,
+                                                   dw + ob * NR, g->out_c, n_valid, m0, m1);
                             }
                         }
                     }
