@@ -20,14 +20,7 @@
 #include <unistd.h>
 
 #include "eagle.h"
-
-static int case_setup(void **state) {
-    (void)state;
-    while (eg_scope_depth() > 0) eg_scope_end();
-    eg_clear_error();
-    eg_scope_begin();
-    return 0;
-}
+#include "test_util.h"
 
 static int case_teardown(void **state) {
     (void)state;
@@ -514,7 +507,7 @@ static void test_autotune(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-#define CASE(name) cmocka_unit_test_setup_teardown(name, case_setup, case_teardown)
+#define CASE(name) cmocka_unit_test_setup_teardown(name, fresh_scope_setup, case_teardown)
         CASE(test_parallel_map_order),
         CASE(test_determinism),
         CASE(test_early_stop),

@@ -15,14 +15,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "eagle.h"
-
-static int case_setup(void **state) {
-    (void)state;
-    while (eg_scope_depth() > 0) eg_scope_end();
-    eg_clear_error();
-    eg_scope_begin();
-    return 0;
-}
+#include "test_util.h"
 
 static int case_teardown(void **state) {
     (void)state;
@@ -172,9 +165,10 @@ static void test_gemm_order(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_dense_equals_unfused, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_dense_errors, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_gemm_order, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_dense_equals_unfused, fresh_scope_setup,
+                                        case_teardown),
+        cmocka_unit_test_setup_teardown(test_dense_errors, fresh_scope_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_gemm_order, fresh_scope_setup, case_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "eagle.h"
+#include "test_util.h"
 
 static int case_setup(void **state) {
     (void)state;
@@ -27,15 +28,6 @@ static int case_teardown(void **state) {
         return -1;
     }
     return eg_scope_depth() == 0 ? 0 : -1;
-}
-
-static void expect_error(eg_status expected) {
-    if (eg_last_status() != expected) {
-        print_error("expected %s, got %s: \"%s\"\n", eg_status_string(expected),
-                    eg_status_string(eg_last_status()), eg_last_error());
-        fail();
-    }
-    eg_clear_error();
 }
 
 /* A producer of our own: a DLManagedTensor over a caller-owned buffer whose deleter counts. */

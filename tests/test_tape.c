@@ -14,36 +14,9 @@
 #include <string.h>
 
 #include "eagle.h"
+#include "test_util.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-/* Starts from a clean state even after a failed case (which leaves its scopes open). */
-static int case_setup(void **state) {
-    (void)state;
-    while (eg_scope_depth() > 0) eg_scope_end();
-    eg_clear_error();
-    eg_scope_begin();
-    return 0;
-}
-
-static int case_teardown(void **state) {
-    (void)state;
-    if (eg_last_status() != EG_OK) {
-        print_error("unexpected pending error: %s\n", eg_last_error());
-        return -1;
-    }
-    if (eg_scope_end() != EG_OK || eg_scope_depth() != 0) return -1;
-    return 0;
-}
-
-static void expect_error(eg_status expected) {
-    if (eg_last_status() != expected) {
-        print_error("expected %s, got %s: \"%s\"\n", eg_status_string(expected),
-                    eg_status_string(eg_last_status()), eg_last_error());
-        fail();
-    }
-    eg_clear_error();
-}
 
 static eg_tensor *vec64(int64_t n, const double *values) {
     eg_tensor *t = eg_tensor_from_data(values, EG_DTYPE_F64, 1, &n);
@@ -828,25 +801,38 @@ static void test_steady_state_no_system_allocations(void **state) {
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_print" or "test_*" */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_watch, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_variables_watched, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_several_sources, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_persistent, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_nested_second_derivative, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_no_grad, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_accumulation, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_unconnected, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_output_gradient, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_integer_target_rejected, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_gradient_through_views, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_gradient_ownership, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_gradient_with_stale_error, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_gradient_out_of_memory, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_variable_updates, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_variable_outlives_scope, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_mlp_gradients, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_steady_state_no_system_allocations, case_setup,
-                                        case_teardown),
+        cmocka_unit_test_setup_teardown(test_watch, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_variables_watched, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_several_sources, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_persistent, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_nested_second_derivative, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_no_grad, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_accumulation, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_unconnected, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_output_gradient, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_integer_target_rejected, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_through_views, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_ownership, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_with_stale_error, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_out_of_memory, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_variable_updates, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_variable_outlives_scope, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_mlp_gradients, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_steady_state_no_system_allocations, fresh_scope_setup,
+                                        strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     eg_shutdown();

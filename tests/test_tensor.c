@@ -12,37 +12,9 @@
 #include <string.h>
 
 #include "eagle.h"
+#include "test_util.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-/* Starts from a clean state even after a failed case (which leaves its scopes open). */
-static int case_setup(void **state) {
-    (void)state;
-    while (eg_scope_depth() > 0) eg_scope_end();
-    eg_clear_error();
-    eg_scope_begin();
-    return 0;
-}
-
-/* Every case runs inside one scope and must leave no error behind. */
-static int case_teardown(void **state) {
-    (void)state;
-    if (eg_last_status() != EG_OK) {
-        print_error("unexpected pending error: %s\n", eg_last_error());
-        return -1;
-    }
-    if (eg_scope_end() != EG_OK || eg_scope_depth() != 0) return -1;
-    return 0;
-}
-
-static void expect_error(eg_status expected) {
-    if (eg_last_status() != expected) {
-        print_error("expected %s, got %s: \"%s\"\n", eg_status_string(expected),
-                    eg_status_string(eg_last_status()), eg_last_error());
-        fail();
-    }
-    eg_clear_error();
-}
 
 static float f32_bits(uint32_t bits) {
     float f;
@@ -905,24 +877,34 @@ static void test_view_aliasing(void **state) {
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_print" or "test_*" */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_dtype_sizes_and_names, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_f16_conversions, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_bf16_conversions, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_half_tensors, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_creation, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_from_data_and_get, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_arange_linspace_eye, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_print, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_random_reproducible, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_random_distributions, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_random_independent_of_threads, case_setup,
-                                        case_teardown),
-        cmocka_unit_test_setup_teardown(test_reshape, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_permute_transpose, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_slice, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_broadcast_squeeze_contiguous, case_setup,
-                                        case_teardown),
-        cmocka_unit_test_setup_teardown(test_view_aliasing, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_dtype_sizes_and_names, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_f16_conversions, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_bf16_conversions, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_half_tensors, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_creation, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_from_data_and_get, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_arange_linspace_eye, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_print, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_random_reproducible, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_random_distributions, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_random_independent_of_threads, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_reshape, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_permute_transpose, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_slice, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_broadcast_squeeze_contiguous, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_view_aliasing, fresh_scope_setup,
+                                        strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     eg_shutdown();

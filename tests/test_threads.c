@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "eagle.h"
+#include "test_util.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
@@ -29,25 +30,6 @@ static int group_setup(void **state) {
 static int group_teardown(void **state) {
     (void)state;
     return eg_set_num_threads(original_threads) == EG_OK ? 0 : -1;
-}
-
-/* Starts from a clean state even after a failed case (which leaves its scopes open). */
-static int case_setup(void **state) {
-    (void)state;
-    while (eg_scope_depth() > 0) eg_scope_end();
-    eg_clear_error();
-    eg_scope_begin();
-    return 0;
-}
-
-static int case_teardown(void **state) {
-    (void)state;
-    if (eg_last_status() != EG_OK) {
-        print_error("unexpected pending error: %s\n", eg_last_error());
-        return -1;
-    }
-    if (eg_scope_end() != EG_OK || eg_scope_depth() != 0) return -1;
-    return 0;
 }
 
 /* The bytes of a tensor in row-major order (malloc'd). */
@@ -396,13 +378,20 @@ int main(int argc, char **argv) {
     setenv("EG_NUM_THREADS", "3", 1); /* read once, at the first use of the thread count */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_conversions_concurrent),
-        cmocka_unit_test_setup_teardown(test_environment_default, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_elementwise_invariant, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_reductions_invariant, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_matmul_invariant, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_parallel_results_correct, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_user_threads, case_setup, case_teardown),
-        cmocka_unit_test_setup_teardown(test_bad_thread_counts, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_environment_default, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_elementwise_invariant, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_reductions_invariant, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_matmul_invariant, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_parallel_results_correct, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_user_threads, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_thread_counts, fresh_scope_setup,
+                                        strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
     eg_shutdown();

@@ -1,0 +1,39 @@
+/* What many of the cmocka tests share: each case in a fresh scope, a teardown that fails on a
+ * pending error, and expecting an error. Include after cmocka.h. Header-only: static inline, so
+ * a test that uses part of it gets no unused-function warnings. */
+#ifndef EAGLE_TESTS_TEST_UTIL_H
+#define EAGLE_TESTS_TEST_UTIL_H
+
+#include "eagle.h"
+
+/* Starts from a clean state even after a failed case (which leaves its scopes open). */
+static inline int fresh_scope_setup(void **state) {
+    (void)state;
+    while (eg_scope_depth() > 0) eg_scope_end();
+    eg_clear_error();
+    eg_scope_begin();
+    return 0;
+}
+
+/* Ends the case's scope; fails the case when it left an error pending or other scopes open. */
+static inline int strict_scope_teardown(void **state) {
+    (void)state;
+    if (eg_last_status() != EG_OK) {
+        print_error("unexpected pending error: %s\n", eg_last_error());
+        return -1;
+    }
+    if (eg_scope_end() != EG_OK || eg_scope_depth() != 0) return -1;
+    return 0;
+}
+
+/* Fails unless the last call set `expected`; then clears it. */
+static inline void expect_error(eg_status expected) {
+    if (eg_last_status() != expected) {
+        print_error("expected %s, got %s: \"%s\"\n", eg_status_string(expected),
+                    eg_status_string(eg_last_status()), eg_last_error());
+        fail();
+    }
+    eg_clear_error();
+}
+
+#endif
