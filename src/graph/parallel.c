@@ -59,6 +59,7 @@ typedef struct region_list {
 struct eg__parallel_plan {
     int threads;
     bool usable;
+    bool stale; /* a variable's storage moved since the plan was made */
     task *tasks;
     int n_tasks;
     int *successors;
@@ -170,17 +171,35 @@ void eg__graph_parallel_free(eg__parallel_plan *plan) {
     free(plan);
 }
 
-/* Whether the graph can replay in parallel at all (else the sequential replay runs). */
-static bool graph_allows(const trace *t) {
+/* Whether the graph can replay in parallel at all (else the sequential replay runs): what can be
+ * told before binding, then with the entries bound. */
+static bool static_allows(const trace *t) {
     if (t->device != eg__cpu_device() || getenv("EG_GRAPH_SEQUENTIAL")) return false;
     for (int i = 0; i < t->n_entries; i++)
         if (t->entries[i].recompute_of >= 0) return false;
+    return true;
+}
+
+static bool graph_allows(const trace *t) {
     for (int p = 0; p < t->n_parts; p++) {
         const update_part *part = &t->parts[p];
         if (!part->hoisted || part->fused || part->position < 0) continue;
         if (!eg__graph_part_is_direct(t, part)) return false;
     }
     return true;
+}
+
+/* Whether an entry's kernel would run on one thread anyway: the pool splits elementwise work
+ * from EG_PARALLEL_GRAIN_ELEMENTWISE elements on (reductions, by their input). */
+static bool small_kernel(const entry *e) {
+    int64_t largest = e->tensor->n_elems;
+    int n_nodes = e->n_members > 0 ? e->n_members : 1;
+    for (int k = 0; k < n_nodes; k++) {
+        const eg__lazy_node *node = e->n_members > 0 ? e->members[k]->lazy : e->tensor->lazy;
+        for (int j = 0; j < node->n_inputs; j++)
+            if (node->inputs[j]->n_elems > largest) largest = node->inputs[j]->n_elems;
+    }
+    return largest <= EG_PARALLEL_GRAIN_ELEMENTWISE;
 }
 
 /* Tasks in the sequential replay's order, their parts, and who waits for whom. Called with the
@@ -223,6 +242,9 @@ static eg__parallel_plan *make_plan(trace *t, int threads) {
                     k->n_sub = (int)parts;
                 }
             }
+            /* a large kernel the plan cannot split would run on one thread here, where the
+             * sequential replay lets it use them all (convolutions): replay sequentially */
+            if (k->kind == TASK_KERNEL && !small_kernel(e)) plan->usable = false;
             ok = entry_regions(t, i, &reads[n], &writes[n]);
             n++;
         }
@@ -392,27 +414,37 @@ eg_status eg__graph_run_parallel(trace *t, const eg_tensor *const *inputs, int n
     eg__parallel_plan *plan = t->parallel;
     /* a graph whose input is an updated variable, or whose variables moved, is replayed as
      * traced (the plan's ordering would not see the first; the second needs a new plan) */
-    for (int p = 0; plan && plan->usable && p < t->n_parts; p++) {
+    for (int p = 0; p < t->n_parts; p++) {
         const update_part *part = &t->parts[p];
         const eg__storage *v = action_of(t, part)->variables[part->index]->storage;
-        if (v != plan->variable_storage[p]) plan->usable = false;
+        if (plan && plan->usable && v != plan->variable_storage[p]) plan->stale = true;
         for (int i = 0; i < n_inputs; i++)
             if (inputs[i]->storage == v) return EG_OK;
     }
-    /* bind every entry first (the plan reads the bound gradients) */
+    if (plan && (plan->threads != threads || plan->stale)) {
+        eg__graph_parallel_free(plan);
+        t->parallel = plan = NULL;
+    }
+    if (plan && !plan->usable) return EG_OK;
+    if (!plan && !static_allows(t)) { /* remembered, so that no replay asks again */
+        t->parallel = plan = calloc(1, sizeof *plan);
+        if (!plan) return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
+        plan->threads = threads;
+        return EG_OK;
+    }
+    /* bind every entry first (a new plan reads the bound gradients) */
     for (int i = 0; i < t->n_entries; i++) {
         eg_status status = eg__graph_bind_entry(t, &t->entries[i]);
         if (status != EG_OK) return status;
     }
-    if (plan && (plan->threads != threads || !plan->usable)) {
-        eg__graph_parallel_free(plan);
-        t->parallel = plan = NULL;
-    }
     if (!plan) {
         t->parallel = plan = make_plan(t, threads);
         if (!plan) return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
+        if (!plan->usable) { /* the sequential replay binds them again */
+            for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
+            return EG_OK;
+        }
     }
-    if (!plan->usable) return EG_OK; /* bound: the sequential replay binds again, the same */
     /* the updates' hyperparameters and slots, on this thread (slots may be created) */
     for (int p = 0; p < t->n_parts; p++) {
         update_part *part = &t->parts[p];
