@@ -413,6 +413,33 @@ static void test_replay_bits_do_not_depend_on_the_thread_count(void **state) {
         }
         free(reference);
     }
+    /* a kernel failing on a pool thread: the caller gets its status and message */
+    assert_int_equal(eg_set_num_threads(2), EG_OK);
+    step_context c = {make_model(seed, 1, EG_DTYPE_F32), make_adam(), NULL, NULL};
+    eg_function *f = eg_function_new("train_step", train_step, 2, 1, &c);
+    int64_t xs[2] = {32, 784}, batch = 32;
+    for (int step = 0; step < 4; step++) {
+        eg_scope_begin();
+        eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 1);
+        eg_tensor *labels = eg_mul_scalar(random_labels(batch, 2), step == 2 ? 7.0 : 1.0);
+        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *loss = NULL;
+        eg_status status = eg_function_call(f, in, &loss);
+        if (step == 2) {
+            assert_int_equal(status, EG_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(eg_last_error(), "out of range"));
+            assert_null(loss);
+            eg_clear_error();
+        } else {
+            assert_int_equal(status, EG_OK);
+            assert_true(eg_item(loss) > 0);
+        }
+        eg_release(loss);
+        eg_scope_end();
+    }
+    eg_function_free(f);
+    eg_optimizer_free(c.first);
+    eg_model_free(c.model);
     assert_int_equal(eg_set_num_threads(restore), EG_OK);
 }
 

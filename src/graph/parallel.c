@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,21 @@ static bool small_kernel(const entry *e) {
     return largest <= EG_PARALLEL_GRAIN_ELEMENTWISE;
 }
 
+static void dump(const eg__parallel_plan *plan) {
+    static const char *const kinds[] = {"kernel", "parts", "tiles", "update"};
+    fprintf(stderr, "parallel replay on %d threads%s:\n", plan->threads,
+            plan->usable ? "" : " not used (a large kernel it cannot split)");
+    for (int i = 0; i < plan->n_tasks; i++) {
+        const task *k = &plan->tasks[i];
+        fprintf(stderr, "%3d %-7s x%-3d entry %3d %-28s waits for %d, then:", i, kinds[k->kind],
+                k->n_sub, k->entry,
+                eg__op_defs[plan->trace->entries[k->entry].tensor->lazy->op].name, k->n_deps);
+        for (int s = 0; s < k->n_successors; s++)
+            fprintf(stderr, " %d", plan->successors[k->first_successor + s]);
+        fprintf(stderr, "\n");
+    }
+}
+
 /* Tasks in the sequential replay's order, their parts, and who waits for whom. Called with the
  * entries bound (the update parts' gradients must be). */
 static eg__parallel_plan *make_plan(trace *t, int threads) {
@@ -304,6 +320,7 @@ static eg__parallel_plan *make_plan(trace *t, int threads) {
         eg__graph_parallel_free(plan);
         return NULL;
     }
+    if (getenv("EG_GRAPH_DUMP")) dump(plan);
     return plan;
 }
 
