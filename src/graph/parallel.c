@@ -389,9 +389,10 @@ static bool claim(eg__parallel_plan *plan, int lane, int *task_out, int *sub_out
     return false;
 }
 
-/* Idle turns a lane spins (a pause each, some tens of nanoseconds) before it yields the core: a
- * step's serial stretches (the loss and the first gradients) last some tens of microseconds. */
-#define SPIN_TURNS 4096
+/* Idle turns a lane spins (a scan of the tasks and a pause: 25-100 ns on the AMD EPYC we measured
+ * on) before it yields the core: about a step's serial stretches (the loss and the first
+ * gradients, some microseconds), short of stealing much from a thread it shares a core with. */
+#define SPIN_TURNS 512
 
 static void run_lane(eg__parallel_plan *plan, int lane) {
     int idle = 0;
