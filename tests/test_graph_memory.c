@@ -411,6 +411,15 @@ static void test_replay_bits_do_not_depend_on_the_thread_count(void **state) {
             assert_memory_equal(other, reference, n * sizeof *other);
             free(other);
         }
+        /* EG_GRAPH_PROFILE runs the tasks on one thread, timed: the same bits */
+        setenv("EG_GRAPH_PROFILE", "1", 1);
+        float *profiled =
+            train_graph(cases[k].hidden, cases[k].n_hidden, cases[k].batch, 5, cases[k].first,
+                        cases[k].rest, cases[k].counter, counts[0], &n);
+        unsetenv("EG_GRAPH_PROFILE");
+        assert_int_equal(n, n_reference);
+        assert_memory_equal(profiled, reference, n * sizeof *profiled);
+        free(profiled);
         free(reference);
     }
     /* a kernel failing on a pool thread: the caller gets its status and message */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
@@ -72,7 +73,13 @@ struct eg__parallel_plan {
     atomic_int first_open; /* tasks before it have all been claimed */
     eg__saved_error error;
     trace *trace;
+    /* EG_GRAPH_PROFILE: each task's time per piece at its last PROFILE_STEPS replays */
+    double *piece_seconds; /* this replay's sums, per task */
+    float *samples;        /* [task * PROFILE_STEPS + replay % PROFILE_STEPS] */
+    int64_t n_profiled;
 };
+
+enum { PROFILE_STEPS = 1024 };
 
 static const char arena_key = 0;
 
@@ -161,8 +168,13 @@ static bool part_regions(const trace *t, const update_part *part, region_list *r
            push(writes, u->variables[part->index]->storage, 0, SIZE_MAX);
 }
 
+static void print_profile(const eg__parallel_plan *plan);
+
 void eg__graph_parallel_free(eg__parallel_plan *plan) {
     if (!plan) return;
+    if (plan->samples && plan->n_profiled > 0) print_profile(plan);
+    free(plan->piece_seconds);
+    free(plan->samples);
     free(plan->tasks);
     free(plan->successors);
     free(plan->variable_storage);
@@ -321,6 +333,10 @@ static eg__parallel_plan *make_plan(trace *t, int threads) {
         return NULL;
     }
     if (getenv("EG_GRAPH_DUMP")) dump(plan);
+    if (getenv("EG_GRAPH_PROFILE")) {
+        plan->piece_seconds = calloc((size_t)n + 1, sizeof *plan->piece_seconds);
+        plan->samples = calloc((size_t)n * PROFILE_STEPS + 1, sizeof *plan->samples);
+    }
     return plan;
 }
 
@@ -389,6 +405,109 @@ static bool claim(eg__parallel_plan *plan, int lane, int *task_out, int *sub_out
     return false;
 }
 
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int compare_floats(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* How long the tasks take on `lanes` free threads that claim work as run_lane does (the first
+ * ready piece in order; tiles only on lanes with a scratch tile), given each piece's time. */
+static double schedule_length(const eg__parallel_plan *plan, const double *piece, int n_lanes) {
+    int n = plan->n_tasks;
+    int *deps = malloc(sizeof *deps * ((size_t)n + 1));
+    int *next = calloc((size_t)n + 1, sizeof *next);
+    int *left = malloc(sizeof *left * ((size_t)n + 1));
+    double *lane_free = calloc((size_t)n_lanes, sizeof *lane_free);
+    int *lane_task = malloc(sizeof *lane_task * (size_t)n_lanes);
+    if (!deps || !next || !left || !lane_free || !lane_task) {
+        free(deps);
+        free(next);
+        free(left);
+        free(lane_free);
+        free(lane_task);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        deps[i] = plan->tasks[i].n_deps;
+        left[i] = plan->tasks[i].n_sub;
+    }
+    for (int l = 0; l < n_lanes; l++) lane_task[l] = -1;
+    int done = 0;
+    double now = 0;
+    while (done < n) {
+        /* idle lanes take ready pieces */
+        for (int l = 0; l < n_lanes; l++) {
+            if (lane_task[l] >= 0) continue;
+            for (int i = 0; i < n; i++) {
+                const task *k = &plan->tasks[i];
+                if (deps[i] > 0 || next[i] >= k->n_sub) continue;
+                if (k->kind == TASK_TILES && l >= plan->trace->entries[k->entry].n_scratch)
+                    continue;
+                next[i]++;
+                lane_task[l] = i;
+                lane_free[l] = now + piece[i];
+                break;
+            }
+        }
+        /* the next piece to finish */
+        int first = -1;
+        for (int l = 0; l < n_lanes; l++)
+            if (lane_task[l] >= 0 && (first < 0 || lane_free[l] < lane_free[first])) first = l;
+        if (first < 0) break; /* cannot happen: some task is always ready or running */
+        now = lane_free[first];
+        int i = lane_task[first];
+        lane_task[first] = -1;
+        if (--left[i] == 0) {
+            done++;
+            const task *k = &plan->tasks[i];
+            for (int s = 0; s < k->n_successors; s++)
+                deps[plan->successors[k->first_successor + s]]--;
+        }
+    }
+    free(deps);
+    free(next);
+    free(left);
+    free(lane_free);
+    free(lane_task);
+    return now;
+}
+
+/* EG_GRAPH_PROFILE: each task's median time per piece, and what the schedule would take on 1..N
+ * free threads (this machine may not have them free: the replays ran on one thread). */
+static void print_profile(const eg__parallel_plan *plan) {
+    static const char *const kinds[] = {"kernel", "parts", "tiles", "update"};
+    int n = plan->n_tasks;
+    int64_t steps = plan->n_profiled < PROFILE_STEPS ? plan->n_profiled : PROFILE_STEPS;
+    double *piece = calloc((size_t)n + 1, sizeof *piece);
+    if (!piece) return;
+    double total = 0;
+    fprintf(stderr, "graph profile: median time of each task's pieces over %lld replays\n",
+            (long long)steps);
+    for (int i = 0; i < n; i++) {
+        float *samples = plan->samples + (int64_t)i * PROFILE_STEPS;
+        qsort(samples, (size_t)steps, sizeof *samples, compare_floats);
+        piece[i] = samples[steps / 2];
+        const task *k = &plan->tasks[i];
+        total += piece[i] * k->n_sub;
+        fprintf(stderr, "%3d %-7s x%-3d %-28s %8.2f us\n", i, kinds[k->kind], k->n_sub,
+                eg__op_defs[plan->trace->entries[k->entry].tensor->lazy->op].name, piece[i] * 1e6);
+    }
+    fprintf(stderr, "graph profile: tasks in sequence %.1f us", total * 1e6);
+    for (int lanes_ = 2; lanes_ <= plan->threads; lanes_++) {
+        double length = schedule_length(plan, piece, lanes_);
+        fprintf(stderr, "; on %d free threads %.1f us (%.3fx)", lanes_, length * 1e6,
+                length / total);
+    }
+    fprintf(stderr, "\n");
+    free(piece);
+}
+
 /* Idle turns a lane spins (a scan of the tasks and a pause: 25-100 ns on the AMD EPYC we measured
  * on) before it yields the core: about a step's serial stretches (the loss and the first
  * gradients, some microseconds), short of stealing much from a thread it shares a core with. */
@@ -408,7 +527,9 @@ static void run_lane(eg__parallel_plan *plan, int lane) {
             continue;
         }
         idle = 0;
+        double start = plan->samples ? seconds_now() : 0;
         eg_status status = run_sub(plan, &plan->tasks[i], sub, lane);
+        if (plan->samples) plan->piece_seconds[i] += seconds_now() - start;
         if (status != EG_OK) {
             int expected = 0;
             if (atomic_compare_exchange_strong(&plan->failed, &expected, (int)status))
@@ -478,7 +599,17 @@ eg_status eg__graph_run_parallel(trace *t, const eg_tensor *const *inputs, int n
     atomic_store(&plan->tasks_left, plan->n_tasks);
     atomic_store(&plan->failed, 0);
     atomic_store(&plan->first_open, 0);
-    eg__parallel_for(threads, 1, lanes, plan);
+    if (plan->samples) { /* profiling: one thread runs every task, alone */
+        lanes(plan, 0, threads);
+        for (int i = 0; i < plan->n_tasks; i++) {
+            plan->samples[(int64_t)i * PROFILE_STEPS + plan->n_profiled % PROFILE_STEPS] =
+                (float)(plan->piece_seconds[i] / plan->tasks[i].n_sub);
+            plan->piece_seconds[i] = 0;
+        }
+        plan->n_profiled++;
+    } else {
+        eg__parallel_for(threads, 1, lanes, plan);
+    }
     *ran = true;
     int failed = atomic_load(&plan->failed);
     if (failed) {
