@@ -28,7 +28,10 @@ static void describe_blas(void) {
 }
 
 #define TILE_ROWS 64
-#define TILE_COLS 256
+/* Rows of a tile on Eagle's GEMM, which gives the same bits for any tiling: a whole number of
+ * micro-tiles (64 rows would end every tile in a partial one). */
+#define OWN_TILE_ROWS (11 * EG_GEMM_MR)
+#define TILE_COLS     256
 /* Multiply-adds per parallel chunk below which splitting does not pay. */
 #define MIN_CHUNK_WORK (1 << 20)
 
@@ -98,6 +101,7 @@ typedef struct matmul_job {
     eg__op activation;
     /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
     bool own; /* Eagle's GEMM (f32, wide enough, CPU allows), else OpenBLAS tiles */
+    int64_t tile_rows;
     int64_t parts_m, parts_n, part_rows, part_cols;
     atomic_bool failed;
 } matmul_job;
@@ -131,8 +135,8 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
     int64_t per_batch = j->row_tiles * j->col_tiles;
     size_t size = eg_dtype_size(j->out->dtype);
     int64_t batch = task / per_batch, tile = task % per_batch;
-    int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
-    int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+    int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+    int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
     int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
     if (j->own) {
         eg__gemm_f32 g = own_problem(j, batch, (float *)c);
@@ -176,7 +180,7 @@ static void blas_tiles(void *context, int64_t begin, int64_t end) {
     size_t size = eg_dtype_size(j->out->dtype);
     for (int64_t task = begin; task < end; task++) {
         int64_t batch = task / per_batch, tile = task % per_batch;
-        int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+        int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
         int64_t co = batch * j->m * j->n + i0 * j->n + j0;
         compute_tile(j, task, (char *)eg__data(j->out) + (size_t)co * size, j->n);
     }
@@ -233,6 +237,18 @@ static void split_parts(matmul_job *j, int64_t parts) {
     if (j->part_cols < 1) j->part_cols = 1;
 }
 
+/* Whether Eagle's GEMM computes a product with this output (else OpenBLAS): f32, at least a
+ * micro-tile wide (narrower products, the 10 logits, would waste most of each micro-tile: OpenBLAS
+ * does those, bench/gemm: 1.6x faster at n = 10), and a CPU that allows it. */
+static bool own_gemm(const eg_tensor *out) {
+    return out->dtype == EG_DTYPE_F32 && out->shape[out->n_dims - 1] >= EG_GEMM_NR &&
+           eg__gemm_f32_available();
+}
+
+static int64_t tile_rows_for(const eg_tensor *out) {
+    return own_gemm(out) ? OWN_TILE_ROWS : TILE_ROWS;
+}
+
 /* Fills *job for call (epilogue: bias, activation); *a_copy and *b_copy receive contiguous copies
  * of operands BLAS cannot read as they are (release them with eg__unref). */
 static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias, eg__op activation,
@@ -269,12 +285,10 @@ static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias,
     job_out->k = A->shape[A->n_dims - (call->attrs->transpose_a ? 2 : 1)];
     job_out->trans_a = call->attrs->transpose_a != a_op.transposed;
     job_out->trans_b = call->attrs->transpose_b != b_op.transposed;
-    job_out->row_tiles = (job_out->m + TILE_ROWS - 1) / TILE_ROWS;
+    job_out->tile_rows = tile_rows_for(out);
+    job_out->row_tiles = (job_out->m + job_out->tile_rows - 1) / job_out->tile_rows;
     job_out->col_tiles = (job_out->n + TILE_COLS - 1) / TILE_COLS;
-    /* Products narrower than one micro-tile (the 10 logits) would waste most of each tile:
-     * OpenBLAS does those (bench/gemm: 1.6x faster at n = 10). */
-    job_out->own =
-        out->dtype == EG_DTYPE_F32 && job_out->n >= EG_GEMM_NR && eg__gemm_f32_available();
+    job_out->own = own_gemm(out);
     *a_copy = a;
     *b_copy = b;
     return EG_OK;
@@ -295,7 +309,7 @@ static eg_status matmul_fused(const eg__kernel_call *call, const eg_tensor *bias
         if (atomic_load(&job.failed))
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
     } else {
-        int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
+        int64_t tile_work = (job.m < job.tile_rows ? job.m : job.tile_rows) *
                             (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
         eg__parallel_for(batches * job.row_tiles * job.col_tiles,
                          MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, blas_tiles, &job);
@@ -415,14 +429,15 @@ eg_status eg__cpu_matmul_part(const eg__kernel_call *call, int64_t part, int64_t
 
 size_t eg__cpu_matmul_tile_bytes(const eg_tensor *out) {
     int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
-    return (size_t)((m < TILE_ROWS ? m : TILE_ROWS) * (n < TILE_COLS ? n : TILE_COLS)) *
+    int64_t rows = tile_rows_for(out);
+    return (size_t)((m < rows ? m : rows) * (n < TILE_COLS ? n : TILE_COLS)) *
            eg_dtype_size(out->dtype);
 }
 
 int64_t eg__cpu_matmul_tile_count(const eg_tensor *out) {
     int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
-    int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0;
-    return batches * ((m + TILE_ROWS - 1) / TILE_ROWS) * ((n + TILE_COLS - 1) / TILE_COLS);
+    int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0, rows = tile_rows_for(out);
+    return batches * ((m + rows - 1) / rows) * ((n + TILE_COLS - 1) / TILE_COLS);
 }
 
 typedef struct consumer_job {
@@ -448,8 +463,8 @@ static void tiles_to_consumer(void *context, int64_t begin, int64_t end) {
             int64_t task = atomic_fetch_add(&c->next_tile, 1);
             if (task >= c->n_tiles) break;
             int64_t tile = task % per_batch;
-            int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
-            int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+            int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+            int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
             int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
             if (!compute_tile(j, task, tile_data, cols)) {
                 atomic_store((atomic_bool *)&j->failed, true);
@@ -490,7 +505,7 @@ eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n
     atomic_init(&c.next_tile, 0);
     /* one lane per scratch tile, all in one parallel job; a small product (whose consumer is
      * then small too) stays on one thread, as in the plain product */
-    int64_t tile_work = (c.job.m < TILE_ROWS ? c.job.m : TILE_ROWS) *
+    int64_t tile_work = (c.job.m < c.job.tile_rows ? c.job.m : c.job.tile_rows) *
                         (c.job.n < TILE_COLS ? c.job.n : TILE_COLS) * (c.job.k > 0 ? c.job.k : 1);
     int64_t lanes = n_scratch < 1 ? 1 : n_scratch;
     if (lanes > c.n_tiles) lanes = c.n_tiles;
