@@ -2,10 +2,10 @@
  * pool. Its kernels and optimizer updates become tasks ordered by what they read and write (the
  * arena's byte ranges, the variables), so independent branches of the step (the loss, the
  * accuracy, the backward pass) run side by side; the large products are split into parts (the
- * forward GEMM by column panels, a weight gradient consumed by the optimizer by tiles) that any
- * thread may take. The threads claim ready work instead of being handed a share, so a thread
- * that a loaded machine starts late costs nothing but its absence, and no kernel wakes the pool
- * again.
+ * forward GEMM by panels of rows or columns as matmul.c cuts it, a weight gradient consumed by the
+ * optimizer by tiles) that any thread may take. The threads claim ready work instead of being
+ * handed a share, so a thread that a loaded machine starts late costs nothing but its absence, and
+ * no kernel wakes the pool again.
  *
  * The bits do not depend on the thread count or on who runs what: a task starts only after
  * every earlier task (in the sequential replay's order) whose memory it reads, writes or
