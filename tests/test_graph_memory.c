@@ -1,6 +1,7 @@
 /* Graph mode's memory: peak activation memory against eager mode's, optimizer updates run
  * inside the replay (every optimizer, several steps per call, tiles), common subexpressions,
- * and the memory budget (recomputation) — always with the same bits as eager mode. */
+ * and the memory budget (recomputation) — always with the same bits as eager mode, and at every
+ * thread count (parallel replay). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -329,6 +330,128 @@ static void test_memory_budget_recomputes_and_fits(void **state) {
     eg_clear_error();
 }
 
+/* ---- parallel replay: the same bits at every thread count ---- */
+
+/* Trains a graph-mode copy for `steps` steps, the thread count following threads[step % 4], and
+ * returns the losses and final variables, concatenated (the caller frees them). */
+static float *train_graph(const int64_t *hidden, int n_hidden, int64_t batch, int steps,
+                          optimizer_maker first, optimizer_maker rest, bool counter,
+                          const int *threads, size_t *n_out) {
+    step_context c = {make_model(hidden, n_hidden, EG_DTYPE_F32), first(), rest ? rest() : NULL,
+                      NULL};
+    if (counter) {
+        eg_tensor *zero = eg_scalar(EG_DTYPE_F32, 0.0);
+        c.counter = eg_variable(zero, "counter");
+        eg_variable_set_trainable(c.counter, false);
+        eg_release(zero);
+    }
+    eg_function *f = eg_function_new("train_step", train_step, 2, 1, &c);
+    int64_t xs[2] = {batch, 784};
+    int n;
+    eg_tensor *const *vars = eg_model_trainable_variables(c.model, &n);
+    size_t total = (size_t)steps + 1;
+    for (int i = 0; i < n; i++) total += (size_t)eg_tensor_n_elems(vars[i]);
+    float *out = malloc(sizeof *out * total);
+    assert_non_null(out);
+    for (int step = 0; step < steps; step++) {
+        assert_int_equal(eg_set_num_threads(threads[step % 4]), EG_OK);
+        eg_scope_begin();
+        eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 700 + (uint64_t)step);
+        eg_tensor *labels = random_labels(batch, 800 + (uint64_t)step);
+        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *loss;
+        assert_int_equal(eg_function_call(f, in, &loss), EG_OK);
+        out[step] = (float)eg_item(loss);
+        eg_release(loss);
+        eg_scope_end();
+    }
+    size_t at = (size_t)steps;
+    for (int i = 0; i < n; i++) {
+        size_t count = (size_t)eg_tensor_n_elems(vars[i]);
+        memcpy(out + at, eg_tensor_data(vars[i]), count * sizeof *out);
+        at += count;
+    }
+    out[at++] = c.counter ? (float)eg_item(c.counter) : 0;
+    *n_out = at;
+    eg_function_free(f);
+    eg_optimizer_free(c.first);
+    eg_optimizer_free(c.rest);
+    eg_model_free(c.model);
+    eg_release(c.counter);
+    return out;
+}
+
+static void test_replay_bits_do_not_depend_on_the_thread_count(void **state) {
+    (void)state;
+    int restore = eg_get_num_threads();
+    static const int one[4] = {1, 1, 1, 1},
+                     counts[][4] = {{2, 2, 2, 2}, {3, 3, 3, 3}, {2, 4, 1, 3}};
+    int64_t seed[1] = {64}, wide[2] = {256, 128};
+    struct {
+        const int64_t *hidden;
+        int n_hidden;
+        int64_t batch;
+        optimizer_maker first, rest;
+        bool counter;
+    } cases[] = {
+        {seed, 1, 32, make_adam, NULL, false},
+        {wide, 2, 48, make_adam, make_rmsprop, true},
+        {wide, 2, 16, make_sgd_nesterov, NULL, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t n_reference, n;
+        float *reference =
+            train_graph(cases[k].hidden, cases[k].n_hidden, cases[k].batch, 5, cases[k].first,
+                        cases[k].rest, cases[k].counter, one, &n_reference);
+        for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+            float *other =
+                train_graph(cases[k].hidden, cases[k].n_hidden, cases[k].batch, 5, cases[k].first,
+                            cases[k].rest, cases[k].counter, counts[t], &n);
+            assert_int_equal(n, n_reference);
+            assert_memory_equal(other, reference, n * sizeof *other);
+            free(other);
+        }
+        /* EG_GRAPH_PROFILE runs the tasks on one thread, timed: the same bits */
+        setenv("EG_GRAPH_PROFILE", "1", 1);
+        float *profiled =
+            train_graph(cases[k].hidden, cases[k].n_hidden, cases[k].batch, 5, cases[k].first,
+                        cases[k].rest, cases[k].counter, counts[0], &n);
+        unsetenv("EG_GRAPH_PROFILE");
+        assert_int_equal(n, n_reference);
+        assert_memory_equal(profiled, reference, n * sizeof *profiled);
+        free(profiled);
+        free(reference);
+    }
+    /* a kernel failing on a pool thread: the caller gets its status and message */
+    assert_int_equal(eg_set_num_threads(2), EG_OK);
+    step_context c = {make_model(seed, 1, EG_DTYPE_F32), make_adam(), NULL, NULL};
+    eg_function *f = eg_function_new("train_step", train_step, 2, 1, &c);
+    int64_t xs[2] = {32, 784}, batch = 32;
+    for (int step = 0; step < 4; step++) {
+        eg_scope_begin();
+        eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 1);
+        eg_tensor *labels = eg_mul_scalar(random_labels(batch, 2), step == 2 ? 7.0 : 1.0);
+        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *loss = NULL;
+        eg_status status = eg_function_call(f, in, &loss);
+        if (step == 2) {
+            assert_int_equal(status, EG_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(eg_last_error(), "out of range"));
+            assert_null(loss);
+            eg_clear_error();
+        } else {
+            assert_int_equal(status, EG_OK);
+            assert_true(eg_item(loss) > 0);
+        }
+        eg_release(loss);
+        eg_scope_end();
+    }
+    eg_function_free(f);
+    eg_optimizer_free(c.first);
+    eg_model_free(c.model);
+    assert_int_equal(eg_set_num_threads(restore), EG_OK);
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_activation_memory_at_most_half_of_eager, setup),
@@ -337,6 +460,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_gradient_read_after_its_update_is_kept, setup),
         cmocka_unit_test_setup(test_common_subexpressions_are_computed_once, setup),
         cmocka_unit_test_setup(test_memory_budget_recomputes_and_fits, setup),
+        cmocka_unit_test_setup(test_replay_bits_do_not_depend_on_the_thread_count, setup),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     return cmocka_run_group_tests(tests, NULL, NULL);

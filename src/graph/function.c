@@ -204,6 +204,7 @@ static void trace_free(trace *t, int n_inputs, int n_outputs) {
         free(u->variables);
         free(u);
     }
+    eg__graph_parallel_free(t->parallel);
     free(t->parts);
     free(t->part_order);
     for (int i = 0; i < t->n_notes; i++) eg__unref(t->notes[i]);
@@ -452,8 +453,8 @@ static void bind(eg_tensor *x, eg__storage *storage, int64_t offset) {
 
 /* ---- optimizer updates inside the replay ---- */
 
-static void tile_to_update(void *context, int64_t offset, int rows, int cols, int64_t row_length,
-                           const void *tile) {
+void eg__graph_tile_to_update(void *context, int64_t offset, int rows, int cols, int64_t row_length,
+                              const void *tile) {
     const update_part *part = context;
     if (cols == row_length) { /* whole rows: one contiguous range */
         eg__optimizer_step_range(&part->step, offset, (int64_t)rows * cols, tile);
@@ -465,20 +466,32 @@ static void tile_to_update(void *context, int64_t offset, int rows, int cols, in
                                  (const char *)tile + (size_t)r * (size_t)cols * size);
 }
 
-static eg_status prepare_part(trace *t, update_part *part) {
+eg_status eg__graph_prepare_part(trace *t, update_part *part) {
     update_action *u = t->actions[part->action].update;
     return eg__optimizer_step_prepare(&part->step, u->optimizer, u->variables[part->index],
                                       u->iteration);
+}
+
+bool eg__graph_part_is_direct(const trace *t, const update_part *part) {
+    const update_action *u = t->actions[part->action].update;
+    const eg_tensor *g = u->grads[part->index], *v = u->variables[part->index];
+    return g->storage && g->dtype == v->dtype && eg__is_contiguous(g) && g->storage != v->storage;
+}
+
+void eg__graph_run_direct_part(trace *t, const update_part *part) {
+    const update_action *u = t->actions[part->action].update;
+    const eg_tensor *v = u->variables[part->index];
+    if (v->n_elems)
+        eg__optimizer_step_range(&part->step, 0, v->n_elems, eg__data(u->grads[part->index]));
 }
 
 /* One variable's update from its computed gradient. */
 static eg_status run_part(trace *t, update_part *part) {
     update_action *u = t->actions[part->action].update;
     eg_tensor *g = u->grads[part->index], *v = u->variables[part->index];
-    if (g->storage && g->dtype == v->dtype && eg__is_contiguous(g) && g->storage != v->storage) {
-        eg_status status = prepare_part(t, part);
-        if (status == EG_OK && v->n_elems)
-            eg__optimizer_step_range(&part->step, 0, v->n_elems, eg__data(g));
+    if (eg__graph_part_is_direct(t, part)) {
+        eg_status status = eg__graph_prepare_part(t, part);
+        if (status == EG_OK) eg__graph_run_direct_part(t, part);
         return status;
     }
     /* casts, copies of views...: the optimizer's own path, at this step's iteration */
@@ -487,7 +500,7 @@ static eg_status run_part(trace *t, update_part *part) {
     return status;
 }
 
-static eg_status run_entry(trace *t, entry *e) {
+eg_status eg__graph_bind_entry(trace *t, entry *e) {
     eg_tensor *x = e->tensor;
     const eg__lazy_node *node = x->lazy;
     switch (e->role) {
@@ -509,26 +522,40 @@ static eg_status run_entry(trace *t, entry *e) {
         break;
     }
     if (e->recompute_of >= 0) eg__tensor_detach_storage(x); /* its new copy */
+    if (e->fused_part < 0) bind(x, t->arena, (int64_t)(e->offset / eg_dtype_size(x->dtype)));
+    return EG_OK;
+}
+
+eg_status eg__graph_run_kernel(trace *t, entry *e, bool prepared) {
+    eg_tensor *x = e->tensor;
+    const eg__lazy_node *node = x->lazy;
+    if (e->role != ROLE_BUFFER) return EG_OK;
     eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, x,
                             &node->attrs};
     if (e->fused_part >= 0) {
         update_part *part = &t->parts[e->fused_part];
-        eg_status status = prepare_part(t, part);
+        eg_status status = prepared ? EG_OK : eg__graph_prepare_part(t, part);
         if (status != EG_OK || x->n_elems == 0) return status;
         status = eg__cpu_matmul_tiles(&call, (char *)t->arena->data + e->scratch_offset,
-                                      e->n_scratch, tile_to_update, part);
+                                      e->n_scratch, eg__graph_tile_to_update, part);
         if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", x->device->name);
         return status;
     }
-    bind(x, t->arena, (int64_t)(e->offset / eg_dtype_size(x->dtype)));
     if (x->n_elems == 0) return EG_OK;
     if (e->n_members > 1) return eg__lazy_run_fused(x, e->n_members, e->members);
     eg__kernel_fn kernel = x->device->kernels[node->op];
+    if (x->device == eg__cpu_device() && (node->op == EG__OP_MATMUL || node->op == EG__OP_DENSE))
+        kernel = eg__cpu_matmul_graph;
     if (!kernel)
         return eg__op_error(node->op, EG_ERR_UNSUPPORTED, "no kernel on %s", x->device->name);
     eg_status status = kernel(&call);
     if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", x->device->name);
     return status;
+}
+
+static eg_status run_entry(trace *t, entry *e) {
+    eg_status status = eg__graph_bind_entry(t, e);
+    return status == EG_OK ? eg__graph_run_kernel(t, e, false) : status;
 }
 
 /* A new tensor the caller owns, sharing the graph's (or an input's) memory. */
@@ -568,7 +595,11 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     }
     for (int p = 0; p < t->n_early_parts && status == EG_OK; p++)
         status = run_part(t, &t->parts[t->part_order[p]]);
-    for (int i = 0; i < t->n_entries && status == EG_OK; i++) {
+    bool parallel = false;
+    if (status == EG_OK && !just_traced)
+        status = eg__graph_run_parallel(t, (const eg_tensor *const *)t->placeholders, f->n_inputs,
+                                        &parallel);
+    for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
         entry *e = &t->entries[i];
         status = run_entry(t, e);
         for (int p = 0; p < e->n_parts && status == EG_OK; p++)

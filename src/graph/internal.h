@@ -56,6 +56,8 @@ typedef struct deferred {
     update_action *update; /* set for optimizer steps (run is NULL) */
 } deferred;
 
+typedef struct eg__parallel_plan eg__parallel_plan;
+
 typedef struct trace {
     struct input_signature *signature;
     int n_inputs, n_outputs;
@@ -88,6 +90,7 @@ typedef struct trace {
     eg_generator **random_generators;
     eg__random_fill *random_fills;
     int n_random;
+    eg__parallel_plan *parallel; /* parallel replay's tasks (parallel.c), made at first use */
 } trace;
 
 /* Plans a trace whose entries (topological order) and actions are set: common subexpressions,
@@ -109,6 +112,27 @@ void eg__graph_record_end(void);
 eg_function *eg__function_from_trace(const char *name, trace *t);
 /* The input signature of t from its placeholders. */
 eg_status eg__graph_sign(trace *t);
+
+/* Replay pieces (function.c) that parallel.c runs as tasks. Binding sets an entry's storage (a
+ * view's or alias's from its base, a buffer's in the arena); running computes a bound buffer
+ * entry (prepared: its tiled update's part is prepared already). */
+eg_status eg__graph_bind_entry(trace *t, entry *e);
+eg_status eg__graph_run_kernel(trace *t, entry *e, bool prepared);
+eg_status eg__graph_prepare_part(trace *t, update_part *part);
+/* Whether a prepared part updates straight from its gradient's memory (else the optimizer's own
+ * path runs it), and that update. */
+bool eg__graph_part_is_direct(const trace *t, const update_part *part);
+void eg__graph_run_direct_part(trace *t, const update_part *part);
+/* The tile consumer of a weight gradient's matmul (context: the update_part). */
+void eg__graph_tile_to_update(void *context, int64_t offset, int rows, int cols, int64_t row_length,
+                              const void *tile);
+
+/* Parallel replay (parallel.c): with two or more threads, binds every entry and runs the entries
+ * and their hoisted updates as one pool job, setting *ran; leaves *ran false (the caller replays
+ * sequentially) where the graph does not allow it. placeholders: the bound inputs. */
+eg_status eg__graph_run_parallel(trace *t, const eg_tensor *const *placeholders, int n_inputs,
+                                 bool *ran);
+void eg__graph_parallel_free(eg__parallel_plan *plan);
 
 /* Index of the first entry computing x, or -1. */
 int eg__graph_position(const trace *t, const eg_tensor *x);

@@ -179,6 +179,16 @@ typedef struct hyper {
 /* The hyperparameters of opt's update number `iteration` at learning rate lr (Adam's alpha
  * bias-corrected for that step). One definition for eg_optimizer_apply_gradients and graph
  * mode's tiled updates, which must give the same bits. */
+static hyper hyper_at(const eg_optimizer *opt, double lr, int64_t iteration);
+
+/* The hyperparameters of an update at learning rate lr with Adam's alpha already known (graph
+ * mode's pieces of one update: no pow() per piece). */
+static hyper hyper_with_alpha(const eg_optimizer *opt, double lr, double alpha) {
+    hyper h = hyper_at(opt, lr, -1);
+    h.alpha = alpha;
+    return h;
+}
+
 static hyper hyper_at(const eg_optimizer *opt, double lr, int64_t iteration) {
     hyper h = {.lr = lr,
                .weight_decay = opt->weight_decay,
@@ -188,7 +198,7 @@ static hyper hyper_at(const eg_optimizer *opt, double lr, int64_t iteration) {
                .beta_2 = opt->beta_2,
                .epsilon = opt->epsilon,
                .rho = opt->rho};
-    if (opt->kind == KIND_ADAM) {
+    if (opt->kind == KIND_ADAM && iteration >= 0) {
         double t = (double)(iteration + 1);
         h.alpha = lr * sqrt(1.0 - pow(opt->beta_2, t)) / (1.0 - pow(opt->beta_1, t));
     }
@@ -666,7 +676,7 @@ eg_status eg__optimizer_step_prepare(eg__update_step *step, eg_optimizer *opt, e
 void eg__optimizer_step_range(const eg__update_step *step, int64_t start, int64_t count,
                               const void *grad) {
     const eg_optimizer *opt = step->optimizer;
-    hyper h = hyper_at(opt, step->learning_rate, step->iteration);
+    hyper h = hyper_with_alpha(opt, step->learning_rate, step->alpha);
     const eg_tensor *v = step->variable;
     void *slots[MAX_SLOTS] = {0};
     for (int k = 0; k < MAX_SLOTS; k++) slots[k] = step->slots[k];

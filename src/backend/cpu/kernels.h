@@ -47,8 +47,9 @@ void eg__cpu_elementwise_flat(eg__op op, const eg__attrs *attrs, eg_dtype out_dt
 
 /* Matmul whose output tiles go to a consumer instead of memory (graph mode hands them to the
  * optimizer, so a weight gradient never exists whole). Each tile is computed by the same BLAS
- * call as eg__cpu_matmul's, so its values are bitwise the same. Tiles are computed n_scratch at a
- * time (in parallel), into scratch (n_scratch * eg__cpu_matmul_tile_bytes(output) bytes); fn
+ * call as eg__cpu_matmul's, so its values are bitwise the same. Up to n_scratch lanes (threads)
+ * compute tiles at once in one parallel job, each into its own tile of scratch (n_scratch *
+ * eg__cpu_matmul_tile_bytes(output) bytes); fn
  * gets the element offset of the tile's first element in the row-major output, its rows and
  * cols, the output's row length and the tile (rows x cols, rows `cols` elements apart). fn runs
  * on pool threads, for disjoint tiles at once. call->output needs no storage. */
@@ -58,6 +59,20 @@ size_t eg__cpu_matmul_tile_bytes(const eg_tensor *output);
 int64_t eg__cpu_matmul_tile_count(const eg_tensor *output);
 eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
                                eg__matmul_tile_fn fn, void *context);
+
+/* The matmul or dense kernel for a replayed graph: the same bits as eg__cpu_matmul and
+ * eg__cpu_dense, split among the threads from smaller products on. */
+eg_status eg__cpu_matmul_graph(const eg__kernel_call *call);
+/* A replayed graph's product split into parts that threads run as separate tasks: how many parts
+ * call's product (matmul or dense) has for `threads` threads (1: not split), and part `part` of
+ * n_parts (n_parts from eg__cpu_matmul_part_count; the parts together give eg__cpu_matmul_graph's
+ * bits). */
+int64_t eg__cpu_matmul_part_count(const eg__kernel_call *call, int threads);
+eg_status eg__cpu_matmul_part(const eg__kernel_call *call, int64_t part, int64_t n_parts);
+/* Tile `tile` of eg__cpu_matmul_tiles' tiles, computed into scratch (one tile's bytes) and
+ * handed to fn. */
+eg_status eg__cpu_matmul_tile(const eg__kernel_call *call, int64_t tile, void *scratch,
+                              eg__matmul_tile_fn fn, void *context);
 
 /* A 4-d image tensor's sizes and element strides as (n, h, w, c), NHWC or NCHW (convolution and
  * pooling kernels). */

@@ -28,7 +28,10 @@ static void describe_blas(void) {
 }
 
 #define TILE_ROWS 64
-#define TILE_COLS 256
+/* Rows of a tile on Eagle's GEMM, which gives the same bits for any tiling: a whole number of
+ * micro-tiles (64 rows would end every tile in a partial one). */
+#define OWN_TILE_ROWS (11 * EG_GEMM_MR)
+#define TILE_COLS     256
 /* Multiply-adds per parallel chunk below which splitting does not pay. */
 #define MIN_CHUNK_WORK (1 << 20)
 
@@ -98,6 +101,7 @@ typedef struct matmul_job {
     eg__op activation;
     /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
     bool own; /* Eagle's GEMM (f32, wide enough, CPU allows), else OpenBLAS tiles */
+    int64_t tile_rows;
     int64_t parts_m, parts_n, part_rows, part_cols;
     atomic_bool failed;
 } matmul_job;
@@ -131,8 +135,8 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
     int64_t per_batch = j->row_tiles * j->col_tiles;
     size_t size = eg_dtype_size(j->out->dtype);
     int64_t batch = task / per_batch, tile = task % per_batch;
-    int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
-    int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
+    int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+    int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
     int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
     if (j->own) {
         eg__gemm_f32 g = own_problem(j, batch, (float *)c);
@@ -176,7 +180,7 @@ static void blas_tiles(void *context, int64_t begin, int64_t end) {
     size_t size = eg_dtype_size(j->out->dtype);
     for (int64_t task = begin; task < end; task++) {
         int64_t batch = task / per_batch, tile = task % per_batch;
-        int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
+        int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
         int64_t co = batch * j->m * j->n + i0 * j->n + j0;
         compute_tile(j, task, (char *)eg__data(j->out) + (size_t)co * size, j->n);
     }
@@ -202,11 +206,18 @@ static void own_parts(void *context, int64_t begin, int64_t end) {
 /* Cuts each batch element into parts for the threads. The bits do not depend on the cut (see
  * gemm.h), so it may follow the thread count: one part per thread, along the longer side of C
  * counted in micro-tiles, so that the parts repack as little of A or B as possible. */
-static void plan_parts(matmul_job *j, int64_t batches) {
+static void split_parts(matmul_job *j, int64_t parts);
+
+static void plan_parts(matmul_job *j, int64_t batches, int64_t min_part_work) {
     int64_t threads = eg__num_threads();
     int64_t work = j->m * j->n * (j->k > 0 ? j->k : 1);
     int64_t parts = threads / (batches > 0 ? batches : 1);
-    if (parts > work / MIN_PART_WORK) parts = work / MIN_PART_WORK;
+    if (parts > work / min_part_work) parts = work / min_part_work;
+    split_parts(j, parts);
+}
+
+/* About `parts` parts (fewer where C has fewer micro-tiles along its longer side). */
+static void split_parts(matmul_job *j, int64_t parts) {
     if (parts < 1) parts = 1;
     int64_t tiles_m = (j->m + EG_GEMM_MR - 1) / EG_GEMM_MR;
     int64_t tiles_n = (j->n + EG_GEMM_NR - 1) / EG_GEMM_NR;
@@ -224,6 +235,17 @@ static void plan_parts(matmul_job *j, int64_t batches) {
     }
     if (j->part_rows < 1) j->part_rows = 1;
     if (j->part_cols < 1) j->part_cols = 1;
+}
+
+/* Whether Eagle's GEMM computes a product with this output (else OpenBLAS): f32 on a CPU that
+ * allows it. Products narrower than one micro-tile (the 10 logits) it computes transposed
+ * (gemm.c), which beat OpenBLAS there (bench/gemm --versus --mlp). */
+static bool own_gemm(const eg_tensor *out) {
+    return out->dtype == EG_DTYPE_F32 && eg__gemm_f32_available();
+}
+
+static int64_t tile_rows_for(const eg_tensor *out) {
+    return own_gemm(out) ? OWN_TILE_ROWS : TILE_ROWS;
 }
 
 /* Fills *job for call (epilogue: bias, activation); *a_copy and *b_copy receive contiguous copies
@@ -262,18 +284,17 @@ static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias,
     job_out->k = A->shape[A->n_dims - (call->attrs->transpose_a ? 2 : 1)];
     job_out->trans_a = call->attrs->transpose_a != a_op.transposed;
     job_out->trans_b = call->attrs->transpose_b != b_op.transposed;
-    job_out->row_tiles = (job_out->m + TILE_ROWS - 1) / TILE_ROWS;
+    job_out->tile_rows = tile_rows_for(out);
+    job_out->row_tiles = (job_out->m + job_out->tile_rows - 1) / job_out->tile_rows;
     job_out->col_tiles = (job_out->n + TILE_COLS - 1) / TILE_COLS;
-    /* Products narrower than one micro-tile (the 10 logits) are computed transposed by the
-     * GEMM itself (gemm.c), which beat OpenBLAS there (bench/gemm --versus --mlp). */
-    job_out->own = out->dtype == EG_DTYPE_F32 && eg__gemm_f32_available();
+    job_out->own = own_gemm(out);
     *a_copy = a;
     *b_copy = b;
     return EG_OK;
 }
 
-eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bias,
-                               eg__op activation) {
+static eg_status matmul_fused(const eg__kernel_call *call, const eg_tensor *bias, eg__op activation,
+                              int64_t min_part_work) {
     matmul_job job;
     eg_tensor *a, *b;
     eg_status prepared = prepare_job(call, bias, activation, &job, &a, &b);
@@ -282,12 +303,12 @@ eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bia
     int64_t batches = job.m * job.n > 0 ? out->n_elems / (job.m * job.n) : 0;
     eg_status status = EG_OK;
     if (job.own) {
-        plan_parts(&job, batches);
+        plan_parts(&job, batches, min_part_work);
         eg__parallel_for(batches * job.parts_m * job.parts_n, 1, own_parts, &job);
         if (atomic_load(&job.failed))
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
     } else {
-        int64_t tile_work = (job.m < TILE_ROWS ? job.m : TILE_ROWS) *
+        int64_t tile_work = (job.m < job.tile_rows ? job.m : job.tile_rows) *
                             (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
         eg__parallel_for(batches * job.row_tiles * job.col_tiles,
                          MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, blas_tiles, &job);
@@ -297,14 +318,18 @@ eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bia
     return status;
 }
 
+eg_status eg__cpu_matmul_fused(const eg__kernel_call *call, const eg_tensor *bias,
+                               eg__op activation) {
+    return matmul_fused(call, bias, activation, MIN_PART_WORK);
+}
+
 eg_status eg__cpu_matmul(const eg__kernel_call *call);
 eg_status eg__cpu_matmul(const eg__kernel_call *call) {
     return eg__cpu_matmul_fused(call, NULL, EG__OP_COUNT);
 }
 
 /* x: (M, K), kernel: (K, N), bias: (N,) -> activation(x · kernel + bias): (M, N) */
-eg_status eg__cpu_dense(const eg__kernel_call *call);
-eg_status eg__cpu_dense(const eg__kernel_call *call) {
+static eg_status dense(const eg__kernel_call *call, int64_t min_part_work) {
     static const eg__op activations[] = {
         [EG_ACTIVATION_NONE] = EG__OP_COUNT,
         [EG_ACTIVATION_RELU] = EG__OP_RELU,
@@ -320,50 +345,152 @@ eg_status eg__cpu_dense(const eg__kernel_call *call) {
     memset(&attrs, 0, sizeof attrs);
     eg__kernel_call product = *call;
     product.attrs = &attrs;
-    return eg__cpu_matmul_fused(&product, call->inputs[2], activations[activation]);
+    return matmul_fused(&product, call->inputs[2], activations[activation], min_part_work);
+}
+
+eg_status eg__cpu_dense(const eg__kernel_call *call);
+eg_status eg__cpu_dense(const eg__kernel_call *call) {
+    return dense(call, MIN_PART_WORK);
+}
+
+/* Multiply-adds per part from which a replayed graph's product is split: a traced step's
+ * threads are already awake in the step's other parallel work, and its products are few. */
+#define GRAPH_MIN_PART_WORK (1 << 19)
+
+eg_status eg__cpu_matmul_graph(const eg__kernel_call *call) {
+    if (call->op == EG__OP_DENSE) return dense(call, GRAPH_MIN_PART_WORK);
+    return matmul_fused(call, NULL, EG__OP_COUNT, GRAPH_MIN_PART_WORK);
+}
+
+/* The job of a matmul or dense call (dense: its bias and activation as the epilogue). */
+static eg_status graph_job(const eg__kernel_call *call, matmul_job *job, eg_tensor **a,
+                           eg_tensor **b, eg__attrs *attrs) {
+    if (call->op != EG__OP_DENSE) return prepare_job(call, NULL, EG__OP_COUNT, job, a, b);
+    static const eg__op activations[] = {
+        [EG_ACTIVATION_NONE] = EG__OP_COUNT,
+        [EG_ACTIVATION_RELU] = EG__OP_RELU,
+        [EG_ACTIVATION_SIGMOID] = EG__OP_SIGMOID,
+        [EG_ACTIVATION_TANH] = EG__OP_TANH,
+    };
+    int64_t activation = call->attrs->ints[0];
+    if (activation < 0 || activation > EG_ACTIVATION_TANH)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "dense: activation %lld cannot be fused",
+                         (long long)activation);
+    memset(attrs, 0, sizeof *attrs);
+    eg__kernel_call product = *call;
+    product.attrs = attrs;
+    return prepare_job(&product, call->inputs[2], activations[activation], job, a, b);
+}
+
+int64_t eg__cpu_matmul_part_count(const eg__kernel_call *call, int threads) {
+    matmul_job job;
+    eg_tensor *a, *b;
+    eg__attrs attrs;
+    eg__saved_error saved;
+    eg__error_set_aside(&saved);
+    eg_status status = graph_job(call, &job, &a, &b, &attrs);
+    eg__error_restore(&saved);
+    int64_t parts = 1;
+    if (status == EG_OK && job.own && !a && !b && job.m * job.n == call->output->n_elems) {
+        int64_t work = job.m * job.n * (job.k > 0 ? job.k : 1);
+        parts = threads < work / GRAPH_MIN_PART_WORK ? threads : work / GRAPH_MIN_PART_WORK;
+        split_parts(&job, parts);
+        parts = job.parts_m * job.parts_n;
+    }
+    if (status == EG_OK) {
+        eg__unref(a);
+        eg__unref(b);
+    }
+    return parts > 1 ? parts : 1;
+}
+
+eg_status eg__cpu_matmul_part(const eg__kernel_call *call, int64_t part, int64_t n_parts) {
+    matmul_job job;
+    eg_tensor *a, *b;
+    eg__attrs attrs;
+    eg_status status = graph_job(call, &job, &a, &b, &attrs);
+    if (status != EG_OK) return status;
+    if (!job.own || a || b || n_parts <= 1) { /* not split (eg__cpu_matmul_part_count said 1) */
+        eg__unref(a);
+        eg__unref(b);
+        if (part > 0) return EG_OK;
+        return call->op == EG__OP_DENSE ? dense(call, MIN_PART_WORK)
+                                        : matmul_fused(call, NULL, EG__OP_COUNT, MIN_PART_WORK);
+    }
+    split_parts(&job, n_parts);
+    if (part < job.parts_m * job.parts_n) own_parts(&job, part, part + 1);
+    if (atomic_load(&job.failed))
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
+    return EG_OK;
 }
 
 /* ---- tiles handed to a consumer (graph mode's fused optimizer updates) ---- */
 
 size_t eg__cpu_matmul_tile_bytes(const eg_tensor *out) {
     int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
-    return (size_t)((m < TILE_ROWS ? m : TILE_ROWS) * (n < TILE_COLS ? n : TILE_COLS)) *
+    int64_t rows = tile_rows_for(out);
+    return (size_t)((m < rows ? m : rows) * (n < TILE_COLS ? n : TILE_COLS)) *
            eg_dtype_size(out->dtype);
 }
 
 int64_t eg__cpu_matmul_tile_count(const eg_tensor *out) {
     int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
-    int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0;
-    return batches * ((m + TILE_ROWS - 1) / TILE_ROWS) * ((n + TILE_COLS - 1) / TILE_COLS);
+    int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0, rows = tile_rows_for(out);
+    return batches * ((m + rows - 1) / rows) * ((n + TILE_COLS - 1) / TILE_COLS);
 }
 
 typedef struct consumer_job {
     matmul_job job;
     char *scratch;
     size_t tile_bytes;
-    int64_t first;
+    int64_t n_tiles;
+    atomic_llong next_tile; /* tiles are claimed one at a time by whichever lane is running */
     eg__matmul_tile_fn fn;
     void *context;
 } consumer_job;
 
+/* Lanes [begin, end): each lane computes the tiles it claims into its own scratch tile and hands
+ * them to the consumer. Claiming keeps both threads busy on a loaded machine, where a woken
+ * worker may start late: whoever runs takes the next tile. */
 static void tiles_to_consumer(void *context, int64_t begin, int64_t end) {
-    const consumer_job *c = context;
+    consumer_job *c = context;
     const matmul_job *j = &c->job;
     int64_t per_batch = j->row_tiles * j->col_tiles;
-    for (int64_t slot = begin; slot < end; slot++) {
-        int64_t task = c->first + slot, tile = task % per_batch;
-        int64_t i0 = tile / j->col_tiles * TILE_ROWS, j0 = tile % j->col_tiles * TILE_COLS;
-        int rows = (int)(j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS);
-        int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
-        char *tile_data = c->scratch + (size_t)slot * c->tile_bytes;
-        if (!compute_tile(j, task, tile_data, cols)) {
-            atomic_store((atomic_bool *)&j->failed, true);
-            continue;
+    for (int64_t lane = begin; lane < end; lane++) {
+        char *tile_data = c->scratch + (size_t)lane * c->tile_bytes;
+        for (;;) {
+            int64_t task = atomic_fetch_add(&c->next_tile, 1);
+            if (task >= c->n_tiles) break;
+            int64_t tile = task % per_batch;
+            int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+            int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
+            int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+            if (!compute_tile(j, task, tile_data, cols)) {
+                atomic_store((atomic_bool *)&j->failed, true);
+                continue;
+            }
+            /* element offset of the tile's first element in the (never written) output */
+            c->fn(c->context, task / per_batch * j->m * j->n + i0 * j->n + j0, rows, cols, j->n,
+                  tile_data);
         }
-        /* element offset of the tile's first element in the (never written) output */
-        c->fn(c->context, task / per_batch * j->m * j->n + i0 * j->n + j0, rows, cols, j->n,
-              tile_data);
     }
+}
+
+eg_status eg__cpu_matmul_tile(const eg__kernel_call *call, int64_t tile, void *scratch,
+                              eg__matmul_tile_fn fn, void *context) {
+    consumer_job c = {.scratch = scratch, .fn = fn, .context = context};
+    eg_tensor *a, *b;
+    eg_status status = prepare_job(call, NULL, EG__OP_COUNT, &c.job, &a, &b);
+    if (status != EG_OK) return status;
+    c.tile_bytes = 0;
+    c.n_tiles = tile + 1;
+    atomic_init(&c.next_tile, tile);
+    tiles_to_consumer(&c, 0, 1);
+    eg__unref(a);
+    eg__unref(b);
+    if (atomic_load(&c.job.failed))
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
+    return EG_OK;
 }
 
 eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
@@ -373,17 +500,16 @@ eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n
     eg_status status = prepare_job(call, NULL, EG__OP_COUNT, &c.job, &a, &b);
     if (status != EG_OK) return status;
     c.tile_bytes = eg__cpu_matmul_tile_bytes(call->output);
-    int64_t n_tiles = eg__cpu_matmul_tile_count(call->output);
-    /* small tiles stay on one thread, as in the plain product (a wave's hand-over would cost
-     * more than the tile) */
-    int64_t tile_work = (c.job.m < TILE_ROWS ? c.job.m : TILE_ROWS) *
+    c.n_tiles = eg__cpu_matmul_tile_count(call->output);
+    atomic_init(&c.next_tile, 0);
+    /* one lane per scratch tile, all in one parallel job; a small product (whose consumer is
+     * then small too) stays on one thread, as in the plain product */
+    int64_t tile_work = (c.job.m < c.job.tile_rows ? c.job.m : c.job.tile_rows) *
                         (c.job.n < TILE_COLS ? c.job.n : TILE_COLS) * (c.job.k > 0 ? c.job.k : 1);
-    if (n_scratch < 1) n_scratch = 1;
-    for (c.first = 0; c.first < n_tiles; c.first += n_scratch) {
-        int64_t wave = n_tiles - c.first < n_scratch ? n_tiles - c.first : n_scratch;
-        eg__parallel_for(wave, MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1,
-                         tiles_to_consumer, &c);
-    }
+    int64_t lanes = n_scratch < 1 ? 1 : n_scratch;
+    if (lanes > c.n_tiles) lanes = c.n_tiles;
+    if (c.n_tiles * tile_work < MIN_CHUNK_WORK) lanes = 1;
+    eg__parallel_for(lanes, 1, tiles_to_consumer, &c);
     eg__unref(a);
     eg__unref(b);
     if (atomic_load(&c.job.failed))
