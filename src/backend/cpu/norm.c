@@ -7,6 +7,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "eagle/nn.h"
 
 #define MUL_ADD_LOOP(T)                                                                            \
     do {                                                                                           \
@@ -63,7 +64,7 @@ eg_status eg__cpu_mul_add(const eg__kernel_call *call) {
 #define NORM_ROWS 256
 
 typedef struct norm_plan {
-    eg_tensor *sources[2]; /* our own references */
+    eg_tensor *sources[3]; /* our own references */
     int n_sources;
     bool direct; /* the sources are the inputs themselves, in their (contiguous) layout */
     int64_t outer, reduced, inner, chunks;
@@ -74,7 +75,7 @@ static void drop_plan(norm_plan *plan) {
     plan->n_sources = 0;
 }
 
-/* Plans n (1 or 2) same-shaped tensors together; they share one layout. */
+/* Plans n (1 to 3) same-shaped tensors together; they share one layout. */
 static eg_status plan_norm(int n, const eg_tensor *const *xs, const eg__attrs *attrs,
                            norm_plan *plan) {
     const eg_tensor *x = xs[0];
@@ -142,6 +143,9 @@ typedef struct norm_job {
     double *partial; /* two per (task, inner) */
     const void *params[3];
     void *out;
+    bool grad; /* affine_chunks: the input gradient (sources g, x), not batch_norm (source x) */
+    bool relu; /* fused relu: batch_norm's output clamped at 0; gradients masked by sources[2]
+                  (batch_norm's output y) > 0 */
 } norm_job;
 
 #define NORM_TASK_BOUNDS                                                                           \
@@ -172,7 +176,8 @@ typedef struct norm_job {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* batch_norm_backward_sums: sum g and sum g (x - mean) of the chunk */                        \
+    /* batch_norm_backward_sums: sum g and sum g (x - mean) of the chunk (g masked by y > 0        \
+     * with relu: the value relu_backward would have stored, so the same sums) */                  \
     TARGET static void grad_sums_chunks_##suffix(void *context, int64_t begin, int64_t end) {      \
         const norm_job *j = context;                                                               \
         const norm_plan *p = j->plan;                                                              \
@@ -180,11 +185,23 @@ typedef struct norm_job {
             NORM_TASK_BOUNDS;                                                                      \
             const T *g = (const T *)eg__data(p->sources[0]) + o * p->reduced * inner;              \
             const T *x = (const T *)eg__data(p->sources[1]) + o * p->reduced * inner;              \
+            const T *y =                                                                           \
+                j->relu ? (const T *)eg__data(p->sources[2]) + o * p->reduced * inner : NULL;      \
             const T *restrict m = (const T *)j->params[0] + o * inner;                             \
             double *restrict sg = j->partial + 2 * task * inner, *restrict sgx = sg + inner;       \
             for (int64_t i = 0; i < inner; i++) sg[i] = sgx[i] = 0;                                \
             for (int64_t r = r0; r < r1; r++) {                                                    \
                 const T *restrict grow = g + r * inner, *restrict xrow = x + r * inner;            \
+                if (y) {                                                                           \
+                    const T *restrict yrow = y + r * inner;                                        \
+                    for (int64_t i = 0; i < inner; i++) {                                          \
+                        T yi = yrow[i], gm = grow[i];                                              \
+                        double gi = (double)(yi > (T)0 ? gm : (T)0);                               \
+                        sg[i] += gi;                                                               \
+                        sgx[i] += gi * ((double)xrow[i] - (double)m[i]);                           \
+                    }                                                                              \
+                    continue;                                                                      \
+                }                                                                                  \
                 for (int64_t i = 0; i < inner; i++) {                                              \
                     double gi = (double)grow[i];                                                   \
                     sg[i] += gi;                                                                   \
@@ -193,34 +210,51 @@ typedef struct norm_job {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* out = x * a + b (batch_norm), or out = g * a + (x * b + c) (its input gradient) */          \
+    /* out = x * a + b (batch_norm; relu of it), or out = g * a + (x * b + c) (its input           \
+     * gradient; g masked by y > 0 with relu) */                                                   \
     TARGET static void affine_chunks_##suffix(void *context, int64_t begin, int64_t end) {         \
         const norm_job *j = context;                                                               \
         const norm_plan *p = j->plan;                                                              \
-        bool grad = p->n_sources == 2;                                                             \
         for (int64_t task = begin; task < end; task++) {                                           \
             NORM_TASK_BOUNDS;                                                                      \
             int64_t base = o * p->reduced * inner;                                                 \
             const T *restrict a = (const T *)j->params[0] + o * inner;                             \
             const T *restrict b = (const T *)j->params[1] + o * inner;                             \
             T *out = (T *)j->out + base;                                                           \
-            if (!grad) {                                                                           \
+            if (!j->grad) {                                                                        \
                 const T *x = (const T *)eg__data(p->sources[0]) + base;                            \
                 for (int64_t r = r0; r < r1; r++) {                                                \
                     const T *restrict xrow = x + r * inner;                                        \
                     T *restrict orow = out + r * inner;                                            \
-                    for (int64_t i = 0; i < inner; i++) orow[i] = xrow[i] * a[i] + b[i];           \
+                    if (j->relu) {                                                                 \
+                        for (int64_t i = 0; i < inner; i++) {                                      \
+                            T z = xrow[i] * a[i] + b[i];                                           \
+                            orow[i] = z > (T)0 ? z : (T)0;                                         \
+                        }                                                                          \
+                    } else {                                                                       \
+                        for (int64_t i = 0; i < inner; i++) orow[i] = xrow[i] * a[i] + b[i];       \
+                    }                                                                              \
                 }                                                                                  \
                 continue;                                                                          \
             }                                                                                      \
             const T *restrict c = (const T *)j->params[2] + o * inner;                             \
             const T *g = (const T *)eg__data(p->sources[0]) + base;                                \
             const T *x = (const T *)eg__data(p->sources[1]) + base;                                \
+            const T *y = j->relu ? (const T *)eg__data(p->sources[2]) + base : NULL;               \
             for (int64_t r = r0; r < r1; r++) {                                                    \
                 const T *restrict grow = g + r * inner, *restrict xrow = x + r * inner;            \
                 T *restrict orow = out + r * inner;                                                \
-                for (int64_t i = 0; i < inner; i++)                                                \
-                    orow[i] = grow[i] * a[i] + (xrow[i] * b[i] + c[i]);                            \
+                if (y) {                                                                           \
+                    const T *restrict yrow = y + r * inner;                                        \
+                    for (int64_t i = 0; i < inner; i++) {                                          \
+                        T yi = yrow[i], gm = grow[i];                                              \
+                        T gi = yi > (T)0 ? gm : (T)0;                                              \
+                        orow[i] = gi * a[i] + (xrow[i] * b[i] + c[i]);                             \
+                    }                                                                              \
+                } else {                                                                           \
+                    for (int64_t i = 0; i < inner; i++)                                            \
+                        orow[i] = grow[i] * a[i] + (xrow[i] * b[i] + c[i]);                        \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
@@ -274,7 +308,7 @@ eg_status eg__cpu_moments(const eg__kernel_call *call) {
     if (plan.reduced == 0) { /* NaN, like mean and var of nothing */
         for (int64_t i = 0; i < 2 * kept; i++) store(out, f32, i, NAN);
     } else {
-        norm_job job = {&plan, alloc_partial(&plan, "moments"), {0}, NULL};
+        norm_job job = {&plan, alloc_partial(&plan, "moments"), {0}, NULL, false, false};
         if (!job.partial) {
             status = eg_last_status();
         } else {
@@ -328,38 +362,66 @@ static eg_status scratch_params(int n, const eg_tensor *like, eg_tensor **out) {
     return status;
 }
 
+static void relu_backward_f32(void *context, int64_t n, char **p, const int64_t *s);
+static void relu_backward_f64(void *context, int64_t n, char **p, const int64_t *s);
+
 /* Runs affine_chunks over the plan's layout when the output shares it (the direct case), else
- * the same arithmetic as strided mul_add loops (through a scratch x * c1 + c0 for the gradient). */
+ * the same arithmetic as strided mul_add loops (through a scratch x * c1 + c0 for the gradient;
+ * with relu, the forward clamped in place afterwards and the gradient's g masked into a scratch
+ * first: relu's and relu_backward's own arithmetic). */
 static eg_status run_affine(const eg__kernel_call *call, const norm_plan *plan, eg_tensor *const *p,
-                            bool grad) {
+                            bool grad, bool relu) {
     bool f32 = call->output->dtype == EG_DTYPE_F32;
     if (plan->direct) { /* the output (contiguous) shares the inputs' layout */
         norm_job job = {plan,
                         NULL,
                         {eg__data(p[0]), eg__data(p[1]), grad ? eg__data(p[2]) : NULL},
-                        eg__data(call->output)};
+                        eg__data(call->output),
+                        grad,
+                        relu};
         eg__parallel_for(plan->outer * plan->chunks, norm_grain(plan), PICK(affine_chunks, f32),
                          &job);
         return EG_OK;
     }
     eg__nd_loop loop;
-    eg_tensor *partial = call->output;
+    eg_tensor *partial = call->output, *masked = NULL;
     if (grad && scratch_params(1, call->output, &partial) != EG_OK) return eg_last_status();
+    if (grad && relu) {
+        if (scratch_params(1, call->output, &masked) != EG_OK) {
+            eg__unref(partial);
+            return eg_last_status();
+        }
+        const eg_tensor *mask[3] = {masked, call->inputs[6], call->inputs[0]};
+        eg__nd_loop_init(&loop, 3, mask);
+        eg__nd_loop_run(&loop, f32 ? relu_backward_f32 : relu_backward_f64, NULL);
+    }
     const eg_tensor *first[4] = {partial, call->inputs[grad ? 1 : 0], p[grad ? 1 : 0],
                                  p[grad ? 2 : 1]};
     eg__nd_loop_init(&loop, 4, first);
     eg__nd_loop_run(&loop, f32 ? mul_add_f32 : mul_add_f64, NULL);
     if (grad) {
-        const eg_tensor *second[4] = {call->output, call->inputs[0], p[0], partial};
+        const eg_tensor *second[4] = {call->output, masked ? masked : call->inputs[0], p[0],
+                                      partial};
         eg__nd_loop_init(&loop, 4, second);
         eg__nd_loop_run(&loop, f32 ? mul_add_f32 : mul_add_f64, NULL);
         eg__unref(partial);
+        eg__unref(masked);
+    } else if (relu) { /* the output is contiguous: relu in place */
+        int64_t n = call->output->n_elems;
+        if (f32) {
+            float *y = eg__data(call->output);
+            for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        } else {
+            double *y = eg__data(call->output);
+            for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0 ? y[i] : 0.0;
+        }
     }
     return EG_OK;
 }
 
 /* x, mean, variance, scale, offset (the four kept-shaped) -> (x - mean) scale / sqrt(variance +
- * eps) + offset, as x * a + b with a, b per kept element. */
+ * eps) + offset, as x * a + b with a, b per kept element; clamped at 0 in the same pass with
+ * attrs->ints[0] = relu. */
 eg_status eg__cpu_batch_norm(const eg__kernel_call *call);
 eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
     const eg_tensor *x = call->inputs[0];
@@ -381,7 +443,7 @@ eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
             store(eg__data(ab[0]), f32, i, a);
             store(eg__data(ab[1]), f32, i, o - m * a);
         }
-        status = run_affine(call, &plan, ab, false);
+        status = run_affine(call, &plan, ab, false, call->attrs->ints[0] == EG_ACTIVATION_RELU);
     }
     drop_plan(&plan);
     for (int i = 0; i < 4; i++) eg__unref(p[i]);
@@ -389,17 +451,20 @@ eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
     return status;
 }
 
-/* g, x, mean -> (2, kept...): [sum g, sum g (x - mean)] over attrs->axes */
+/* g, x, mean[, y] -> (2, kept...): [sum g, sum g (x - mean)] over attrs->axes (g where y > 0
+ * with relu) */
 eg_status eg__cpu_batch_norm_backward_sums(const eg__kernel_call *call);
 eg_status eg__cpu_batch_norm_backward_sums(const eg__kernel_call *call) {
     bool f32 = call->output->dtype == EG_DTYPE_F32;
+    bool relu = call->attrs->ints[0] == EG_ACTIVATION_RELU;
+    const eg_tensor *planned[3] = {call->inputs[0], call->inputs[1], relu ? call->inputs[3] : NULL};
     void *out = eg__data(call->output);
     int64_t kept = call->output->n_elems / 2;
     eg_tensor *mean = NULL;
     norm_plan plan = {0};
     eg_status status = contiguous_params(1, call->inputs + 2, &mean);
-    if (status == EG_OK) status = plan_norm(2, call->inputs, call->attrs, &plan);
-    norm_job job = {&plan, NULL, {mean ? eg__data(mean) : NULL}, NULL};
+    if (status == EG_OK) status = plan_norm(2 + relu, planned, call->attrs, &plan);
+    norm_job job = {&plan, NULL, {mean ? eg__data(mean) : NULL}, NULL, false, relu};
     if (status == EG_OK && !(job.partial = alloc_partial(&plan, "batch_norm_backward_sums")))
         status = eg_last_status();
     if (status == EG_OK) {
@@ -424,18 +489,21 @@ eg_status eg__cpu_batch_norm_backward_sums(const eg__kernel_call *call) {
     return status;
 }
 
-/* g, x, mean, variance, scale, sums -> dx = k (g - sum g / N - (x - mean) r^2 sum g (x - mean) /
- * N), r = 1 / sqrt(variance + eps), k = scale r; computed as g k + (x c1 + c0). */
+/* g, x, mean, variance, scale, sums[, y] -> dx = k (g - sum g / N - (x - mean) r^2 sum g (x -
+ * mean) / N), r = 1 / sqrt(variance + eps), k = scale r; computed as g k + (x c1 + c0) (g where
+ * y > 0 with relu). */
 eg_status eg__cpu_batch_norm_backward_input(const eg__kernel_call *call);
 eg_status eg__cpu_batch_norm_backward_input(const eg__kernel_call *call) {
     const eg_tensor *x = call->inputs[1];
+    bool relu = call->attrs->ints[0] == EG_ACTIVATION_RELU;
+    const eg_tensor *planned[3] = {call->inputs[0], call->inputs[1], relu ? call->inputs[6] : NULL};
     double eps = call->attrs->scalars[0];
     bool f32 = x->dtype == EG_DTYPE_F32;
     eg_tensor *p[4] = {0}, *coef[3] = {0};
     norm_plan plan = {0};
     eg_status status = contiguous_params(4, call->inputs + 2, p);
     if (status == EG_OK) status = scratch_params(3, p[0], coef);
-    if (status == EG_OK) status = plan_norm(2, call->inputs, call->attrs, &plan);
+    if (status == EG_OK) status = plan_norm(2 + relu, planned, call->attrs, &plan);
     if (status == EG_OK) {
         int64_t kept = p[0]->n_elems;
         double n = (double)plan.reduced;
@@ -451,7 +519,7 @@ eg_status eg__cpu_batch_norm_backward_input(const eg__kernel_call *call) {
             store(eg__data(coef[1]), f32, i, c1);
             store(eg__data(coef[2]), f32, i, -k * sg / n - m * c1);
         }
-        status = run_affine(call, &plan, coef, true);
+        status = run_affine(call, &plan, coef, true, relu);
     }
     drop_plan(&plan);
     for (int i = 0; i < 4; i++) eg__unref(p[i]);
