@@ -495,8 +495,8 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
  *   dx = k (G - sum(G) / N - xhat d_scale / N) with k = g r, xhat = (x - m) r
  *      = G k + x c1 + c0,  c1 = -k r d_scale / N,  c0 = -k (sum(G) - m r d_scale) / N,
  * i.e. two mul_adds; mean and variance get nothing (their dependence on x is already in dx).
- * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact. */
-/* With a fused relu (attrs->ints[0]) G is relu's gradient first: GRAD where y > 0 (y = relu(z) > 0
+ * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact.
+ * With a fused relu (attrs->ints[0]) G is relu's gradient first: GRAD where y > 0 (y = relu(z) > 0
  * exactly where z > 0, so relu_backward(y, GRAD) is relu_backward(z, GRAD) bit for bit). */
 /* The same gradient from two fused kernels (batch_norm_backward_sums, then _input): two passes
  * over x-sized data instead of seven. They are not differentiable, so this runs only when no

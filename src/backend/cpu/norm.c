@@ -152,7 +152,7 @@ typedef struct norm_job {
     int64_t o = task / p->chunks, chunk = task % p->chunks, inner = p->inner;                      \
     int64_t r0 = chunk * NORM_ROWS, r1 = r0 + NORM_ROWS < p->reduced ? r0 + NORM_ROWS : p->reduced
 
-#define NORM_KERNELS(T, suffix, TARGET)                                                            \
+#define NORM_KERNELS(T, U, suffix, TARGET)                                                         \
     /* moments: the chunk's mean and sum of squared deviations from it, per inner element */       \
     TARGET static void moments_chunks_##suffix(void *context, int64_t begin, int64_t end) {        \
         const norm_job *j = context;                                                               \
@@ -176,8 +176,10 @@ typedef struct norm_job {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* batch_norm_backward_sums: sum g and sum g (x - mean) of the chunk (g masked by y > 0        \
-     * with relu: the value relu_backward would have stored, so the same sums) */                  \
+    /* batch_norm_backward_sums: sum g and sum g (x - mean) of the chunk. With relu g is masked    \
+     * by y > 0 to what relu_backward would have stored (g, or +0: all bits clear), so the sums    \
+     * are the same; as an integer AND because GCC does not vectorize a float select whose result  \
+     * is converted (10x slower, measured) */                                                      \
     TARGET static void grad_sums_chunks_##suffix(void *context, int64_t begin, int64_t end) {      \
         const norm_job *j = context;                                                               \
         const norm_plan *p = j->plan;                                                              \
@@ -195,8 +197,12 @@ typedef struct norm_job {
                 if (y) {                                                                           \
                     const T *restrict yrow = y + r * inner;                                        \
                     for (int64_t i = 0; i < inner; i++) {                                          \
-                        T yi = yrow[i], gm = grow[i];                                              \
-                        double gi = (double)(yi > (T)0 ? gm : (T)0);                               \
+                        T gm = grow[i], gt;                                                        \
+                        U bits;                                                                    \
+                        memcpy(&bits, &gm, sizeof bits);                                           \
+                        bits &= (U)0 - (U)(yrow[i] > (T)0);                                        \
+                        memcpy(&gt, &bits, sizeof gt);                                             \
+                        double gi = (double)gt;                                                    \
                         sg[i] += gi;                                                               \
                         sgx[i] += gi * ((double)xrow[i] - (double)m[i]);                           \
                     }                                                                              \
@@ -259,12 +265,12 @@ typedef struct norm_job {
         }                                                                                          \
     }
 
-NORM_KERNELS(float, f32, )
-NORM_KERNELS(double, f64, )
+NORM_KERNELS(float, uint32_t, f32, )
+NORM_KERNELS(double, uint64_t, f64, )
 /* The same loops compiled for AVX2 (4 doubles a vector instead of 2). Without FMA contraction
  * (ISO C mode) they compute exactly what the baseline ones do, element by element. */
 #if defined(__x86_64__) || defined(__i386__)
-NORM_KERNELS(float, f32_avx2, __attribute__((target("avx2"))))
+NORM_KERNELS(float, uint32_t, f32_avx2, __attribute__((target("avx2"))))
 static bool cpu_has_avx2(void) {
     static int known; /* 0 unknown, 1 yes, 2 no; racing first calls write the same value */
     if (!known) {
