@@ -414,7 +414,7 @@ static int apply_batch_norm_relu(const oc_case *c, const eg_tensor *const *in, e
     return out[0] ? 3 : -1;
 }
 
-/* p[8] = EG_ACTIVATION_RELU: the fused relu's variant, batch_norm's output y a last input */
+/* p[8] = EG_ACTIVATION_RELU: the fused relu's variant (more inputs: see ops.def) */
 static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *in,
                                      eg_tensor **out) {
     eg__attrs attrs = {.scalars = {c->d[0]}};
@@ -427,8 +427,8 @@ static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *i
     for (int d = 0; d < n_dims; d++)
         if (chosen[d]) attrs.axes[attrs.n_axes++] = d;
     bool sums = c->op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
-    return one(eg__execute(c->op, (sums ? 3 : 6) + (c->p[8] == EG_ACTIVATION_RELU), in, &attrs),
-               out);
+    bool relu = c->p[8] == EG_ACTIVATION_RELU;
+    return one(eg__execute(c->op, sums ? (relu ? 6 : 3) : (relu ? 7 : 6), in, &attrs), out);
 }
 
 static int apply_layer_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
@@ -945,28 +945,31 @@ const oc_case oc_cases[] = {
          D(1e-2)),
     CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums relu NHWC over (0,1,2)",
          batch_norm_backward, batch_norm_backward_sums,
-         IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n", "F 2,3,3,4 n"),
-         P(3, 0, 1, 2, [8] = EG_ACTIVATION_RELU)),
+         IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n", "F 1,1,1,4 p", "F 1,1,1,4 n",
+            "F 1,1,1,4 n"),
+         P(3, 0, 1, 2, [8] = EG_ACTIVATION_RELU), D(1e-3)),
     CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums relu NCHW of views",
          batch_norm_backward, batch_norm_backward_sums,
-         IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n", "F 3,2,3,2:T n"),
-         P(3, 0, 2, 3, [8] = EG_ACTIVATION_RELU)),
+         IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n", "F 1,2,1,1 p", "F 1,2,1,1 n",
+            "F 1,2,1,1 n"),
+         P(3, 0, 2, 3, [8] = EG_ACTIVATION_RELU), D(1e-3)),
     CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums relu over 300 rows (chunks)",
          batch_norm_backward, batch_norm_backward_sums,
-         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 300,3 n"), P(1, 0, [8] = EG_ACTIVATION_RELU)),
+         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 1,3 n"),
+         P(1, 0, [8] = EG_ACTIVATION_RELU), D(1e-2)),
     CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input relu NHWC over (0,1,2)",
          batch_norm_backward, batch_norm_backward_input,
          IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n", "F 1,1,1,4 p", "F 1,1,1,4 n",
-            "F 2,1,1,1,4 n", "F 2,3,3,4 n"),
+            "F 2,1,1,1,4 n", "F 1,1,1,4 n"),
          P(3, 0, 1, 2, [8] = EG_ACTIVATION_RELU), D(1e-3)),
     CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input relu NCHW of views",
          batch_norm_backward, batch_norm_backward_input,
          IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n", "F 1,2,1,1 p", "F 1,2,1,1 n",
-            "F 2,1,2,1,1 n", "F 3,2,3,2:T n"),
+            "F 2,1,2,1,1 n", "F 1,2,1,1 n"),
          P(3, 0, 2, 3, [8] = EG_ACTIVATION_RELU), D(1e-3)),
     CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input relu over 300 rows (chunks)",
          batch_norm_backward, batch_norm_backward_input,
-         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 2,1,3 n", "F 300,3 n"),
+         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 2,1,3 n", "F 1,3 n"),
          P(1, 0, [8] = EG_ACTIVATION_RELU), D(1e-2)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NHWC)", batch_norm, batch_norm,
          IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(1), D(1e-3)),

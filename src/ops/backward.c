@@ -500,16 +500,17 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
  * exactly where z > 0, so relu_backward(y, GRAD) is relu_backward(z, GRAD) bit for bit). */
 /* The same gradient from two fused kernels (batch_norm_backward_sums, then _input): two passes
  * over x-sized data instead of seven. They are not differentiable, so this runs only when no
- * tape records the backward computation. With relu they take y as a last input and mask GRAD
- * themselves: relu_backward's pass disappears. */
+ * tape records the backward computation. With relu they mask GRAD themselves where the
+ * pre-activation, recomputed from x (and offset, one more input) with the forward's bits, is > 0:
+ * relu_backward's pass disappears, and neither reads y. */
 static eg_status batch_norm_backward_fused(const eg__backward_call *call) {
     temps t = {0};
     const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
     bool relu = call->attrs->ints[0] == EG_ACTIVATION_RELU;
-    const eg_tensor *sums_in[4] = {GRAD, x, m, OUT};
-    const eg_tensor *in[7] = {GRAD, x, m, v, g, NULL, OUT};
+    const eg_tensor *sums_in[6] = {GRAD, x, m, v, g, IN(4)};
+    const eg_tensor *in[7] = {GRAD, x, m, v, g, NULL, IN(4)};
     eg_tensor *sums =
-        tmp(&t, eg__execute(EG__OP_BATCH_NORM_BACKWARD_SUMS, 3 + relu, sums_in, call->attrs));
+        tmp(&t, eg__execute(EG__OP_BATCH_NORM_BACKWARD_SUMS, relu ? 6 : 3, sums_in, call->attrs));
     if (!sums) return finish(&t);
     if (NEEDS(3) || NEEDS(4)) {
         eg_tensor *parts[2];

@@ -579,22 +579,20 @@ static eg_status require_shape(eg__op op, const eg_tensor *const *in, int i, int
 
 /* batch_norm_backward_sums (g, x, mean) -> (2, kept): g like x, mean x reduced over attrs->axes
  * with keepdims; batch_norm_backward_input (g, x, mean, variance, scale, sums) -> like x, sums
- * being (2, kept) (what batch_norm_backward_sums returns). With attrs->ints[0] = RELU both take
- * one more input, y like x, last. */
+ * being (2, kept) (what batch_norm_backward_sums returns). With attrs->ints[0] = RELU sums takes
+ * (g, x, mean, variance, scale, offset) and input one more, offset, last; all kept-shaped. */
 eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *const *in,
                                         const eg__attrs *attrs, eg__meta *meta) {
     if (check_norm_activation(op, attrs) != EG_OK) return eg_last_status();
     bool relu = attrs->ints[0] == EG_ACTIVATION_RELU;
-    int want = (op == EG__OP_BATCH_NORM_BACKWARD_SUMS ? 3 : 6) + relu;
+    bool sums_op = op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
+    int want = sums_op ? (relu ? 6 : 3) : (relu ? 7 : 6);
     if (n_in != want)
         return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "takes %d inputs%s, got %d", want,
                             relu ? " with relu" : "", n_in);
     if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[1], 1) != EG_OK ||
         check_axes(op, in[1], attrs) != EG_OK)
         return eg_last_status();
-    if (relu && require_shape(op, in, n_in - 1, in[1]->n_dims, in[1]->shape) != EG_OK)
-        return eg_last_status();
-    n_in -= relu; /* the others as without */
     eg__attrs keep = *attrs;
     keep.keepdims = true;
     eg__meta kept;
@@ -606,7 +604,7 @@ eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *co
     memcpy(stacked + 1, kept.shape, sizeof(int64_t) * (size_t)kept.n_dims);
     if (require_shape(op, in, 0, in[1]->n_dims, in[1]->shape) != EG_OK) return eg_last_status();
     for (int i = 2; i < n_in; i++) {
-        bool sums = i == 5;
+        bool sums = !sums_op && i == 5;
         if (require_shape(op, in, i, kept.n_dims + sums, sums ? stacked : kept.shape) != EG_OK)
             return eg_last_status();
     }
