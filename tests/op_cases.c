@@ -405,9 +405,20 @@ static int apply_batch_norm_training(const oc_case *c, const eg_tensor *const *i
     return out[0] ? 3 : -1;
 }
 
+/* batch_norm_training_activation with relu: as batch_norm_training */
+static int apply_batch_norm_relu(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    int axes[4], n = (int)c->p[0];
+    int_axes(c, 1, n, axes);
+    out[0] = eg_batch_norm_training_activation(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0],
+                                               EG_ACTIVATION_RELU, &out[1], &out[2]);
+    return out[0] ? 3 : -1;
+}
+
+/* p[8] = EG_ACTIVATION_RELU: the fused relu's variant (more inputs: see ops.def) */
 static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *in,
                                      eg_tensor **out) {
     eg__attrs attrs = {.scalars = {c->d[0]}};
+    attrs.ints[0] = c->p[8];
     int axes[4], n = (int)c->p[0];
     int_axes(c, 1, n, axes);
     int n_dims = eg_tensor_n_dims(in[1]);
@@ -416,7 +427,8 @@ static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *i
     for (int d = 0; d < n_dims; d++)
         if (chosen[d]) attrs.axes[attrs.n_axes++] = d;
     bool sums = c->op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
-    return one(eg__execute(c->op, sums ? 3 : 6, in, &attrs), out);
+    bool relu = c->p[8] == EG_ACTIVATION_RELU;
+    return one(eg__execute(c->op, sums ? (relu ? 6 : 3) : (relu ? 7 : 6), in, &attrs), out);
 }
 
 static int apply_layer_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
@@ -899,6 +911,12 @@ const oc_case oc_cases[] = {
          batch_norm_training, IN("F 5,6:T n", "F 5 n", "F 1,5 n"), P(1, 0), D(1e-2)),
     CASE(BATCH_NORM, "batch_norm_training over the last axis, broadcast scale", batch_norm_training,
          batch_norm_training, IN("F 3,5 n", "F 3,1 n", "F - n"), P(1, -1), D(1e-3)),
+    CASE(BATCH_NORM, "batch_norm_training relu NHWC over (0,1,2)", batch_norm_relu, batch_norm_relu,
+         IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(3, 0, 1, 2), D(1e-3)),
+    CASE(BATCH_NORM, "batch_norm_training relu NCHW over (0,2,3)", batch_norm_relu, batch_norm_relu,
+         IN("F 3,2,2,3 n", "F 2,1,1 n", "F 2,1,1 n"), P(3, 0, 2, 3), D(1e-3)),
+    CASE(BATCH_NORM, "batch_norm_training relu (B, D) of a transposed view", batch_norm_relu,
+         batch_norm_relu, IN("F 5,6:T n", "F 5 n", "F 1,5 n"), P(1, 0), D(1e-2)),
     CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums NHWC over (0,1,2)",
          batch_norm_backward, batch_norm_backward_sums,
          IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n"), P(3, 0, 1, 2)),
@@ -925,6 +943,34 @@ const oc_case oc_cases[] = {
          batch_norm_backward, batch_norm_backward_input,
          IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 2,1,3 n"), P(1, 0),
          D(1e-2)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums relu NHWC over (0,1,2)",
+         batch_norm_backward, batch_norm_backward_sums,
+         IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n", "F 1,1,1,4 p", "F 1,1,1,4 n",
+            "F 1,1,1,4 n"),
+         P(3, 0, 1, 2, [8] = EG_ACTIVATION_RELU), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums relu NCHW of views",
+         batch_norm_backward, batch_norm_backward_sums,
+         IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n", "F 1,2,1,1 p", "F 1,2,1,1 n",
+            "F 1,2,1,1 n"),
+         P(3, 0, 2, 3, [8] = EG_ACTIVATION_RELU), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums relu over 300 rows (chunks)",
+         batch_norm_backward, batch_norm_backward_sums,
+         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 1,3 n"),
+         P(1, 0, [8] = EG_ACTIVATION_RELU), D(1e-2)),
+    CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input relu NHWC over (0,1,2)",
+         batch_norm_backward, batch_norm_backward_input,
+         IN("F 2,3,3,4 n", "F 2,3,3,4 n", "F 1,1,1,4 n", "F 1,1,1,4 p", "F 1,1,1,4 n",
+            "F 2,1,1,1,4 n", "F 1,1,1,4 n"),
+         P(3, 0, 1, 2, [8] = EG_ACTIVATION_RELU), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input relu NCHW of views",
+         batch_norm_backward, batch_norm_backward_input,
+         IN("F 3,2,3,2:T n", "F 3,2,2,3 n", "F 1,2,1,1 n", "F 1,2,1,1 p", "F 1,2,1,1 n",
+            "F 2,1,2,1,1 n", "F 1,2,1,1 n"),
+         P(3, 0, 2, 3, [8] = EG_ACTIVATION_RELU), D(1e-3)),
+    CASE(BATCH_NORM_BACKWARD_INPUT, "batch_norm_backward_input relu over 300 rows (chunks)",
+         batch_norm_backward, batch_norm_backward_input,
+         IN("F 300,3 n", "F 300,3 n", "F 1,3 n", "F 1,3 p", "F 1,3 n", "F 2,1,3 n", "F 1,3 n"),
+         P(1, 0, [8] = EG_ACTIVATION_RELU), D(1e-2)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NHWC)", batch_norm, batch_norm,
          IN("F 2,3,3,4 n", "F 4 n", "F 4 n"), P(1), D(1e-3)),
     CASE(MUL_ADD, "batch_normalization with batch moments (NCHW)", batch_norm, batch_norm,

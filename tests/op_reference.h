@@ -45,6 +45,7 @@ int oc_ref_relu_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_mul_add(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_training(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_batch_norm_relu(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_backward_input(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_layer_norm(const oc_case *c, const oc_ref *in, oc_ref *out);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "eagle/nn.h"
 #include "op_cases.h"
 #include "op_reference.h"
 
@@ -440,6 +441,14 @@ int oc_ref_batch_norm_training(const oc_case *c, const oc_ref *in, oc_ref *out) 
     return 3;
 }
 
+/* batch_norm_training's three outputs, the first clamped at 0 (relu). */
+int oc_ref_batch_norm_relu(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    int n = oc_ref_batch_norm_training(c, in, out);
+    for (int64_t o = 0; o < out[0].n_elems; o++)
+        out[0].data[o] = out[0].data[o] > 0 ? out[0].data[o] : 0;
+    return n;
+}
+
 /* g where x > 0, else 0 (broadcasting). */
 int oc_ref_relu_backward(const oc_case *c, const oc_ref *in, oc_ref *out) {
     (void)c;
@@ -464,10 +473,30 @@ static int64_t kept_flat(int n_dims, const int64_t *kept, const int64_t *index) 
     return oc_ravel(n_dims, kept, k);
 }
 
-/* inputs (g, x, mean) -> (2, kept): [sum g, sum g (x - mean)] over the axes mean has as 1 */
+/* With relu (p[8]) g where batch norm's pre-activation (x - mean) / sqrt(variance + d[0]) scale
+ * + offset > 0, else 0 (into *masked); the others kept-shaped. */
+static const oc_ref *relu_masked(const oc_case *c, const oc_ref *g, const oc_ref *x,
+                                 const oc_ref *m, const oc_ref *v, const oc_ref *scale,
+                                 const oc_ref *offset, oc_ref *masked) {
+    if (c->p[8] != EG_ACTIVATION_RELU) return g;
+    *masked = *g;
+    int64_t index[EG_MAX_DIMS];
+    for (int64_t o = 0; o < g->n_elems; o++) {
+        oc_unravel(x->n_dims, x->shape, o, index);
+        int64_t k = kept_flat(x->n_dims, m->shape, index);
+        double z = (x->data[o] - m->data[k]) / sqrt(v->data[k] + c->d[0]) * scale->data[k] +
+                   offset->data[k];
+        masked->data[o] = z > 0 ? g->data[o] : 0;
+    }
+    return masked;
+}
+
+/* inputs (g, x, mean[, variance, scale, offset]) -> (2, kept): [sum g, sum g (x - mean)] over
+ * the axes mean has as 1 (g masked with relu) */
 int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *out) {
-    (void)c;
-    const oc_ref *g = &in[0], *x = &in[1], *m = &in[2];
+    static oc_ref masked;
+    const oc_ref *g = relu_masked(c, &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], &masked),
+                 *x = &in[1], *m = &in[2];
     int64_t shape[EG_MAX_DIMS + 1] = {2}, index[EG_MAX_DIMS];
     memcpy(shape + 1, m->shape, sizeof(int64_t) * (size_t)m->n_dims);
     oc_ref_init(out, x->dtype, m->n_dims + 1, shape);
@@ -481,11 +510,13 @@ int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *
     return 1;
 }
 
-/* inputs (g, x, mean, variance, scale, sums) -> dx = k (g - sg / N - (x - m) r^2 sgx / N) with
- * r = 1 / sqrt(variance + d[0]), k = scale r, (sg, sgx) = sums, N = elements per kept one */
+/* inputs (g, x, mean, variance, scale, sums[, offset]) -> dx = k (g - sg / N - (x - m) r^2 sgx
+ * / N) with r = 1 / sqrt(variance + d[0]), k = scale r, (sg, sgx) = sums, N = elements per kept
+ * one (g masked with relu) */
 int oc_ref_batch_norm_backward_input(const oc_case *c, const oc_ref *in, oc_ref *out) {
-    const oc_ref *g = &in[0], *x = &in[1], *m = &in[2], *v = &in[3], *scale = &in[4],
-                 *sums = &in[5];
+    static oc_ref masked;
+    const oc_ref *g = relu_masked(c, &in[0], &in[1], &in[2], &in[3], &in[4], &in[6], &masked),
+                 *x = &in[1], *m = &in[2], *v = &in[3], *scale = &in[4], *sums = &in[5];
     int64_t index[EG_MAX_DIMS];
     double n = (double)x->n_elems / (double)m->n_elems;
     oc_ref_init(out, x->dtype, x->n_dims, x->shape);

@@ -281,6 +281,123 @@ static void test_batch_norm_fused_gradient_matches_composite(void **state) {
     eg_set_num_threads(saved);
 }
 
+/* relu(batch norm over every axis but the last) of x, fused (one op) or not (batch_norm_training,
+ * then eg_relu): out[0..2] y, mean, variance; out[3..5] the gradients of sum(w * y) wrt x, scale,
+ * offset. With `record` an outer tape records that backward (the composite rules run), and
+ * out[6..8] are the second-order gradients of sum(w * dx) wrt x, scale, offset. */
+static int batch_norm_relu_run(const eg_tensor *x, const eg_tensor *w, eg_tensor *scale,
+                               eg_tensor *offset, bool fused, bool record, eg_tensor **out) {
+    int n_dims = eg_tensor_n_dims(x), axes[4], n_axes = n_dims - 1;
+    int64_t kept[4];
+    for (int d = 0; d < n_dims; d++) {
+        if (d < n_axes) axes[d] = d;
+        kept[d] = d < n_axes ? 1 : eg_tensor_dim(x, d);
+    }
+    const eg_tensor *sources[3] = {x, scale, offset};
+    eg_tape *outer = record ? eg_tape_begin(false) : NULL;
+    if (outer) eg_tape_watch(outer, x);
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    eg_tensor *o = eg_reshape(offset, n_dims, kept), *s = eg_reshape(scale, n_dims, kept);
+    if (fused)
+        out[0] = eg_batch_norm_training_activation(x, n_axes, axes, o, s, 1e-3, EG_ACTIVATION_RELU,
+                                                   &out[1], &out[2]);
+    else
+        out[0] = eg_relu(eg_batch_norm_training(x, n_axes, axes, o, s, 1e-3, &out[1], &out[2]));
+    assert_non_null(out[0]);
+    eg_tensor *loss = eg_sum(eg_mul(out[0], w), 0, NULL, false);
+    assert_int_equal(eg_tape_gradient(tape, loss, 3, sources, out + 3, EG_UNCONNECTED_ZERO), EG_OK);
+    eg_tape_free(tape);
+    if (!outer) return 6;
+    eg_tensor *loss2 = eg_sum(eg_mul(out[3], w), 0, NULL, false);
+    assert_int_equal(eg_tape_gradient(outer, loss2, 3, sources, out + 6, EG_UNCONNECTED_ZERO),
+                     EG_OK);
+    eg_tape_free(outer);
+    return 9;
+}
+
+/* Batch norm fused with relu gives bitwise the unfused composition's values and gradients (the
+ * fused kernels with no outer tape; the composite rules, and second order, with one), in f32 and
+ * f64, for NHWC images and (N, C) (a Dense layer's, over more than one 256-row chunk), with 1
+ * and 2 threads. */
+static void test_batch_norm_relu_matches_unfused(void **state) {
+    (void)state;
+    static const char *const names[9] = {"y",       "mean", "variance", "dx",      "dscale",
+                                         "doffset", "d2x",  "d2scale",  "d2offset"};
+    int saved = eg_get_num_threads();
+    for (int d = 0; d < 2; d++)
+        for (int layout = 0; layout < 2; layout++) {
+            eg_dtype dtype = d ? EG_DTYPE_F64 : EG_DTYPE_F32;
+            eg_scope_begin();
+            int64_t images[4] = {8, 12, 10, 16}, dense[2] = {300, 16}, cs = 16;
+            int n_dims = layout ? 2 : 4;
+            const int64_t *xs = layout ? dense : images;
+            eg_tensor *x = random_tensor(41, dtype, n_dims, xs);
+            eg_tensor *w = random_tensor(42, dtype, n_dims, xs);
+            eg_tensor *scale = eg_variable(random_tensor(43, dtype, 1, &cs), "scale");
+            eg_tensor *offset = eg_variable(random_tensor(44, dtype, 1, &cs), "offset");
+            for (int record = 0; record < 2; record++) {
+                eg_tensor *want[9], *got[9];
+                assert_int_equal(eg_set_num_threads(1), EG_OK);
+                int n = batch_norm_relu_run(x, w, scale, offset, false, record, want);
+                for (int threads = 1; threads <= 2; threads++) {
+                    assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                    assert_int_equal(batch_norm_relu_run(x, w, scale, offset, true, record, got),
+                                     n);
+                    for (int i = 0; i < n; i++)
+                        if (!same_bytes(got[i], want[i]))
+                            fail_msg("%s %s %s, %d thread(s): fused %s differs from unfused",
+                                     eg_dtype_name(dtype), layout ? "(N, C)" : "NHWC",
+                                     record ? "recorded" : "fused kernels", threads, names[i]);
+                }
+            }
+            eg_release(scale);
+            eg_release(offset);
+            eg_scope_end();
+        }
+    eg_set_num_threads(saved);
+}
+
+/* A BatchNormalization layer with activation relu equals the layer followed by an Activation
+ * layer, training (fused) and inference; other activations run after it; the op refuses them. */
+static void test_batch_norm_layer_activation(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        eg_activation activation = k ? EG_ACTIVATION_TANH : EG_ACTIVATION_RELU;
+        eg_batch_norm_options o = eg_batch_norm_options_default();
+        eg_layer *plain = eg_batch_norm_new(&o);
+        o.activation = activation;
+        eg_layer *with = eg_batch_norm_new(&o);
+        assert_non_null(plain);
+        assert_non_null(with);
+        eg_scope_begin();
+        int64_t xs[4] = {4, 5, 5, 8};
+        eg_tensor *x = random_tensor(51, EG_DTYPE_F32, 4, xs);
+        for (int training = 1; training >= 0; training--) {
+            eg_tensor *want = eg_activation_apply(activation, eg_layer_call(plain, x, training));
+            eg_tensor *got = eg_layer_call(with, x, training);
+            assert_non_null(got);
+            assert_true(same_bytes(got, want));
+        }
+        eg_scope_end();
+        eg_layer_free(plain);
+        eg_layer_free(with);
+    }
+    eg_scope_begin();
+    int64_t xs[2] = {4, 3};
+    eg_tensor *x = random_tensor(52, EG_DTYPE_F32, 2, xs);
+    int axis = 0;
+    assert_null(eg_batch_norm_training_activation(x, 1, &axis, NULL, NULL, 1e-3,
+                                                  EG_ACTIVATION_SIGMOID, NULL, NULL));
+    assert_non_null(strstr(eg_last_error(), "not one of linear, relu"));
+    eg_clear_error();
+    eg_batch_norm_options o = eg_batch_norm_options_default();
+    o.activation = EG_ACTIVATION_COUNT;
+    assert_null(eg_batch_norm_new(&o));
+    eg_clear_error();
+    eg_scope_end();
+}
+
 static void test_layer_norm_and_dropout_layers(void **state) {
     (void)state;
     eg_layer_norm_options o = eg_layer_norm_options_default();
@@ -576,6 +693,8 @@ int main(void) {
         cmocka_unit_test(test_batch_norm_train_and_inference),
         cmocka_unit_test(test_batch_norm_gradient_through_statistics),
         cmocka_unit_test(test_batch_norm_fused_gradient_matches_composite),
+        cmocka_unit_test(test_batch_norm_relu_matches_unfused),
+        cmocka_unit_test(test_batch_norm_layer_activation),
         cmocka_unit_test(test_layer_norm_and_dropout_layers),
         cmocka_unit_test(test_save_and_restore_moving_statistics),
         cmocka_unit_test(test_conv_against_naive_loops),

@@ -102,6 +102,17 @@ eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x);
  * reference, NULL with an error for other shapes, dtypes or activations. */
 eg_tensor *eg_dense(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias,
                     eg_activation activation);
+/* activation(eg_batch_norm_training(x, ...)) as one op (a BatchNormalization layer with an
+ * activation, while training); activation NONE or RELU. The activation is applied in the same
+ * pass as the normalization, and the backward's two passes apply relu's gradient themselves
+ * (relu_backward's pass over memory disappears); values and gradients are bitwise those of
+ * eg_activation_apply(activation, eg_batch_norm_training(...)). Arguments, statistics and
+ * ownership as eg_batch_norm_training (eagle/ops.h). New reference, NULL with an error for other
+ * activations or what eg_batch_norm_training refuses. */
+eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, const int *axes,
+                                             const eg_tensor *offset, const eg_tensor *scale,
+                                             double epsilon, eg_activation activation,
+                                             eg_tensor **batch_mean, eg_tensor **batch_variance);
 
 /* Opaque layer. */
 typedef struct eg_layer eg_layer;
@@ -197,6 +208,10 @@ typedef struct eg_batch_norm_options {
     eg_initializer moving_variance_initializer; /* default ones */
     eg_dtype dtype;                             /* default EG_DTYPE_F32 */
     const char *name;                           /* NULL (default): "batch_normalization" */
+    eg_activation activation; /* applied to the result; default NONE. RELU while training runs
+                                 fused with the normalization (eg_batch_norm_training_activation):
+                                 one pass less each way than a separate Activation layer, same
+                                 values. Other activations run after it. */
 } eg_batch_norm_options;
 
 eg_batch_norm_options eg_batch_norm_options_default(void);
@@ -463,6 +478,8 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_metric_categorical_accuracy(...)                                                        \
     EG_CALLSITE_(eg_metric_categorical_accuracy(__VA_ARGS__))
 #define eg_metric_mean_update(...) EG_CALLSITE_(eg_metric_mean_update(__VA_ARGS__))
+#define eg_batch_norm_training_activation(...)                                                     \
+    EG_CALLSITE_(eg_batch_norm_training_activation(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

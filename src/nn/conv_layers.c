@@ -148,6 +148,7 @@ eg_batch_norm_options eg_batch_norm_options_default(void) {
         .moving_mean_initializer = eg_initializer_of(EG_INITIALIZER_ZEROS),
         .moving_variance_initializer = eg_initializer_of(EG_INITIALIZER_ONES),
         .dtype = EG_DTYPE_F32,
+        .activation = EG_ACTIVATION_NONE,
     };
     return o;
 }
@@ -156,11 +157,12 @@ static bool check_norm(const eg_batch_norm_options *o, const char *what) {
     if (!(o->epsilon > 0) || !(o->momentum >= 0 && o->momentum <= 1) ||
         !valid_initializer(&o->beta_initializer) || !valid_initializer(&o->gamma_initializer) ||
         !valid_initializer(&o->moving_mean_initializer) ||
-        !valid_initializer(&o->moving_variance_initializer)) {
+        !valid_initializer(&o->moving_variance_initializer) ||
+        (unsigned)o->activation >= EG_ACTIVATION_COUNT) {
         eg__error(EG_ERR_INVALID_ARGUMENT,
                   "%s: invalid options (epsilon %g must be > 0, momentum %g in [0, 1], "
-                  "valid initializers)",
-                  what, o->epsilon, o->momentum);
+                  "valid initializers and activation %d)",
+                  what, o->epsilon, o->momentum, (int)o->activation);
         return false;
     }
     return valid_float(o->dtype, what);
@@ -476,9 +478,14 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
         axes[n_axes++] = axis;
     }
     bool batch_stats = !batch || (training && layer->trainable);
+    /* relu fuses into the training op; other activations (and inference) run after it */
+    eg_activation fused = batch && batch_stats && o->activation == EG_ACTIVATION_RELU
+                              ? EG_ACTIVATION_RELU
+                              : EG_ACTIVATION_NONE;
     eg_tensor *y = NULL;
     if (batch && batch_stats) { /* the fused training op, then the moving statistics */
-        y = eg_batch_norm_training(x, n_axes, axes, beta, gamma, o->epsilon, &mean, &variance);
+        y = eg_batch_norm_training_activation(x, n_axes, axes, beta, gamma, o->epsilon, fused,
+                                              &mean, &variance);
         eg__temp(&temps, mean);
         eg__temp(&temps, variance);
         if (y && (update_moving(layer->variables[v], mean, o->momentum) != EG_OK ||
@@ -498,6 +505,11 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
         }
         if (mean && variance)
             y = eg_batch_normalization(x, mean, variance, beta, gamma, o->epsilon);
+    }
+    if (y && o->activation != fused) {
+        eg_tensor *activated = eg_activation_apply(o->activation, y);
+        eg_release(y);
+        y = activated;
     }
     eg__temps_release(&temps);
     return y;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "eagle/nn.h"
 #include "ops/internal.h"
 
 /* ---- windows ---- */
@@ -333,16 +334,24 @@ eg_tensor *eg_batch_normalization(const eg_tensor *x, const eg_tensor *mean,
     return y;
 }
 
-eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axes,
-                                  const eg_tensor *offset, const eg_tensor *scale, double epsilon,
-                                  eg_tensor **batch_mean, eg_tensor **batch_variance) {
+static eg_tensor *batch_norm_training(const char *name, const eg_tensor *x, int n_axes,
+                                      const int *axes, const eg_tensor *offset,
+                                      const eg_tensor *scale, double epsilon,
+                                      eg_activation activation, eg_tensor **batch_mean,
+                                      eg_tensor **batch_variance) {
     if (batch_mean) *batch_mean = NULL;
     if (batch_variance) *batch_variance = NULL;
-    if (!eg__check_arg(x, "batch_norm_training", 0)) return NULL;
+    if (!eg__check_arg(x, name, 0)) return NULL;
+    if (activation != EG_ACTIVATION_NONE && activation != EG_ACTIVATION_RELU) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: activation %s (%d) is not one of linear, relu",
+                  name, eg_activation_name(activation), (int)activation);
+        return NULL;
+    }
     eg_tensor *mean, *variance;
     if (eg_moments(x, n_axes, axes, true, &mean, &variance) != EG_OK) return NULL;
     /* eg_moments has checked the axes */
     eg__attrs attrs = {.scalars = {epsilon}, .training = true};
+    attrs.ints[0] = (int64_t)activation;
     bool chosen[EG_MAX_DIMS] = {0};
     for (int i = 0; i < n_axes; i++) {
         int a = axes[i];
@@ -374,6 +383,21 @@ eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axe
     else
         eg_release(variance);
     return y;
+}
+
+eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axes,
+                                  const eg_tensor *offset, const eg_tensor *scale, double epsilon,
+                                  eg_tensor **batch_mean, eg_tensor **batch_variance) {
+    return batch_norm_training("batch_norm_training", x, n_axes, axes, offset, scale, epsilon,
+                               EG_ACTIVATION_NONE, batch_mean, batch_variance);
+}
+
+eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, const int *axes,
+                                             const eg_tensor *offset, const eg_tensor *scale,
+                                             double epsilon, eg_activation activation,
+                                             eg_tensor **batch_mean, eg_tensor **batch_variance) {
+    return batch_norm_training("batch_norm_training_activation", x, n_axes, axes, offset, scale,
+                               epsilon, activation, batch_mean, batch_variance);
 }
 
 eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axes,

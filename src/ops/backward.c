@@ -8,6 +8,7 @@
 
 #include "autograd/internal.h"
 #include "core/error.h"
+#include "eagle/nn.h"
 #include "ops/internal.h"
 
 #define IN(i)    (call->inputs[i])
@@ -494,15 +495,22 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
  *   dx = k (G - sum(G) / N - xhat d_scale / N) with k = g r, xhat = (x - m) r
  *      = G k + x c1 + c0,  c1 = -k r d_scale / N,  c0 = -k (sum(G) - m r d_scale) / N,
  * i.e. two mul_adds; mean and variance get nothing (their dependence on x is already in dx).
- * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact. */
+ * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact.
+ * With a fused relu (attrs->ints[0]) G is relu's gradient first: GRAD where y > 0 (y = relu(z) > 0
+ * exactly where z > 0, so relu_backward(y, GRAD) is relu_backward(z, GRAD) bit for bit). */
 /* The same gradient from two fused kernels (batch_norm_backward_sums, then _input): two passes
  * over x-sized data instead of seven. They are not differentiable, so this runs only when no
- * tape records the backward computation. */
+ * tape records the backward computation. With relu they mask GRAD themselves where the
+ * pre-activation, recomputed from x (and offset, one more input) with the forward's bits, is > 0:
+ * relu_backward's pass disappears, and neither reads y. */
 static eg_status batch_norm_backward_fused(const eg__backward_call *call) {
     temps t = {0};
     const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
-    const eg_tensor *in[6] = {GRAD, x, m, v, g, NULL};
-    eg_tensor *sums = tmp(&t, eg__execute(EG__OP_BATCH_NORM_BACKWARD_SUMS, 3, in, call->attrs));
+    bool relu = call->attrs->ints[0] == EG_ACTIVATION_RELU;
+    const eg_tensor *sums_in[6] = {GRAD, x, m, v, g, IN(4)};
+    const eg_tensor *in[7] = {GRAD, x, m, v, g, NULL, IN(4)};
+    eg_tensor *sums =
+        tmp(&t, eg__execute(EG__OP_BATCH_NORM_BACKWARD_SUMS, relu ? 6 : 3, sums_in, call->attrs));
     if (!sums) return finish(&t);
     if (NEEDS(3) || NEEDS(4)) {
         eg_tensor *parts[2];
@@ -516,7 +524,7 @@ static eg_status batch_norm_backward_fused(const eg__backward_call *call) {
         SET_GRAD(4, reduce_like(sum_g, IN(4)));
     }
     in[5] = sums;
-    SET_GRAD(0, eg__execute(EG__OP_BATCH_NORM_BACKWARD_INPUT, 6, in, call->attrs));
+    SET_GRAD(0, eg__execute(EG__OP_BATCH_NORM_BACKWARD_INPUT, 6 + relu, in, call->attrs));
     return finish(&t);
 }
 
@@ -524,11 +532,17 @@ eg_status eg__backward_batch_norm(const eg__backward_call *call) {
     const eg_tensor *recorded[7] = {IN(0), IN(1), IN(2), IN(3), IN(4), GRAD, OUT};
     if (!eg__tapes_would_record(7, recorded)) return batch_norm_backward_fused(call);
     temps t = {0};
-    const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
+    const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3), *G = GRAD;
+    if (call->attrs->ints[0] == EG_ACTIVATION_RELU) {
+        const eg_tensor *mask_in[2] = {OUT, GRAD};
+        static const eg__attrs no_attrs;
+        G = tmp(&t, eg__execute(EG__OP_RELU_BACKWARD, 2, mask_in, &no_attrs));
+        if (!G) return finish(&t);
+    }
     double n = reduced_count(call->attrs, x);
     eg_tensor *r = tmp(&t, eg_rsqrt(tmp(&t, eg_add_scalar(v, call->attrs->scalars[0]))));
-    eg_tensor *sum_g = tmp(&t, reduce_like(GRAD, m));
-    eg_tensor *sum_gx = tmp(&t, reduce_like(tmp(&t, eg_mul(GRAD, x)), m));
+    eg_tensor *sum_g = tmp(&t, reduce_like(G, m));
+    eg_tensor *sum_gx = tmp(&t, reduce_like(tmp(&t, eg_mul(G, x)), m));
     eg_tensor *d_scale = tmp(&t, eg_mul(r, tmp(&t, eg_sub(sum_gx, tmp(&t, eg_mul(m, sum_g))))));
     SET_GRAD(4, reduce_like(sum_g, IN(4)));
     if (NEEDS(3)) {
@@ -542,7 +556,7 @@ eg_status eg__backward_batch_norm(const eg__backward_call *call) {
         eg_tensor *c0 = tmp(
             &t,
             eg_mul(k_n, tmp(&t, eg_sub(sum_g, tmp(&t, eg_mul(tmp(&t, eg_mul(m, r)), d_scale))))));
-        SET_GRAD(0, eg_mul_add(GRAD, k, tmp(&t, eg_mul_add(x, c1, c0))));
+        SET_GRAD(0, eg_mul_add(G, k, tmp(&t, eg_mul_add(x, c1, c0))));
     }
     return finish(&t);
 }

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "eagle/nn.h"
 #include "ops/internal.h"
 
 #define SHAPE_TEXT 160
@@ -532,12 +533,19 @@ eg_status eg__infer_moments(eg__op op, int n_in, const eg_tensor *const *in, con
     return EG_OK;
 }
 
+/* batch_norm's (and its gradient's) attrs->ints[0]: the activation fused after it. */
+static eg_status check_norm_activation(eg__op op, const eg__attrs *attrs) {
+    if (attrs->ints[0] == EG_ACTIVATION_NONE || attrs->ints[0] == EG_ACTIVATION_RELU) return EG_OK;
+    return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "activation %lld is not one of none, relu",
+                        (long long)attrs->ints[0]);
+}
+
 /* (x, mean, variance, scale, offset) -> like x; the four shaped like x reduced over attrs->axes
- * with keepdims. */
+ * with keepdims; attrs->ints[0] NONE or RELU. */
 eg_status eg__infer_batch_norm(eg__op op, int n_in, const eg_tensor *const *in,
                                const eg__attrs *attrs, eg__meta *meta) {
     if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[0], 0) != EG_OK ||
-        check_axes(op, in[0], attrs) != EG_OK)
+        check_axes(op, in[0], attrs) != EG_OK || check_norm_activation(op, attrs) != EG_OK)
         return eg_last_status();
     eg__attrs keep = *attrs;
     keep.keepdims = true;
@@ -571,9 +579,17 @@ static eg_status require_shape(eg__op op, const eg_tensor *const *in, int i, int
 
 /* batch_norm_backward_sums (g, x, mean) -> (2, kept): g like x, mean x reduced over attrs->axes
  * with keepdims; batch_norm_backward_input (g, x, mean, variance, scale, sums) -> like x, sums
- * being (2, kept) (what batch_norm_backward_sums returns). */
+ * being (2, kept) (what batch_norm_backward_sums returns). With attrs->ints[0] = RELU sums takes
+ * (g, x, mean, variance, scale, offset) and input one more, offset, last; all kept-shaped. */
 eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *const *in,
                                         const eg__attrs *attrs, eg__meta *meta) {
+    if (check_norm_activation(op, attrs) != EG_OK) return eg_last_status();
+    bool relu = attrs->ints[0] == EG_ACTIVATION_RELU;
+    bool sums_op = op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
+    int want = sums_op ? (relu ? 6 : 3) : (relu ? 7 : 6);
+    if (n_in != want)
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "takes %d inputs%s, got %d", want,
+                            relu ? " with relu" : "", n_in);
     if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[1], 1) != EG_OK ||
         check_axes(op, in[1], attrs) != EG_OK)
         return eg_last_status();
@@ -588,7 +604,7 @@ eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *co
     memcpy(stacked + 1, kept.shape, sizeof(int64_t) * (size_t)kept.n_dims);
     if (require_shape(op, in, 0, in[1]->n_dims, in[1]->shape) != EG_OK) return eg_last_status();
     for (int i = 2; i < n_in; i++) {
-        bool sums = i == 5;
+        bool sums = !sums_op && i == 5;
         if (require_shape(op, in, i, kept.n_dims + sums, sums ? stacked : kept.shape) != EG_OK)
             return eg_last_status();
     }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "eagle/nn.h"
 
 #define MUL_ADD_LOOP(T)                                                                            \
     do {                                                                                           \
@@ -140,15 +141,19 @@ static int64_t norm_grain(const norm_plan *plan) {
 typedef struct norm_job {
     const norm_plan *plan;
     double *partial; /* two per (task, inner) */
-    const void *params[3];
+    const void *params[5];
     void *out;
+    bool grad; /* affine_chunks: the input gradient (sources g, x), not batch_norm (source x) */
+    bool relu; /* fused relu: batch_norm's output clamped at 0; gradients masked by z > 0 with z =
+                  x * a + b recomputed from batch_norm's own coefficients (the same bits as the
+                  forward's pre-activation, so the same mask as relu_backward's) */
 } norm_job;
 
 #define NORM_TASK_BOUNDS                                                                           \
     int64_t o = task / p->chunks, chunk = task % p->chunks, inner = p->inner;                      \
     int64_t r0 = chunk * NORM_ROWS, r1 = r0 + NORM_ROWS < p->reduced ? r0 + NORM_ROWS : p->reduced
 
-#define NORM_KERNELS(T, suffix, TARGET)                                                            \
+#define NORM_KERNELS(T, U, suffix, TARGET)                                                         \
     /* moments: the chunk's mean and sum of squared deviations from it, per inner element */       \
     TARGET static void moments_chunks_##suffix(void *context, int64_t begin, int64_t end) {        \
         const norm_job *j = context;                                                               \
@@ -172,7 +177,10 @@ typedef struct norm_job {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* batch_norm_backward_sums: sum g and sum g (x - mean) of the chunk */                        \
+    /* batch_norm_backward_sums: sum g and sum g (x - mean) of the chunk. With relu (params a, b:  \
+     * the forward's coefficients) g is masked by x a + b > 0 to what relu_backward would have     \
+     * stored (g, or +0: all bits clear), so the sums are the same; as an integer AND because GCC  \
+     * does not vectorize a float select whose result is converted (10x slower, measured) */       \
     TARGET static void grad_sums_chunks_##suffix(void *context, int64_t begin, int64_t end) {      \
         const norm_job *j = context;                                                               \
         const norm_plan *p = j->plan;                                                              \
@@ -181,10 +189,25 @@ typedef struct norm_job {
             const T *g = (const T *)eg__data(p->sources[0]) + o * p->reduced * inner;              \
             const T *x = (const T *)eg__data(p->sources[1]) + o * p->reduced * inner;              \
             const T *restrict m = (const T *)j->params[0] + o * inner;                             \
+            const T *restrict fa = j->relu ? (const T *)j->params[1] + o * inner : NULL;           \
+            const T *restrict fb = j->relu ? (const T *)j->params[2] + o * inner : NULL;           \
             double *restrict sg = j->partial + 2 * task * inner, *restrict sgx = sg + inner;       \
             for (int64_t i = 0; i < inner; i++) sg[i] = sgx[i] = 0;                                \
             for (int64_t r = r0; r < r1; r++) {                                                    \
                 const T *restrict grow = g + r * inner, *restrict xrow = x + r * inner;            \
+                if (j->relu) {                                                                     \
+                    for (int64_t i = 0; i < inner; i++) {                                          \
+                        T gm = grow[i], gt, z = xrow[i] * fa[i] + fb[i];                           \
+                        U bits;                                                                    \
+                        memcpy(&bits, &gm, sizeof bits);                                           \
+                        bits &= (U)0 - (U)(z > (T)0);                                              \
+                        memcpy(&gt, &bits, sizeof gt);                                             \
+                        double gi = (double)gt;                                                    \
+                        sg[i] += gi;                                                               \
+                        sgx[i] += gi * ((double)xrow[i] - (double)m[i]);                           \
+                    }                                                                              \
+                    continue;                                                                      \
+                }                                                                                  \
                 for (int64_t i = 0; i < inner; i++) {                                              \
                     double gi = (double)grow[i];                                                   \
                     sg[i] += gi;                                                                   \
@@ -193,44 +216,61 @@ typedef struct norm_job {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    /* out = x * a + b (batch_norm), or out = g * a + (x * b + c) (its input gradient) */          \
+    /* out = x * a + b (batch_norm; relu of it), or out = g * a + (x * b + c) (its input           \
+     * gradient; with relu g masked by x fa + fb > 0, fa and fb the forward's a and b) */          \
     TARGET static void affine_chunks_##suffix(void *context, int64_t begin, int64_t end) {         \
         const norm_job *j = context;                                                               \
         const norm_plan *p = j->plan;                                                              \
-        bool grad = p->n_sources == 2;                                                             \
         for (int64_t task = begin; task < end; task++) {                                           \
             NORM_TASK_BOUNDS;                                                                      \
             int64_t base = o * p->reduced * inner;                                                 \
             const T *restrict a = (const T *)j->params[0] + o * inner;                             \
             const T *restrict b = (const T *)j->params[1] + o * inner;                             \
             T *out = (T *)j->out + base;                                                           \
-            if (!grad) {                                                                           \
+            if (!j->grad) {                                                                        \
                 const T *x = (const T *)eg__data(p->sources[0]) + base;                            \
                 for (int64_t r = r0; r < r1; r++) {                                                \
                     const T *restrict xrow = x + r * inner;                                        \
                     T *restrict orow = out + r * inner;                                            \
-                    for (int64_t i = 0; i < inner; i++) orow[i] = xrow[i] * a[i] + b[i];           \
+                    if (j->relu) {                                                                 \
+                        for (int64_t i = 0; i < inner; i++) {                                      \
+                            T z = xrow[i] * a[i] + b[i];                                           \
+                            orow[i] = z > (T)0 ? z : (T)0;                                         \
+                        }                                                                          \
+                    } else {                                                                       \
+                        for (int64_t i = 0; i < inner; i++) orow[i] = xrow[i] * a[i] + b[i];       \
+                    }                                                                              \
                 }                                                                                  \
                 continue;                                                                          \
             }                                                                                      \
             const T *restrict c = (const T *)j->params[2] + o * inner;                             \
             const T *g = (const T *)eg__data(p->sources[0]) + base;                                \
             const T *x = (const T *)eg__data(p->sources[1]) + base;                                \
+            const T *restrict fa = j->relu ? (const T *)j->params[3] + o * inner : NULL;           \
+            const T *restrict fb = j->relu ? (const T *)j->params[4] + o * inner : NULL;           \
             for (int64_t r = r0; r < r1; r++) {                                                    \
                 const T *restrict grow = g + r * inner, *restrict xrow = x + r * inner;            \
                 T *restrict orow = out + r * inner;                                                \
-                for (int64_t i = 0; i < inner; i++)                                                \
-                    orow[i] = grow[i] * a[i] + (xrow[i] * b[i] + c[i]);                            \
+                if (j->relu) {                                                                     \
+                    for (int64_t i = 0; i < inner; i++) {                                          \
+                        T xi = xrow[i], gm = grow[i], z = xi * fa[i] + fb[i];                      \
+                        T gi = z > (T)0 ? gm : (T)0;                                               \
+                        orow[i] = gi * a[i] + (xi * b[i] + c[i]);                                  \
+                    }                                                                              \
+                } else {                                                                           \
+                    for (int64_t i = 0; i < inner; i++)                                            \
+                        orow[i] = grow[i] * a[i] + (xrow[i] * b[i] + c[i]);                        \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
 
-NORM_KERNELS(float, f32, )
-NORM_KERNELS(double, f64, )
+NORM_KERNELS(float, uint32_t, f32, )
+NORM_KERNELS(double, uint64_t, f64, )
 /* The same loops compiled for AVX2 (4 doubles a vector instead of 2). Without FMA contraction
  * (ISO C mode) they compute exactly what the baseline ones do, element by element. */
 #if defined(__x86_64__) || defined(__i386__)
-NORM_KERNELS(float, f32_avx2, __attribute__((target("avx2"))))
+NORM_KERNELS(float, uint32_t, f32_avx2, __attribute__((target("avx2"))))
 static bool cpu_has_avx2(void) {
     static int known; /* 0 unknown, 1 yes, 2 no; racing first calls write the same value */
     if (!known) {
@@ -274,7 +314,7 @@ eg_status eg__cpu_moments(const eg__kernel_call *call) {
     if (plan.reduced == 0) { /* NaN, like mean and var of nothing */
         for (int64_t i = 0; i < 2 * kept; i++) store(out, f32, i, NAN);
     } else {
-        norm_job job = {&plan, alloc_partial(&plan, "moments"), {0}, NULL};
+        norm_job job = {&plan, alloc_partial(&plan, "moments"), {0}, NULL, false, false};
         if (!job.partial) {
             status = eg_last_status();
         } else {
@@ -328,60 +368,104 @@ static eg_status scratch_params(int n, const eg_tensor *like, eg_tensor **out) {
     return status;
 }
 
+static void relu_backward_f32(void *context, int64_t n, char **p, const int64_t *s);
+static void relu_backward_f64(void *context, int64_t n, char **p, const int64_t *s);
+
 /* Runs affine_chunks over the plan's layout when the output shares it (the direct case), else
- * the same arithmetic as strided mul_add loops (through a scratch x * c1 + c0 for the gradient). */
+ * the same arithmetic as strided mul_add loops (through a scratch x * c1 + c0 for the gradient;
+ * with relu, the forward clamped in place afterwards, and the gradient's g masked into a scratch
+ * first: x * p[3] + p[4], then relu_backward's own arithmetic). p: a, b (forward) or the
+ * gradient's k, c1, c0 and with relu the forward's a, b. */
 static eg_status run_affine(const eg__kernel_call *call, const norm_plan *plan, eg_tensor *const *p,
-                            bool grad) {
+                            bool grad, bool relu) {
     bool f32 = call->output->dtype == EG_DTYPE_F32;
+    bool mask = grad && relu;
     if (plan->direct) { /* the output (contiguous) shares the inputs' layout */
         norm_job job = {plan,
                         NULL,
-                        {eg__data(p[0]), eg__data(p[1]), grad ? eg__data(p[2]) : NULL},
-                        eg__data(call->output)};
+                        {eg__data(p[0]), eg__data(p[1]), grad ? eg__data(p[2]) : NULL,
+                         mask ? eg__data(p[3]) : NULL, mask ? eg__data(p[4]) : NULL},
+                        eg__data(call->output),
+                        grad,
+                        relu};
         eg__parallel_for(plan->outer * plan->chunks, norm_grain(plan), PICK(affine_chunks, f32),
                          &job);
         return EG_OK;
     }
     eg__nd_loop loop;
-    eg_tensor *partial = call->output;
+    eg_tensor *partial = call->output, *masked = NULL;
     if (grad && scratch_params(1, call->output, &partial) != EG_OK) return eg_last_status();
+    if (mask) { /* z = x * a + b, then g where z > 0 in place */
+        if (scratch_params(1, call->output, &masked) != EG_OK) {
+            eg__unref(partial);
+            return eg_last_status();
+        }
+        const eg_tensor *z[4] = {masked, call->inputs[1], p[3], p[4]};
+        eg__nd_loop_init(&loop, 4, z);
+        eg__nd_loop_run(&loop, f32 ? mul_add_f32 : mul_add_f64, NULL);
+        const eg_tensor *masking[3] = {masked, masked, call->inputs[0]};
+        eg__nd_loop_init(&loop, 3, masking);
+        eg__nd_loop_run(&loop, f32 ? relu_backward_f32 : relu_backward_f64, NULL);
+    }
     const eg_tensor *first[4] = {partial, call->inputs[grad ? 1 : 0], p[grad ? 1 : 0],
                                  p[grad ? 2 : 1]};
     eg__nd_loop_init(&loop, 4, first);
     eg__nd_loop_run(&loop, f32 ? mul_add_f32 : mul_add_f64, NULL);
     if (grad) {
-        const eg_tensor *second[4] = {call->output, call->inputs[0], p[0], partial};
+        const eg_tensor *second[4] = {call->output, masked ? masked : call->inputs[0], p[0],
+                                      partial};
         eg__nd_loop_init(&loop, 4, second);
         eg__nd_loop_run(&loop, f32 ? mul_add_f32 : mul_add_f64, NULL);
         eg__unref(partial);
+        eg__unref(masked);
+    } else if (relu) { /* the output is contiguous: relu in place */
+        int64_t n = call->output->n_elems;
+        if (f32) {
+            float *y = eg__data(call->output);
+            for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        } else {
+            double *y = eg__data(call->output);
+            for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0 ? y[i] : 0.0;
+        }
     }
     return EG_OK;
 }
 
+/* batch_norm's coefficients per kept element into ab[0], ab[1] (kept-shaped scratch): a = scale
+ * / sqrt(variance + eps) and b = offset - mean a, each rounded to T (like the composite x * a + b
+ * would be), from contiguous kept-shaped mean, variance, scale, offset. The relu gradients
+ * recompute the forward's pre-activation x * a + b from these same bits. */
+static void batch_norm_coefficients(const eg_tensor *mean, const eg_tensor *variance,
+                                    const eg_tensor *scale, const eg_tensor *offset, double eps,
+                                    eg_tensor *const *ab) {
+    eg_dtype dtype = mean->dtype;
+    bool f32 = dtype == EG_DTYPE_F32;
+    for (int64_t i = 0; i < mean->n_elems; i++) {
+        double m = eg__load_as_double(eg__data(mean), dtype, i);
+        double v = eg__load_as_double(eg__data(variance), dtype, i);
+        double g = eg__load_as_double(eg__data(scale), dtype, i);
+        double o = eg__load_as_double(eg__data(offset), dtype, i);
+        double a = f32 ? (double)(float)(g / sqrt(v + eps)) : g / sqrt(v + eps);
+        store(eg__data(ab[0]), f32, i, a);
+        store(eg__data(ab[1]), f32, i, o - m * a);
+    }
+}
+
 /* x, mean, variance, scale, offset (the four kept-shaped) -> (x - mean) scale / sqrt(variance +
- * eps) + offset, as x * a + b with a, b per kept element. */
+ * eps) + offset, as x * a + b with a, b per kept element; clamped at 0 in the same pass with
+ * attrs->ints[0] = relu. */
 eg_status eg__cpu_batch_norm(const eg__kernel_call *call);
 eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
     const eg_tensor *x = call->inputs[0];
     double eps = call->attrs->scalars[0];
-    bool f32 = x->dtype == EG_DTYPE_F32;
     eg_tensor *p[4] = {0}, *ab[2] = {0};
     norm_plan plan = {0};
     eg_status status = contiguous_params(4, call->inputs + 1, p);
     if (status == EG_OK) status = scratch_params(2, p[0], ab);
     if (status == EG_OK) status = plan_norm(1, &x, call->attrs, &plan);
     if (status == EG_OK) {
-        for (int64_t i = 0; i < p[0]->n_elems; i++) {
-            double m = eg__load_as_double(eg__data(p[0]), x->dtype, i);
-            double v = eg__load_as_double(eg__data(p[1]), x->dtype, i);
-            double g = eg__load_as_double(eg__data(p[2]), x->dtype, i);
-            double o = eg__load_as_double(eg__data(p[3]), x->dtype, i);
-            /* a and b rounded to T first, like the composite x * a + b would be */
-            double a = f32 ? (double)(float)(g / sqrt(v + eps)) : g / sqrt(v + eps);
-            store(eg__data(ab[0]), f32, i, a);
-            store(eg__data(ab[1]), f32, i, o - m * a);
-        }
-        status = run_affine(call, &plan, ab, false);
+        batch_norm_coefficients(p[0], p[1], p[2], p[3], eps, ab);
+        status = run_affine(call, &plan, ab, false, call->attrs->ints[0] == EG_ACTIVATION_RELU);
     }
     drop_plan(&plan);
     for (int i = 0; i < 4; i++) eg__unref(p[i]);
@@ -389,17 +473,28 @@ eg_status eg__cpu_batch_norm(const eg__kernel_call *call) {
     return status;
 }
 
-/* g, x, mean -> (2, kept...): [sum g, sum g (x - mean)] over attrs->axes */
+/* g, x, mean[, variance, scale, offset] -> (2, kept...): [sum g, sum g (x - mean)] over
+ * attrs->axes (with relu, g where the forward's pre-activation x * a + b > 0) */
 eg_status eg__cpu_batch_norm_backward_sums(const eg__kernel_call *call);
 eg_status eg__cpu_batch_norm_backward_sums(const eg__kernel_call *call) {
     bool f32 = call->output->dtype == EG_DTYPE_F32;
+    bool relu = call->attrs->ints[0] == EG_ACTIVATION_RELU;
     void *out = eg__data(call->output);
     int64_t kept = call->output->n_elems / 2;
-    eg_tensor *mean = NULL;
+    eg_tensor *p[4] = {0}, *ab[2] = {0}; /* mean[, variance, scale, offset]; the forward's a, b */
     norm_plan plan = {0};
-    eg_status status = contiguous_params(1, call->inputs + 2, &mean);
+    eg_status status = contiguous_params(relu ? 4 : 1, call->inputs + 2, p);
+    if (status == EG_OK && relu) status = scratch_params(2, p[0], ab);
     if (status == EG_OK) status = plan_norm(2, call->inputs, call->attrs, &plan);
-    norm_job job = {&plan, NULL, {mean ? eg__data(mean) : NULL}, NULL};
+    if (status == EG_OK && relu)
+        batch_norm_coefficients(p[0], p[1], p[2], p[3], call->attrs->scalars[0], ab);
+    norm_job job = {&plan,
+                    NULL,
+                    {p[0] ? eg__data(p[0]) : NULL, ab[0] ? eg__data(ab[0]) : NULL,
+                     ab[1] ? eg__data(ab[1]) : NULL},
+                    NULL,
+                    false,
+                    relu};
     if (status == EG_OK && !(job.partial = alloc_partial(&plan, "batch_norm_backward_sums")))
         status = eg_last_status();
     if (status == EG_OK) {
@@ -420,22 +515,28 @@ eg_status eg__cpu_batch_norm_backward_sums(const eg__kernel_call *call) {
     }
     free(job.partial);
     drop_plan(&plan);
-    eg__unref(mean);
+    for (int i = 0; i < 4; i++) eg__unref(p[i]);
+    for (int i = 0; i < 2; i++) eg__unref(ab[i]);
     return status;
 }
 
-/* g, x, mean, variance, scale, sums -> dx = k (g - sum g / N - (x - mean) r^2 sum g (x - mean) /
- * N), r = 1 / sqrt(variance + eps), k = scale r; computed as g k + (x c1 + c0). */
+/* g, x, mean, variance, scale, sums[, offset] -> dx = k (g - sum g / N - (x - mean) r^2 sum g
+ * (x - mean) / N), r = 1 / sqrt(variance + eps), k = scale r; computed as g k + (x c1 + c0)
+ * (with relu, g where the forward's pre-activation x * a + b > 0). */
 eg_status eg__cpu_batch_norm_backward_input(const eg__kernel_call *call);
 eg_status eg__cpu_batch_norm_backward_input(const eg__kernel_call *call) {
     const eg_tensor *x = call->inputs[1];
+    bool relu = call->attrs->ints[0] == EG_ACTIVATION_RELU;
     double eps = call->attrs->scalars[0];
     bool f32 = x->dtype == EG_DTYPE_F32;
-    eg_tensor *p[4] = {0}, *coef[3] = {0};
+    eg_tensor *p[5] = {0}, *coef[5] = {0}; /* mean, variance, scale, sums[, offset]; k, c1, c0[,
+                                              the forward's a, b] */
     norm_plan plan = {0};
     eg_status status = contiguous_params(4, call->inputs + 2, p);
-    if (status == EG_OK) status = scratch_params(3, p[0], coef);
+    if (status == EG_OK && relu) status = contiguous_params(1, call->inputs + 6, p + 4);
+    if (status == EG_OK) status = scratch_params(relu ? 5 : 3, p[0], coef);
     if (status == EG_OK) status = plan_norm(2, call->inputs, call->attrs, &plan);
+    if (status == EG_OK && relu) batch_norm_coefficients(p[0], p[1], p[2], p[4], eps, coef + 3);
     if (status == EG_OK) {
         int64_t kept = p[0]->n_elems;
         double n = (double)plan.reduced;
@@ -451,11 +552,11 @@ eg_status eg__cpu_batch_norm_backward_input(const eg__kernel_call *call) {
             store(eg__data(coef[1]), f32, i, c1);
             store(eg__data(coef[2]), f32, i, -k * sg / n - m * c1);
         }
-        status = run_affine(call, &plan, coef, true);
+        status = run_affine(call, &plan, coef, true, relu);
     }
     drop_plan(&plan);
-    for (int i = 0; i < 4; i++) eg__unref(p[i]);
-    for (int i = 0; i < 3; i++) eg__unref(coef[i]);
+    for (int i = 0; i < 5; i++) eg__unref(p[i]);
+    for (int i = 0; i < 5; i++) eg__unref(coef[i]);
     return status;
 }
 
