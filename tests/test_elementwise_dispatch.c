@@ -192,8 +192,8 @@ static void test_binary_layouts(void **state) {
 static void test_adam_levels_threads(void **state) {
     (void)state;
     enum { STEPS = 3 };
-    const int64_t weight_shape[2] = {301, 177}, bias_shape[1] = {7};
-    const int64_t sizes[2] = {301 * 177, 7};
+    const int64_t weight_shape[2] = {613, 509}, bias_shape[1] = {7}; /* > the split size */
+    const int64_t sizes[2] = {613 * 509, 7};
     float *expected[2];
     float *m_ref[2], *u_ref[2];
     for (int k = 0; k < 2; k++) {

@@ -364,9 +364,12 @@ static void run_update_job(void *context, int64_t begin, int64_t end) {
     }
 }
 
-/* Elements of an update below which it stays on one thread: Adam's square root and division
- * take about 1 ns an element on one core, against a few microseconds to wake the pool. */
-enum { UPDATE_PARALLEL_GRAIN = 16384 };
+/* Elements of an update below which it stays on one thread. Not the wake-up cost alone (Adam
+ * takes ~1 ns an element): a variable updated half on each core is then read by the next step's
+ * product on one core, from the other core's cache. At 16384 the seed model (50,890 parameters)
+ * split its update and its eager step at 2 threads took ~40 us more than at 1 (`eagle bench
+ * modes`); the 784-512-512-10 model (669,706) still splits. */
+enum { UPDATE_PARALLEL_GRAIN = 1 << 18 };
 
 /* ---- slots ---- */
 
