@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "eagle.h"
+#include "test_util.h"
 
 static int setup(void **state) {
     (void)state;
@@ -29,13 +30,6 @@ static int teardown(void **state) {
     eg__cpu_set_level(EG__CPU_AVX2);
     eg_set_num_threads(2);
     return 0;
-}
-
-static eg_tensor *random_tensor(int n_dims, const int64_t *shape, uint64_t seed) {
-    eg_generator *g = eg_generator_new(seed);
-    eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
-    eg_generator_free(g);
-    return t;
 }
 
 static void assert_same_bits(const eg_tensor *a, const eg_tensor *b) {
@@ -65,7 +59,7 @@ static void test_sum_canonical_order(void **state) {
     const int64_t lengths[] = {1, 7, 8, 9, 65535, 65536, 65537, 200003, 1 << 20};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         int64_t n = lengths[i];
-        eg_tensor *x = random_tensor(1, &n, 10 + i);
+        eg_tensor *x = uniform_tensor(1, &n, 10 + i);
         const float *data = eg_tensor_data(x);
         float expected = (float)canonical_sum(data, n, 1);
         float expected_mean = (float)(canonical_sum(data, n, 1) / (double)n);
@@ -88,7 +82,7 @@ static void test_sum_layouts_agree(void **state) {
     (void)state;
     const int64_t shapes[][2] = {{3, 200003}, {2, 65537}, {17, 1000}, {64, 64}, {300, 700}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        eg_tensor *x = random_tensor(2, shapes[i], 20 + i);
+        eg_tensor *x = uniform_tensor(2, shapes[i], 20 + i);
         eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
         int one = 1, zero = 0;
         eg_tensor *reference = NULL;
@@ -139,7 +133,7 @@ static void test_unary_layouts_levels_threads(void **state) {
     (void)state;
     const unary_op ops[] = {op_exp, op_log, op_tanh, op_sigmoid, op_gelu, op_softplus, op_relu};
     int64_t shape[2] = {300, 333};
-    eg_tensor *x = eg_mul_scalar(random_tensor(2, shape, 3), 12.0);
+    eg_tensor *x = eg_mul_scalar(uniform_tensor(2, shape, 3), 12.0);
     eg_tensor *xt = eg_transpose(x, 0, 1), *xt_copy = eg_contiguous(xt);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
         eg__cpu_set_level(EG__CPU_BASELINE);
@@ -168,9 +162,9 @@ static void test_binary_layouts(void **state) {
     (void)state;
     int64_t shape[2] = {129, 257}, row_shape[1] = {257}, column_shape[2] = {129, 1};
     int64_t tshape[2] = {257, 129};
-    eg_tensor *x = random_tensor(2, shape, 5), *row = random_tensor(1, row_shape, 6);
-    eg_tensor *column = random_tensor(2, column_shape, 7);
-    eg_tensor *yt = eg_transpose(random_tensor(2, tshape, 8), 0, 1);
+    eg_tensor *x = uniform_tensor(2, shape, 5), *row = uniform_tensor(1, row_shape, 6);
+    eg_tensor *column = uniform_tensor(2, column_shape, 7);
+    eg_tensor *yt = eg_transpose(uniform_tensor(2, tshape, 8), 0, 1);
     eg_tensor *row_full = eg_contiguous(eg_broadcast_to(row, 2, shape));
     eg_tensor *column_full = eg_contiguous(eg_broadcast_to(column, 2, shape));
     eg_tensor *yt_full = eg_contiguous(yt);
@@ -204,11 +198,11 @@ static void test_adam_levels_threads(void **state) {
         assert_non_null(m_ref[k]);
         assert_non_null(u_ref[k]);
     }
-    eg_tensor *initial[2] = {random_tensor(2, weight_shape, 1), random_tensor(1, bias_shape, 2)};
+    eg_tensor *initial[2] = {uniform_tensor(2, weight_shape, 1), uniform_tensor(1, bias_shape, 2)};
     eg_tensor *grads[STEPS][2];
     for (int t = 0; t < STEPS; t++) {
-        grads[t][0] = random_tensor(2, weight_shape, 10 + (uint64_t)t);
-        grads[t][1] = random_tensor(1, bias_shape, 20 + (uint64_t)t);
+        grads[t][0] = uniform_tensor(2, weight_shape, 10 + (uint64_t)t);
+        grads[t][1] = uniform_tensor(1, bias_shape, 20 + (uint64_t)t);
     }
     /* the reference: eagle's float formula of Keras' Adam (lr 1e-3, betas .9/.999, eps 1e-7) */
     for (int k = 0; k < 2; k++) memcpy(expected[k], eg_tensor_data(initial[k]), sizes[k] * 4);
@@ -266,7 +260,7 @@ static void test_transposed_inputs_plain_c(void **state) {
     int64_t shape[3] = {batch, rows, columns};
     const eg_dtype dtypes[] = {EG_DTYPE_F32, EG_DTYPE_I32, EG_DTYPE_F64, EG_DTYPE_U8};
     for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
-        eg_tensor *x = eg_cast(eg_mul_scalar(random_tensor(3, shape, 40 + d), 100.0), dtypes[d]);
+        eg_tensor *x = eg_cast(eg_mul_scalar(uniform_tensor(3, shape, 40 + d), 100.0), dtypes[d]);
         eg_tensor *xd = eg_cast(x, EG_DTYPE_F64); /* plain C reads these */
         const double *xv = eg_tensor_data(xd);
         for (int threads = 1; threads <= 2; threads++) {

@@ -11,18 +11,12 @@
 #include <string.h>
 
 #include "eagle.h"
+#include "test_util.h"
 
 static int setup(void **state) {
     (void)state;
     eg_clear_error();
     return 0;
-}
-
-static eg_tensor *random_tensor(int n_dims, const int64_t *shape, uint64_t seed) {
-    eg_generator *g = eg_generator_new(seed);
-    eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
-    eg_generator_free(g);
-    return t;
 }
 
 static eg_lazy_stats stats_now(void) {
@@ -52,7 +46,7 @@ static void test_no_storage_until_read(void **state) {
     (void)state;
     eg_scope_begin();
     int64_t shape[2] = {3, 4};
-    eg_tensor *x = random_tensor(2, shape, 1);
+    eg_tensor *x = uniform_tensor(2, shape, 1);
     eg_lazy_begin();
     eg_tensor *y = eg_exp(x);
     eg_tensor *z = eg_add(y, x);
@@ -85,7 +79,7 @@ static void test_fused_chain_matches_eager_and_saves_memory(void **state) {
     (void)state;
     eg_scope_begin();
     int64_t shape[2] = {256, 1024}, row[1] = {1024};
-    eg_tensor *x = random_tensor(2, shape, 2), *bias = random_tensor(1, row, 3);
+    eg_tensor *x = uniform_tensor(2, shape, 2), *bias = uniform_tensor(1, row, 3);
     eg_memory_stats m0, m1, m2;
     eg_memory_reset_peak(NULL);
     eg_memory_stats_get(NULL, &m0);
@@ -117,7 +111,7 @@ static void test_intermediates_share_memory_by_liveness(void **state) {
     /* matmuls cannot fuse: each result is a temporary, freed as soon as the next is computed */
     eg_scope_begin();
     int64_t shape[2] = {256, 256};
-    eg_tensor *x = random_tensor(2, shape, 4);
+    eg_tensor *x = uniform_tensor(2, shape, 4);
     eg_memory_stats m0, m1;
     eg_lazy_begin();
     eg_tensor *y = x;
@@ -146,7 +140,8 @@ static void test_schedule_is_cached_by_structure(void **state) {
     eg_lazy_stats first = {0}, last = {0};
     for (int step = 0; step < 5; step++) {
         eg_scope_begin();
-        eg_tensor *x = random_tensor(2, shape, 10 + (uint64_t)step), *b = random_tensor(1, row, 5);
+        eg_tensor *x = uniform_tensor(2, shape, 10 + (uint64_t)step),
+                  *b = uniform_tensor(1, row, 5);
         eg_lazy_begin();
         eg_tensor *y = eg_matmul(chain(x, b), x);
         eg_lazy_end();
@@ -163,7 +158,7 @@ static void test_errors_are_raised_at_the_call(void **state) {
     (void)state;
     eg_scope_begin();
     int64_t a[2] = {2, 3}, b[2] = {4, 5};
-    eg_tensor *x = random_tensor(2, a, 6), *y = random_tensor(2, b, 7);
+    eg_tensor *x = uniform_tensor(2, a, 6), *y = uniform_tensor(2, b, 7);
     eg_lazy_begin();
     int line = __LINE__ + 1;
     eg_tensor *bad = eg_matmul(x, y);
@@ -184,9 +179,9 @@ static void test_gradients_in_lazy_mode(void **state) {
     (void)state;
     eg_scope_begin();
     int64_t xs[2] = {8, 5}, ws[2] = {5, 3}, bs[1] = {3};
-    eg_tensor *x = random_tensor(2, xs, 8);
-    eg_tensor *w = eg_variable(random_tensor(2, ws, 9), "w");
-    eg_tensor *bias = eg_variable(random_tensor(1, bs, 10), "b");
+    eg_tensor *x = uniform_tensor(2, xs, 8);
+    eg_tensor *w = eg_variable(uniform_tensor(2, ws, 9), "w");
+    eg_tensor *bias = eg_variable(uniform_tensor(1, bs, 10), "b");
     eg_tensor *grads[2][2];
     for (int mode = 0; mode < 2; mode++) {
         if (mode) eg_lazy_begin();
@@ -217,8 +212,8 @@ static void test_pending_readers_keep_a_variables_old_value(void **state) {
     (void)state;
     eg_scope_begin();
     int64_t xs[2] = {6, 4}, ws[2] = {4, 4};
-    eg_tensor *x = random_tensor(2, xs, 20);
-    eg_tensor *w = eg_variable(random_tensor(2, ws, 21), "w");
+    eg_tensor *x = uniform_tensor(2, xs, 20);
+    eg_tensor *w = eg_variable(uniform_tensor(2, ws, 21), "w");
     eg_tensor *doubled_eager = eg_mul_scalar(w, 2.0);
     eg_tensor *product_eager = eg_matmul(x, w);
     eg_tensor *result_eager = eg_matmul(eg_exp(product_eager), w);
@@ -262,13 +257,13 @@ static void test_lazy_training_step_does_not_copy_variables(void **state) {
     eg_scope_begin(); /* the initial values; variables outlive scopes */
     for (int mode = 0; mode < 2; mode++) {
         for (int i = 0; i < 4; i++)
-            vars[mode][i] = eg_variable(random_tensor(dims[i], shapes[i], 30 + (uint64_t)i), "v");
+            vars[mode][i] = eg_variable(uniform_tensor(dims[i], shapes[i], 30 + (uint64_t)i), "v");
         adam[mode] = eg_adam_new(NULL);
     }
     eg_scope_end();
     for (int step = 0; step < 3; step++) {
         eg_scope_begin();
-        eg_tensor *x = random_tensor(2, xs, 40 + (uint64_t)step);
+        eg_tensor *x = uniform_tensor(2, xs, 40 + (uint64_t)step);
         eg_tensor *grads[2][4];
         eg_tensor *h_eager = mlp_grads(x, vars[0], grads[0]);
         assert_int_equal(eg_optimizer_apply_gradients(adam[0], 4, grads[0], vars[0]), EG_OK);
@@ -301,7 +296,7 @@ static void test_nothing_leaks(void **state) {
     size_t before = eg_debug_live_tensors(NULL);
     eg_scope_begin();
     int64_t shape[2] = {4, 4};
-    eg_tensor *x = random_tensor(2, shape, 11);
+    eg_tensor *x = uniform_tensor(2, shape, 11);
     eg_lazy_begin();
     eg_tensor *y = eg_relu(eg_matmul(eg_exp(x), x));
     eg_tensor *never_read = eg_log(y);

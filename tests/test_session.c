@@ -12,18 +12,12 @@
 #include <string.h>
 
 #include "eagle.h"
+#include "test_util.h"
 
 static int setup(void **state) {
     (void)state;
     eg_clear_error();
     return 0;
-}
-
-static eg_tensor *random_tensor(int n_dims, const int64_t *shape, uint64_t seed) {
-    eg_generator *g = eg_generator_new(seed);
-    eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
-    eg_generator_free(g);
-    return t;
 }
 
 static uint64_t allocator_calls(void) {
@@ -35,7 +29,7 @@ static uint64_t allocator_calls(void) {
 static void test_inference_graph_matches_eager(void **state) {
     (void)state;
     int64_t ws[2] = {6, 4}, xs[2] = {3, 6};
-    eg_tensor *w0 = random_tensor(2, ws, 1);
+    eg_tensor *w0 = uniform_tensor(2, ws, 1);
     eg_tensor *w = eg_variable(w0, "w");
     eg_graph *g = eg_graph_new();
     eg_scope_begin(); /* the graph keeps what it records: its tensors outlive the scope */
@@ -50,7 +44,7 @@ static void test_inference_graph_matches_eager(void **state) {
     eg_session *s = eg_session_new(g);
     for (int run = 0; run < 4; run++) {
         eg_scope_begin();
-        eg_tensor *value = random_tensor(2, xs, 10 + (uint64_t)run);
+        eg_tensor *value = uniform_tensor(2, xs, 10 + (uint64_t)run);
         eg_tensor *expected_h = eg_relu(eg_matmul(value, w));
         eg_tensor *expected_y = eg_sum(eg_mul(expected_h, expected_h), 0, NULL, false);
         eg_tensor *results[2];
@@ -82,7 +76,7 @@ static void test_inference_graph_matches_eager(void **state) {
 static void test_training_graph_updates_at_every_run(void **state) {
     (void)state;
     int64_t ws[2] = {784, 16}, xs[2] = {8, 784}, batch = 8;
-    eg_tensor *w0 = random_tensor(2, ws, 2);
+    eg_tensor *w0 = uniform_tensor(2, ws, 2);
     eg_tensor *w[2] = {eg_variable(w0, "w_eager"), eg_variable(w0, "w_graph")};
     eg_optimizer *opt[2] = {eg_adam_new(NULL), eg_adam_new(NULL)};
     /* the graph: loss = mean(relu(x w)^2 * t), tape gradient, Adam step */
@@ -107,8 +101,8 @@ static void test_training_graph_updates_at_every_run(void **state) {
     eg_tensor *placeholders[2] = {x, target};
     for (int run = 0; run < 3; run++) {
         eg_scope_begin();
-        const eg_tensor *feeds[2] = {random_tensor(2, xs, 20 + (uint64_t)run),
-                                     random_tensor(1, &batch, 30 + (uint64_t)run)};
+        const eg_tensor *feeds[2] = {uniform_tensor(2, xs, 20 + (uint64_t)run),
+                                     uniform_tensor(1, &batch, 30 + (uint64_t)run)};
         /* eager */
         eg_tape *t = eg_tape_begin(false);
         eg_tensor *eh = eg_relu(eg_matmul(feeds[0], w[0]));

@@ -1,6 +1,6 @@
 /* What many of the cmocka tests share: each case in a fresh scope, a teardown that fails on a
- * pending error, and expecting an error. Include after cmocka.h. Header-only: static inline, so
- * a test that uses part of it gets no unused-function warnings. */
+ * pending error, expecting an error, and random f32 inputs. Include after cmocka.h. Header-only:
+ * static inline, so a test that uses part of it gets no unused-function warnings. */
 #ifndef EAGLE_TESTS_TEST_UTIL_H
 #define EAGLE_TESTS_TEST_UTIL_H
 
@@ -34,6 +34,15 @@ static inline void expect_error(eg_status expected) {
         fail();
     }
     eg_clear_error();
+}
+
+/* A new f32 tensor of uniform values in [-1, 1) drawn from its own generator seeded with seed
+ * (owned by the current scope, if any). */
+static inline eg_tensor *uniform_tensor(int n_dims, const int64_t *shape, uint64_t seed) {
+    eg_generator *g = eg_generator_new(seed);
+    eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
+    eg_generator_free(g);
+    return t;
 }
 
 #endif
