@@ -85,7 +85,7 @@ static void note_random_tensor(eg_tensor *t, eg_generator *generator, eg__random
  * random ops. Ops that reuse a random op's seed (dropout's gradient applies the same mask: a
  * dropout op with the same attrs) follow it; they are found by the old seed, a 64-bit random
  * number. */
-static void redraw_seeds(trace *t) {
+static void redraw_random(trace *t) {
     for (int i = 0; i < t->n_random; i++) {
         if (t->random_fills[i].distribution >= 0) {
             eg__random_refill(t->random_ops[i], t->random_generators[i], t->random_fills[i]);
@@ -567,7 +567,7 @@ static eg_tensor *output_for(const eg_tensor *graph_output) {
 /* just_traced: the call that traced t, whose random ops drew their seeds while tracing. */
 static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs,
                         eg_tensor **outputs, bool just_traced) {
-    if (!just_traced) redraw_seeds(t);
+    if (!just_traced) redraw_random(t);
     eg_status status = ensure_arena(f, t);
     eg_tensor *copies[64] = {0};
     for (int i = 0; i < f->n_inputs && status == EG_OK; i++) {

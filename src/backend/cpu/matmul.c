@@ -100,7 +100,7 @@ typedef struct matmul_job {
     const eg_tensor *bias;
     eg__op activation;
     /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
-    bool own; /* Eagle's GEMM (f32, wide enough, CPU allows), else OpenBLAS tiles */
+    bool own; /* Eagle's GEMM (own_gemm), else OpenBLAS tiles */
     int64_t tile_rows;
     int64_t parts_m, parts_n, part_rows, part_cols;
     atomic_bool failed;
