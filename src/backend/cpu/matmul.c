@@ -32,6 +32,11 @@ static void describe_blas(void) {
  * micro-tiles (64 rows would end every tile in a partial one). */
 #define OWN_TILE_ROWS (11 * EG_GEMM_MR)
 #define TILE_COLS     256
+/* Columns of a tile on Eagle's GEMM: whole rows up to this width. A graph's fused optimizer
+ * update then reads each tile's parameters and moments as one contiguous range; at 256 columns
+ * of a 512-wide weight it read 66 runs of 1 KiB, 2 KiB apart, and Adam ran at half the speed
+ * of its contiguous pass (perf, 784-512-512-10 graph step). */
+#define OWN_TILE_COLS_MAX 512
 /* Multiply-adds per parallel chunk below which splitting does not pay. */
 #define MIN_CHUNK_WORK (1 << 20)
 
@@ -95,6 +100,7 @@ typedef struct matmul_job {
     const eg_tensor *a, *b;
     eg_tensor *out;
     int64_t lda, ldb, m, n, k, row_tiles, col_tiles;
+    int64_t tile_cols; /* columns of a tile (tile_cols_for) */
     bool trans_a, trans_b;
     /* epilogue: bias (a 1-d tensor of n elements, or NULL) and activation (EG__OP_COUNT: none) */
     const eg_tensor *bias;
@@ -135,9 +141,9 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
     int64_t per_batch = j->row_tiles * j->col_tiles;
     size_t size = eg_dtype_size(j->out->dtype);
     int64_t batch = task / per_batch, tile = task % per_batch;
-    int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+    int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * j->tile_cols;
     int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
-    int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+    int cols = (int)(j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols);
     if (j->own) {
         eg__gemm_f32 g = own_problem(j, batch, (float *)c);
         g.m = rows;
@@ -180,7 +186,7 @@ static void blas_tiles(void *context, int64_t begin, int64_t end) {
     size_t size = eg_dtype_size(j->out->dtype);
     for (int64_t task = begin; task < end; task++) {
         int64_t batch = task / per_batch, tile = task % per_batch;
-        int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+        int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * j->tile_cols;
         int64_t co = batch * j->m * j->n + i0 * j->n + j0;
         compute_tile(j, task, (char *)eg__data(j->out) + (size_t)co * size, j->n);
     }
@@ -248,6 +254,14 @@ static int64_t tile_rows_for(const eg_tensor *out) {
     return own_gemm(out) ? OWN_TILE_ROWS : TILE_ROWS;
 }
 
+/* OpenBLAS's bits depend on the tile, so its tiles are fixed; Eagle's GEMM gives the same bits
+ * for any tiling, so its tiles take whole rows where they are not too wide. */
+static int64_t tile_cols_for(const eg_tensor *out) {
+    if (!own_gemm(out)) return TILE_COLS;
+    int64_t n = out->shape[out->n_dims - 1];
+    return n > 0 && n <= OWN_TILE_COLS_MAX ? n : OWN_TILE_COLS_MAX;
+}
+
 /* Fills *job for call (epilogue: bias, activation); *a_copy and *b_copy receive contiguous copies
  * of operands BLAS cannot read as they are (release them with eg__unref). */
 static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias, eg__op activation,
@@ -286,7 +300,8 @@ static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias,
     job_out->trans_b = call->attrs->transpose_b != b_op.transposed;
     job_out->tile_rows = tile_rows_for(out);
     job_out->row_tiles = (job_out->m + job_out->tile_rows - 1) / job_out->tile_rows;
-    job_out->col_tiles = (job_out->n + TILE_COLS - 1) / TILE_COLS;
+    job_out->tile_cols = tile_cols_for(out);
+    job_out->col_tiles = (job_out->n + job_out->tile_cols - 1) / job_out->tile_cols;
     job_out->own = own_gemm(out);
     *a_copy = a;
     *b_copy = b;
@@ -309,7 +324,8 @@ static eg_status matmul_fused(const eg__kernel_call *call, const eg_tensor *bias
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "matmul: no memory for packing buffers");
     } else {
         int64_t tile_work = (job.m < job.tile_rows ? job.m : job.tile_rows) *
-                            (job.n < TILE_COLS ? job.n : TILE_COLS) * (job.k > 0 ? job.k : 1);
+                            (job.n < job.tile_cols ? job.n : job.tile_cols) *
+                            (job.k > 0 ? job.k : 1);
         eg__parallel_for(batches * job.row_tiles * job.col_tiles,
                          MIN_CHUNK_WORK / (tile_work > 0 ? tile_work : 1) + 1, blas_tiles, &job);
     }
@@ -429,14 +445,15 @@ eg_status eg__cpu_matmul_part(const eg__kernel_call *call, int64_t part, int64_t
 size_t eg__cpu_matmul_tile_bytes(const eg_tensor *out) {
     int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
     int64_t rows = tile_rows_for(out);
-    return (size_t)((m < rows ? m : rows) * (n < TILE_COLS ? n : TILE_COLS)) *
-           eg_dtype_size(out->dtype);
+    int64_t cols = tile_cols_for(out);
+    return (size_t)((m < rows ? m : rows) * (n < cols ? n : cols)) * eg_dtype_size(out->dtype);
 }
 
 int64_t eg__cpu_matmul_tile_count(const eg_tensor *out) {
     int64_t m = out->shape[out->n_dims - 2], n = out->shape[out->n_dims - 1];
     int64_t batches = m * n > 0 ? out->n_elems / (m * n) : 0, rows = tile_rows_for(out);
-    return batches * ((m + rows - 1) / rows) * ((n + TILE_COLS - 1) / TILE_COLS);
+    int64_t cols = tile_cols_for(out);
+    return batches * ((m + rows - 1) / rows) * ((n + cols - 1) / cols);
 }
 
 typedef struct consumer_job {
@@ -462,9 +479,10 @@ static void tiles_to_consumer(void *context, int64_t begin, int64_t end) {
             int64_t task = atomic_fetch_add(&c->next_tile, 1);
             if (task >= c->n_tiles) break;
             int64_t tile = task % per_batch;
-            int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * TILE_COLS;
+            int64_t i0 = tile / j->col_tiles * j->tile_rows,
+                    j0 = tile % j->col_tiles * j->tile_cols;
             int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
-            int cols = (int)(j->n - j0 < TILE_COLS ? j->n - j0 : TILE_COLS);
+            int cols = (int)(j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols);
             if (!compute_tile(j, task, tile_data, cols)) {
                 atomic_store((atomic_bool *)&j->failed, true);
                 continue;
@@ -505,7 +523,8 @@ eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n
     /* one lane per scratch tile, all in one parallel job; a small product (whose consumer is
      * then small too) stays on one thread, as in the plain product */
     int64_t tile_work = (c.job.m < c.job.tile_rows ? c.job.m : c.job.tile_rows) *
-                        (c.job.n < TILE_COLS ? c.job.n : TILE_COLS) * (c.job.k > 0 ? c.job.k : 1);
+                        (c.job.n < c.job.tile_cols ? c.job.n : c.job.tile_cols) *
+                        (c.job.k > 0 ? c.job.k : 1);
     int64_t lanes = n_scratch < 1 ? 1 : n_scratch;
     if (lanes > c.n_tiles) lanes = c.n_tiles;
     if (c.n_tiles * tile_work < MIN_CHUNK_WORK) lanes = 1;
