@@ -6,12 +6,14 @@
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
  * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
  * timings of a loop that runs at least S / 7 seconds (default S = 0.35). */
+#define _DEFAULT_SOURCE /* madvise */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backend/cpu/vecmath.h"
@@ -105,6 +107,20 @@ static void stream_body(void *arg) {
     }
     stream_worker(&jobs[0]);
     for (int t = 1; t < s->threads; t++) pthread_join(ids[t], NULL);
+}
+
+/* Whether Eagle advises its host memory onto transparent huge pages (src/backend/cpu/device.c):
+ * the STREAM arrays get the same pages, so that the ratios compare like with like. */
+static bool huge_pages(void) {
+    const char *env = getenv("EG_HUGEPAGES");
+    return !(env && strcmp(env, "0") == 0);
+}
+
+static double *stream_array(long n) {
+    size_t huge = (size_t)2 << 20, bytes = (sizeof(double) * (size_t)n + huge - 1) & ~(huge - 1);
+    double *p = aligned_alloc(huge, bytes);
+    if (p && huge_pages()) (void)madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
 }
 
 /* ---- Eagle ops ---- */
@@ -254,9 +270,9 @@ int main(int argc, char **argv) {
 
     /* STREAM on arrays of 16M doubles (128 MiB each, far beyond the caches) */
     long stream_n = 16L << 20;
-    stream_context s = {malloc(sizeof(double) * (size_t)stream_n),
-                        malloc(sizeof(double) * (size_t)stream_n),
-                        malloc(sizeof(double) * (size_t)stream_n),
+    stream_context s = {stream_array(stream_n),
+                        stream_array(stream_n),
+                        stream_array(stream_n),
                         stream_n,
                         threads,
                         0};
@@ -266,8 +282,9 @@ int main(int argc, char **argv) {
     s.triad = 1;
     double triad = 24.0 * (double)stream_n / measure(stream_body, &s) / 1e9;
     free(s.a), free(s.b), free(s.c);
-    printf("threads %d: STREAM copy %.2f GB/s, triad %.2f GB/s (%% below is of triad)\n", threads,
-           copy, triad);
+    printf("threads %d: STREAM copy %.2f GB/s, triad %.2f GB/s (%% below is of triad; %s pages, as "
+           "Eagle's tensors)\n",
+           threads, copy, triad, huge_pages() ? "huge" : "4 KiB");
     if (tsv) {
         fprintf(tsv, "stream\tcopy\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, copy);
         fprintf(tsv, "stream\ttriad\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, triad);

@@ -3,7 +3,9 @@
  * Each device has one caching allocator (best fit over size-class bins, blocks split and
  * coalesced, 64-byte aligned). EG_ALLOCATOR=system in the environment (read once, at first use)
  * replaces it with plain aligned malloc/free so the two can be compared; the statistics are kept
- * either way. EG_MEMORY_LIMIT=<bytes>[K|M|G] sets a limit at first use.
+ * either way. EG_MEMORY_LIMIT=<bytes>[K|M|G] sets a limit at first use. Host memory the CPU
+ * allocator takes from the system in blocks of 2 MiB or more is advised onto transparent huge
+ * pages (madvise MADV_HUGEPAGE; fewer TLB misses on large tensors); EG_HUGEPAGES=0 turns that off.
  *
  * In front of the CPU's caching allocator each thread keeps a few freed blocks of up to 4 KiB
  * (two per 64-byte size class) for its next requests of the same size: small ops then take no
