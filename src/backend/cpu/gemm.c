@@ -19,11 +19,14 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 
-#define MR                EG_GEMM_MR
-#define NR                EG_GEMM_NR
-#define KC                EG_GEMM_KC /* an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
-#define MC                144 /* rows per packed A block: 144 x 256 floats = 144 KiB, in L2 */
-#define NC                512 /* columns per packed B panel: 512 KiB, in L3; a C block of MC x NC stays in L2 */
+#define MR EG_GEMM_MR
+#define NR EG_GEMM_NR
+#define KC EG_GEMM_KC /* an A micro-panel (6 x KC) and a B one (KC x 16) fit in L1 */
+#define MC 144        /* rows per packed A block: 144 x 256 floats = 144 KiB, in L2 */
+/* Columns per packed B panel (2 MiB, in L3). Op(A) is packed once per panel: at 512 columns a
+ * 2048-square product packed it four times and its transposes took 9 % of the product's time
+ * (perf, beside OpenBLAS in one process); at 2048, 2.5 %, about what OpenBLAS spends packing. */
+#define NC                2048
 #define DIRECT_B_MAX_ROWS 48 /* rows of C up to which B is used unpacked (row-major B only) */
 
 void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64_t cols, int64_t j0,
