@@ -144,13 +144,26 @@ AVX2 static inline void transpose_8x8(const float *src, int64_t ld, int rows, fl
 /* op(A)[i0.., p0..] (mc x kc) into MR-row micro-panels, each kc x MR, zero-padded. */
 AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                         float *out) {
-    for (int64_t ir = 0; ir < mc; ir += MR) {
+    int64_t ir = 0;
+    if (g->a_row == 1 && mc >= MR) {
+        /* op(A) column-major (a transposed activation in a weight gradient): row by row of
+         * storage across all full micro-panels, each row read once from left to right. Panel by
+         * panel, every 24-byte piece came from a row 3 KiB further on (the wide MLP's x^T), and
+         * those loads stalled: this copy was 3 % of the step (perf). */
+        int64_t full = mc / MR;
+        for (int64_t p = 0; p < kc; p++) {
+            const float *s = g->a + i0 + (p0 + p) * g->a_col;
+            float *o = out + p * MR;
+            for (int64_t panel = 0; panel < full; panel++) /* a 16- and an 8-byte move */
+                memcpy(o + panel * kc * MR, s + panel * MR, MR * sizeof(float));
+        }
+        ir = full * MR;
+        out += full * kc * MR;
+    }
+    for (; ir < mc; ir += MR) {
         int64_t rows = mc - ir < MR ? mc - ir : MR;
         const float *src = g->a + (i0 + ir) * g->a_row + p0 * g->a_col;
-        if (g->a_row == 1 && rows == MR) { /* op(A) column-major: a row of a panel is contiguous */
-            for (int64_t p = 0; p < kc; p++) /* one 16- and one 8-byte move, not 6 scalars */
-                memcpy(out + p * MR, src + p * g->a_col, MR * sizeof(float));
-        } else if (g->a_col == 1 && rows == MR) { /* row-major op(A): 8 x 6 transposes */
+        if (g->a_col == 1 && rows == MR) { /* row-major op(A): 8 x 6 transposes */
             int64_t p = 0;
             for (; p + 8 <= kc; p += 8) transpose_8x8(src + p, g->a_row, MR, out + p * MR, MR, MR);
             for (; p < kc; p++)
