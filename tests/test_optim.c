@@ -576,6 +576,58 @@ static void test_state_restore(void **state) {
     check_state_restore(eg_rmsprop_new(&rms), eg_rmsprop_new(&rms), 3);
 }
 
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
+/* Updates flush subnormals to zero (optimizer.c: a decayed moment is 0, not a subnormal that
+ * costs a microcode assist each step) and leave the caller's floating-point mode as it was. */
+static void check_subnormal_moments_flush(eg_dtype dtype, double tiny) {
+    enum { N = 19 }; /* the 8-wide loop and its scalar tail */
+    int64_t shape[1] = {N};
+    double values[N], tinies[N];
+    for (int i = 0; i < N; i++) values[i] = (double)(i - 9) * 0.25, tinies[i] = tiny * (i + 1);
+    eg_tensor *v =
+        eg_variable(eg_cast(eg_tensor_from_data(values, EG_DTYPE_F64, 1, shape), dtype), "w");
+    eg_tensor *g = eg_zeros(dtype, 1, shape);
+    eg_optimizer *opt = eg_adam_new(NULL);
+    eg_tensor *t = eg_cast(eg_tensor_from_data(tinies, EG_DTYPE_F64, 1, shape), dtype);
+    assert_non_null(v);
+    assert_true(eg_tensor_get(t, (int64_t[1]){0}) != 0.0); /* subnormal, not already 0 */
+    assert_int_equal(eg_optimizer_set_slot(opt, v, "momentum", t), EG_OK);
+    assert_int_equal(eg_optimizer_set_slot(opt, v, "velocity", t), EG_OK);
+#if defined(__x86_64__) || defined(__SSE2__)
+    unsigned int mode = _mm_getcsr();
+#endif
+    assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &g, &v), EG_OK);
+#if defined(__x86_64__) || defined(__SSE2__)
+    assert_int_equal(_mm_getcsr(), mode);
+#endif
+    volatile double half_of_tiny = tiny;
+    half_of_tiny *= 0.5; /* still subnormal out here */
+    assert_true(half_of_tiny != 0.0);
+    const char *slots[2] = {"momentum", "velocity"};
+    for (int k = 0; k < 2; k++) {
+        eg_tensor *slot = eg_optimizer_get_slot(opt, v, slots[k]);
+        for (int i = 0; i < N; i++) {
+            int64_t index[1] = {i};
+            assert_true(eg_tensor_get(slot, index) == 0.0); /* not 0.9 * tiny */
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        int64_t index[1] = {i};
+        assert_true(eg_tensor_get(v, index) == values[i]);
+    }
+    eg_optimizer_free(opt);
+    eg_release(v); /* a variable outlives the scope */
+}
+
+static void test_subnormal_moments_flush_to_zero(void **state) {
+    (void)state;
+    check_subnormal_moments_flush(EG_DTYPE_F32, 1e-40);
+    check_subnormal_moments_flush(EG_DTYPE_F64, 1e-310);
+}
+
 /* set_slot: casts and views accepted, the other slots untouched; refusals change nothing. */
 static void test_set_slot_errors(void **state) {
     (void)state;
@@ -654,6 +706,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_adam_solves_regression, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_restore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_slot_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_subnormal_moments_flush_to_zero, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

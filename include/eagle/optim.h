@@ -5,7 +5,10 @@
  * the first time a variable is updated, keyed by the variable (its identity, not its name), and
  * freed by eg_optimizer_free. Variables and gradients are borrowed. Each update is one fused
  * in-place loop per variable over its raw f32/f64 data, updating the variable and its slots
- * together: no temporaries, nothing recorded on tapes. Only CPU tensors for now.
+ * together: no temporaries, nothing recorded on tapes. Only CPU tensors for now. The loops run
+ * with subnormal numbers flushed to zero (as TensorFlow's CPU kernels do), and restore the
+ * caller's floating-point mode after: a moment that decays below FLT_MIN becomes 0 rather than
+ * slowing every later step with microcode assists (20-25 us of the seed model's 47 us update).
  *
  * The learning rate is a schedule evaluated at the optimizer's step counter (its number of
  * applied updates, starting at 0) before each update, as Keras does; use eg_schedule_constant
