@@ -281,6 +281,57 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
 #undef STORE_ROW
 }
 
+/* The first `rows` (2 or 4) rows of kernel_6x16's tile, for the last micro-panel of a block whose
+ * height is not a multiple of 6 (a batch of 32 is 5 panels and 2 rows): the 6-row kernel would
+ * spend a third of the panel's multiply-adds on the zero padding. Each element is the same chain
+ * of fused multiply-adds in k order as in kernel_6x16, so the bits are the same; the tile is
+ * written whole (row stride NR), never accumulated. */
+AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const float *b,
+                                     int64_t b_stride, float *tile) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    if (rows <= 2) {
+#pragma GCC unroll 4
+        for (int64_t p = 0; p < kc; p++) {
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+            __m256 x = _mm256_broadcast_ss(a);
+            c00 = _mm256_fmadd_ps(x, b0, c00);
+            c01 = _mm256_fmadd_ps(x, b1, c01);
+            x = _mm256_broadcast_ss(a + 1);
+            c10 = _mm256_fmadd_ps(x, b0, c10);
+            c11 = _mm256_fmadd_ps(x, b1, c11);
+            a += MR;
+            b += b_stride;
+        }
+    } else {
+#pragma GCC unroll 4
+        for (int64_t p = 0; p < kc; p++) {
+            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+            __m256 x = _mm256_broadcast_ss(a);
+            c00 = _mm256_fmadd_ps(x, b0, c00);
+            c01 = _mm256_fmadd_ps(x, b1, c01);
+            x = _mm256_broadcast_ss(a + 1);
+            c10 = _mm256_fmadd_ps(x, b0, c10);
+            c11 = _mm256_fmadd_ps(x, b1, c11);
+            x = _mm256_broadcast_ss(a + 2);
+            c20 = _mm256_fmadd_ps(x, b0, c20);
+            c21 = _mm256_fmadd_ps(x, b1, c21);
+            x = _mm256_broadcast_ss(a + 3);
+            c30 = _mm256_fmadd_ps(x, b0, c30);
+            c31 = _mm256_fmadd_ps(x, b1, c31);
+            a += MR;
+            b += b_stride;
+        }
+    }
+    __m256 out[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
+    for (int r = 0; r < 4; r++) {
+        _mm256_store_ps(tile + r * NR, out[2 * r]);
+        _mm256_store_ps(tile + r * NR + 8, out[2 * r + 1]);
+    }
+}
+
 /* C[i0.., j0..] (mc x nc) [+]= packed A block · B panel: packed, or when direct, B's own rows
  * (k = p0..) for full micro-panels and the packed last one (at bp) for a partial one. Edge tiles
  * go through a local tile and the same additions, so an element's bits do not depend on whether
@@ -309,7 +360,10 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const fl
                 continue;
             }
             float tile[MR * NR] __attribute__((aligned(32)));
-            kernel_6x16(kc, a, b, b_stride, tile, NR, false);
+            if (rows <= 4)
+                kernel_few_rows_x16((int)rows, kc, a, b, b_stride, tile);
+            else
+                kernel_6x16(kc, a, b, b_stride, tile, NR, false);
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t j = 0; j < cols; j++) {
                     float *element = &c[r * c_row + j * c_col];
