@@ -224,6 +224,16 @@ AVX2 static void pack_b(const eg__gemm_f32 *g, int64_t p0, int64_t kc, int64_t j
     }
 }
 
+/* One k step of a micro-kernel for row r of its tile: broadcast A's element, two FMAs against
+ * the 16 B values in b0, b1 (accumulators lo, hi). Every kernel below is these steps in k order,
+ * so an element's bits do not depend on which kernel computed it. */
+#define FMA_ROW(r, lo, hi)                                                                         \
+    do {                                                                                           \
+        __m256 x_ = _mm256_broadcast_ss(a + (r));                                                  \
+        lo = _mm256_fmadd_ps(x_, b0, lo);                                                          \
+        hi = _mm256_fmadd_ps(x_, b1, hi);                                                          \
+    } while (0)
+
 /* c (6 x 16, row stride ldc) = [c +] a-panel · b-panel over kc. */
 AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t b_stride, float *c,
                              int64_t ldc, bool accumulate) {
@@ -241,24 +251,12 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; p++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        __m256 x = _mm256_broadcast_ss(a);
-        c00 = _mm256_fmadd_ps(x, b0, c00);
-        c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a + 1);
-        c10 = _mm256_fmadd_ps(x, b0, c10);
-        c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a + 2);
-        c20 = _mm256_fmadd_ps(x, b0, c20);
-        c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a + 3);
-        c30 = _mm256_fmadd_ps(x, b0, c30);
-        c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a + 4);
-        c40 = _mm256_fmadd_ps(x, b0, c40);
-        c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a + 5);
-        c50 = _mm256_fmadd_ps(x, b0, c50);
-        c51 = _mm256_fmadd_ps(x, b1, c51);
+        FMA_ROW(0, c00, c01);
+        FMA_ROW(1, c10, c11);
+        FMA_ROW(2, c20, c21);
+        FMA_ROW(3, c30, c31);
+        FMA_ROW(4, c40, c41);
+        FMA_ROW(5, c50, c51);
         a += MR;
         b += b_stride;
     }
@@ -296,12 +294,8 @@ AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const
 #pragma GCC unroll 4
         for (int64_t p = 0; p < kc; p++) {
             __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            __m256 x = _mm256_broadcast_ss(a);
-            c00 = _mm256_fmadd_ps(x, b0, c00);
-            c01 = _mm256_fmadd_ps(x, b1, c01);
-            x = _mm256_broadcast_ss(a + 1);
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
+            FMA_ROW(0, c00, c01);
+            FMA_ROW(1, c10, c11);
             a += MR;
             b += b_stride;
         }
@@ -309,18 +303,10 @@ AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const
 #pragma GCC unroll 4
         for (int64_t p = 0; p < kc; p++) {
             __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            __m256 x = _mm256_broadcast_ss(a);
-            c00 = _mm256_fmadd_ps(x, b0, c00);
-            c01 = _mm256_fmadd_ps(x, b1, c01);
-            x = _mm256_broadcast_ss(a + 1);
-            c10 = _mm256_fmadd_ps(x, b0, c10);
-            c11 = _mm256_fmadd_ps(x, b1, c11);
-            x = _mm256_broadcast_ss(a + 2);
-            c20 = _mm256_fmadd_ps(x, b0, c20);
-            c21 = _mm256_fmadd_ps(x, b1, c21);
-            x = _mm256_broadcast_ss(a + 3);
-            c30 = _mm256_fmadd_ps(x, b0, c30);
-            c31 = _mm256_fmadd_ps(x, b1, c31);
+            FMA_ROW(0, c00, c01);
+            FMA_ROW(1, c10, c11);
+            FMA_ROW(2, c20, c21);
+            FMA_ROW(3, c30, c31);
             a += MR;
             b += b_stride;
         }
@@ -331,6 +317,7 @@ AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const
         _mm256_store_ps(tile + r * NR + 8, out[2 * r + 1]);
     }
 }
+#undef FMA_ROW
 
 /* C[i0.., j0..] (mc x nc) [+]= packed A block · B panel: packed, or when direct, B's own rows
  * (k = p0..) for full micro-panels and the packed last one (at bp) for a partial one. Edge tiles
