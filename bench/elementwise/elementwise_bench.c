@@ -1,7 +1,8 @@
 /* Elementwise ops and reductions against memory bandwidth: add, mul, exp, relu, sum (plus the
  * other vector-math ops and the broadcast / transposed layouts) on 1K ... 64M f32 elements, with
  * a STREAM copy and triad measured in the same run, so the ratios are side by side.
- *   bench_elementwise [--threads N] [--max-elems N] [--seconds S] [--wall] [--tsv FILE]
+ *   bench_elementwise [--threads N] [--min-elems N] [--max-elems N] [--seconds S] [--wall]
+ *                     [--ops add,exp,...] [--no-layouts] [--tsv FILE]
  *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
  * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
@@ -109,10 +110,22 @@ static void stream_body(void *arg) {
 
 /* ---- Eagle ops ---- */
 
-typedef enum { OP_ADD, OP_MUL, OP_EXP, OP_RELU, OP_SUM, OP_TANH, OP_SIGMOID, OP_GELU } op_kind;
-static const char *const op_names[] = {"add", "mul",  "exp",     "relu",
-                                       "sum", "tanh", "sigmoid", "gelu"};
-static const int op_bytes[] = {12, 12, 8, 8, 4, 8, 8, 8};
+typedef enum {
+    OP_ADD,
+    OP_MUL,
+    OP_EXP,
+    OP_RELU,
+    OP_SUM,
+    OP_TANH,
+    OP_SIGMOID,
+    OP_GELU,
+    OP_LOG,
+    OP_SOFTPLUS,
+    OP_COUNT
+} op_kind;
+static const char *const op_names[] = {"add",  "mul",     "exp",  "relu", "sum",
+                                       "tanh", "sigmoid", "gelu", "log",  "softplus"};
+static const int op_bytes[] = {12, 12, 8, 8, 4, 8, 8, 8, 8, 8};
 
 typedef struct op_context {
     op_kind op;
@@ -149,6 +162,14 @@ static void op_body(void *arg) {
         break;
     case OP_GELU:
         r = eg_gelu(c->x);
+        break;
+    case OP_LOG: /* of |x|: the inputs are uniform in [-4, 4] */
+        r = eg_log(c->y);
+        break;
+    case OP_SOFTPLUS:
+        r = eg_softplus(c->x);
+        break;
+    case OP_COUNT:
         break;
     }
     if (!r) {
@@ -225,13 +246,30 @@ static void vector_math_costs(void) {
 #endif
 }
 
+/* Whether op is in the comma-separated list (NULL: every op). */
+static bool selected(const char *list, const char *op) {
+    if (!list) return true;
+    size_t length = strlen(op);
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, op, length) && (p[length] == ',' || p[length] == '\0')) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
-    long max_elems = 64L << 20;
+    long min_elems = 1024, max_elems = 64L << 20;
+    const char *ops = NULL;
+    bool layouts = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-elems") && i + 1 < argc)
             max_elems = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--min-elems") && i + 1 < argc)
+            min_elems = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
+            ops = argv[++i];
+        else if (!strcmp(argv[i], "--no-layouts"))
+            layouts = false;
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds_per_sample = atof(argv[++i]) / SAMPLES;
         else if (!strcmp(argv[i], "--vector-math")) {
@@ -242,8 +280,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv = fopen(argv[++i], "a");
         else {
-            fprintf(stderr, "usage: bench_elementwise [--threads N] [--max-elems N] "
-                            "[--seconds S] [--wall] [--tsv FILE] | --vector-math\n");
+            fprintf(stderr,
+                    "usage: bench_elementwise [--threads N] [--min-elems N] [--max-elems N] "
+                    "[--seconds S] [--wall] [--ops add,exp,...] [--no-layouts] "
+                    "[--tsv FILE] | --vector-math\n");
             return 2;
         }
     }
@@ -275,18 +315,25 @@ int main(int argc, char **argv) {
 
     eg_generator *gen = eg_generator_new(1);
     for (long n = 1024; n <= max_elems; n *= 4) {
+        if (n < min_elems) continue;
         eg_scope_begin();
         int64_t shape[1] = {n};
         eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
         eg_tensor *y = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
-        for (int op = 0; op <= OP_GELU; op++) {
-            op_context c = {(op_kind)op, x, y, 1, {0, 0}};
+        for (int op = 0; op < OP_COUNT; op++) {
+            if (!selected(ops, op_names[op])) continue;
+            op_context c = {(op_kind)op, x, op == OP_LOG ? eg_abs(y) : y, 1, {0, 0}};
             report(op_names[op], "contiguous", n, threads, measure(op_body, &c),
                    (double)op_bytes[op] * (double)n, triad);
         }
         eg_scope_end();
     }
 
+    if (!layouts) {
+        eg_generator_free(gen);
+        if (tsv) fclose(tsv);
+        return 0;
+    }
     /* layouts on a square matrix of the largest size up to 16M elements */
     long side = 1;
     while (side * side * 4 <= (max_elems < (16L << 20) ? max_elems : (16L << 20))) side *= 2;
