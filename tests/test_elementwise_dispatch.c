@@ -178,6 +178,68 @@ static void test_unary_layouts_levels_threads(void **state) {
     }
 }
 
+/* |y - exact| in units of the last place of the f32 nearest to exact (2^-149 at least). */
+static double ulps_off(float y, double exact) {
+    int e;
+    frexp(exact, &e);
+    return fabs((double)y - exact) / ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+}
+
+/* f32 softmax, log_softmax and the fused sparse cross-entropy take exp from the vector math: at
+ * each level and thread count, a row softmax equals the column softmax of the transpose bitwise
+ * (contiguous and strided exps); and against double precision on the same float arguments
+ * x - max (exp's 1 ulp, then the division's and the product's roundings) softmax is within 3 ulp,
+ * log_softmax within 1e-6 absolute plus 1 ulp, the loss within 1e-6 relative. */
+static void test_softmax_f32_vector_exp(void **state) {
+    (void)state;
+    const int64_t shapes[][2] = {{300, 10}, {37, 1000}, {5, 3}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], classes = shapes[si][1];
+        eg_tensor *x = eg_mul_scalar(uniform_tensor(2, shapes[si], 60 + si), 15.0);
+        eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
+        int32_t *labels_v = malloc(sizeof(int32_t) * (size_t)rows);
+        assert_non_null(labels_v);
+        for (int64_t b = 0; b < rows; b++) labels_v[b] = (int32_t)((b * 7) % classes);
+        eg_tensor *labels = eg_tensor_from_data(labels_v, EG_DTYPE_I32, 1, &rows);
+        free(labels_v);
+        const float *xv = eg_tensor_data(x);
+        for (int level = 0; level < 2; level++)
+            for (int threads = 1; threads <= 2; threads++) {
+                eg__cpu_set_level((eg__cpu_level)level);
+                assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                eg_tensor *p = eg_softmax(x, -1), *log_p = eg_log_softmax(x, 1);
+                assert_same_bits(eg_transpose(eg_softmax(xt, 0), 0, 1), p);
+                assert_same_bits(eg_transpose(eg_log_softmax(xt, 0), 0, 1), log_p);
+                eg_tensor *loss = eg_sparse_softmax_cross_entropy(x, labels);
+                assert_non_null(loss);
+                const float *pv = eg_tensor_data(p), *lv = eg_tensor_data(log_p);
+                const float *loss_v = eg_tensor_data(loss);
+                for (int64_t b = 0; b < rows; b++) {
+                    const float *row = xv + b * classes;
+                    float m = row[0];
+                    for (int64_t k = 1; k < classes; k++) m = row[k] > m ? row[k] : m;
+                    double s = 0;
+                    for (int64_t k = 0; k < classes; k++) s += exp((double)(row[k] - m));
+                    for (int64_t k = 0; k < classes; k++) {
+                        double a = (double)(row[k] - m);
+                        double want = exp(a) / s, want_log = a - log(s);
+                        float got = pv[b * classes + k], got_log = lv[b * classes + k];
+                        if (ulps_off(got, want) > 3 ||
+                            fabs(got_log - want_log) > 1e-6 + ldexp(fabs(want_log), -23))
+                            fail_msg("level %d row %lld class %lld: softmax %a (want %a), "
+                                     "log_softmax %a (want %a)",
+                                     level, (long long)b, (long long)k, (double)got, want,
+                                     (double)got_log, want_log);
+                    }
+                    double want_loss = log(s) + (double)m - (double)row[(b * 7) % classes];
+                    if (fabs(loss_v[b] - want_loss) > 1e-6 * fmax(1, fabs(want_loss)))
+                        fail_msg("level %d row %lld: loss %a, want %a", level, (long long)b,
+                                 (double)loss_v[b], want_loss);
+                }
+            }
+    }
+}
+
 /* Broadcasts (row, column, scalar) and transposed operands of binary ops equal the same op on
  * materialized operands. */
 static void test_binary_layouts(void **state) {
@@ -311,6 +373,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sum_layouts_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax_f32_vector_exp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adam_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transposed_inputs_plain_c, setup, teardown),
