@@ -76,15 +76,17 @@ VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
     p = VM_MADDC(p, r, 0x1.5558f8p-5f);
     p = VM_MADDC(p, r, 0x1.55549p-3f);
     p = VM_MADDC(p, r, 0x1.fffffcp-2f);
-#if VM_FMA
-    p = VM(madd)(p, r * r, r) + 1.0f;
-#else
-    p = (p * r) * r + r + 1.0f;
-#endif
     /* 2^n in two factors, each a normal float, so results below 2^-126 round once */
     vu k1 = (vu)((vi)k >> 1), k2 = k - k1;
     vf s1 = (vf)((k1 + 127u) << 23), s2 = (vf)((k2 + 127u) << 23);
+#if VM_FMA
+    /* (1 + q) s1 in one FMA: one rounding, as 1 + q's (s1 is a power of 2) */
+    vf q = VM(madd)(p, r * r, r);
+    return VM(madd)(q, s1, s1) * s2;
+#else
+    p = (p * r) * r + r + 1.0f;
     return (p * s1) * s2;
+#endif
 }
 
 VM_INLINE vf VM(exp_v)(vf x) {
