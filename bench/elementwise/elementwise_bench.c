@@ -30,7 +30,11 @@ __m256 Sleef_cinz_tanhf8_u35avx(__m256);
 __m256 Sleef_cinz_erfcf8_u15avx(__m256);
 __m256 Sleef_cinz_log1pf8_u10avx(__m256);
 __m256 Sleef_expf8_u10avx2(__m256);
+__m256 Sleef_logf8_u10avx2(__m256);
+__m256 Sleef_tanhf8_u10avx2(__m256);
 __m256 Sleef_tanhf8_u35avx2(__m256);
+__m256 Sleef_erfcf8_u15avx2(__m256);
+__m256 Sleef_log1pf8_u10avx2(__m256);
 #endif
 
 /* The machine is shared: time is process CPU time divided by the thread count (memory stalls
@@ -235,7 +239,11 @@ static void vector_math_costs(void) {
         {"erfcf8_u15 cinz avx (gelu needs it)", Sleef_cinz_erfcf8_u15avx},
         {"log1pf8_u10 cinz avx (softplus needs it)", Sleef_cinz_log1pf8_u10avx},
         {"expf8_u10 avx2 (FMA)", Sleef_expf8_u10avx2},
+        {"logf8_u10 avx2 (FMA)", Sleef_logf8_u10avx2},
+        {"tanhf8_u10 avx2 (FMA)", Sleef_tanhf8_u10avx2},
         {"tanhf8_u35 avx2 (FMA)", Sleef_tanhf8_u35avx2},
+        {"erfcf8_u15 avx2 (FMA)", Sleef_erfcf8_u15avx2},
+        {"log1pf8_u10 avx2 (FMA)", Sleef_log1pf8_u10avx2},
     };
     for (size_t i = 0; i < sizeof sleef / sizeof sleef[0]; i++)
         if (eg__cpu_has_avx2_fma())
