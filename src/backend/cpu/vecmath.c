@@ -13,7 +13,7 @@
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
-/* The vector helpers below are always inlined: no vector ever crosses a call boundary. */
+/* The vector helpers (vecmath_kernels.h) are always inlined: no vector crosses a call boundary. */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 enum { LANES = 8 };
@@ -21,25 +21,9 @@ typedef float vf __attribute__((vector_size(32)));
 typedef int32_t vi __attribute__((vector_size(32)));
 typedef uint32_t vu __attribute__((vector_size(32)));
 
-#define INLINE static inline __attribute__((always_inline))
-
 /* A macro, not a function: a function without the AVX2 target attribute, inlined into an AVX2
  * one, has its vectors assembled lane by lane by GCC 12. */
 #define splat(v) ((vf){(v), (v), (v), (v), (v), (v), (v), (v)})
-/* m ? a : b, lane by lane (m is all ones or all zeros per lane) */
-INLINE vf choose(vi m, vf a, vf b) {
-    return (vf)((m & (vi)a) | (~m & (vi)b));
-}
-INLINE vf abs_of(vf x) {
-    return (vf)((vu)x & 0x7fffffffu);
-}
-INLINE vu sign_of(vf x) {
-    return (vu)x & 0x80000000u;
-}
-
-INLINE vf is_nan_select(vf x, vf result) {
-    return choose(x != x, x, result);
-}
 
 /* The functions, once per level (vecmath_kernels.h): exp_baseline, exp_avx2, ... */
 #define VM_SUFFIX baseline

@@ -12,6 +12,22 @@
 #define VM(name)      VM_CAT(name, VM_SUFFIX)
 #define VM_INLINE     static inline __attribute__((always_inline)) VM_TARGET
 
+/* Lane-wise helpers, defined per level too: clang rejects passing a 256-bit vector between
+ * functions whose targets differ, even when one is inlined into the other. */
+/* m ? a : b, lane by lane (m is all ones or all zeros per lane) */
+VM_INLINE vf VM(choose)(vi m, vf a, vf b) {
+    return (vf)((m & (vi)a) | (~m & (vi)b));
+}
+VM_INLINE vf VM(abs_of)(vf x) {
+    return (vf)((vu)x & 0x7fffffffu);
+}
+VM_INLINE vu VM(sign_of)(vf x) {
+    return (vu)x & 0x80000000u;
+}
+VM_INLINE vf VM(is_nan_select)(vf x, vf result) {
+    return VM(choose)(x != x, x, result);
+}
+
 /* a * b + c: fused (rounded once) at an FMA level, two roundings otherwise. */
 VM_INLINE vf VM(madd)(vf a, vf b, vf c) {
 #if VM_FMA
@@ -34,14 +50,14 @@ VM_INLINE vf VM(at_most)(vf x, float limit) {
 #if VM_FMA
     return (vf)_mm256_min_ps((__m256)x, (__m256)splat(limit));
 #else
-    return choose(x > limit, splat(limit), x);
+    return VM(choose)(x > limit, splat(limit), x);
 #endif
 }
 VM_INLINE vf VM(at_least)(vf x, float limit) {
 #if VM_FMA
     return (vf)_mm256_max_ps((__m256)x, (__m256)splat(limit));
 #else
-    return choose(x < limit, splat(limit), x);
+    return VM(choose)(x < limit, splat(limit), x);
 #endif
 }
 /* The same with a constant addend (a Horner step). A macro: GCC 12 builds splat(c) of a function
@@ -91,14 +107,14 @@ VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
 
 VM_INLINE vf VM(exp_v)(vf x) {
     vf c = VM(at_least)(VM(at_most)(x, 89.0f), -104.0f);
-    return is_nan_select(x, VM(exp_hilo)(c, c, false));
+    return VM(is_nan_select)(x, VM(exp_hilo)(c, c, false));
 }
 
 /* log(x) + c for finite x > 0, c a small correction (log1p's rounding of 1 + t). */
 VM_INLINE vf VM(log_positive)(vf x, vf c) {
     vi tiny = x < 0x1p-126f;
-    vf xs = choose(tiny, x * 0x1p23f, x);
-    vf bias = choose(tiny, splat(-23.0f), splat(0.0f));
+    vf xs = VM(choose)(tiny, x * 0x1p23f, x);
+    vf bias = VM(choose)(tiny, splat(-23.0f), splat(0.0f));
     /* x = 2^e m with m in [sqrt(1/2), sqrt(2)) */
     vu ix = (vu)xs;
     vi e = (vi)(ix - 0x3f3504f3u) >> 23;
@@ -119,12 +135,12 @@ VM_INLINE vf VM(log_positive)(vf x, vf c) {
 }
 
 VM_INLINE vf VM(log_v)(vf x) {
-    vf pos = choose(x > 0.0f, x, splat(1.0f));
-    pos = choose(pos == __builtin_inff(), splat(1.0f), pos);
+    vf pos = VM(choose)(x > 0.0f, x, splat(1.0f));
+    pos = VM(choose)(pos == __builtin_inff(), splat(1.0f), pos);
     vf y = VM(log_positive)(pos, splat(0.0f));
-    y = choose(x == __builtin_inff(), x, y);
-    y = choose(x == 0.0f, splat(-__builtin_inff()), y);
-    return choose(x < 0.0f, splat(__builtin_nanf("")), is_nan_select(x, y));
+    y = VM(choose)(x == __builtin_inff(), x, y);
+    y = VM(choose)(x == 0.0f, splat(-__builtin_inff()), y);
+    return VM(choose)(x < 0.0f, splat(__builtin_nanf("")), VM(is_nan_select)(x, y));
 }
 
 /* log(1 + t) for t in [0, 1] */
@@ -134,7 +150,7 @@ VM_INLINE vf VM(log1p_unit)(vf t) {
 }
 
 VM_INLINE vf VM(tanh_v)(vf x) {
-    vf a = abs_of(x);
+    vf a = VM(abs_of)(x);
     vf x2 = x * x;
     vf p = splat(0x1.18e1eep-9f);
     p = VM_MADDC(p, x2, -0x1.0bf502p-7f);
@@ -143,29 +159,29 @@ VM_INLINE vf VM(tanh_v)(vf x) {
     p = VM_MADDC(p, x2, 0x1.111066p-3f);
     p = VM_MADDC(p, x2, -0x1.555554p-2f);
     vf small = VM(madd)(x * x2, p, x);
-    small = (vf)((vu)abs_of(small) | sign_of(x)); /* tanh(-0) = -0 */
+    small = (vf)((vu)VM(abs_of)(small) | VM(sign_of)(x)); /* tanh(-0) = -0 */
     /* 1 - 2 / (exp(2|x|) + 1), the sign put back */
     vf twice = VM(at_most)(a + a, 88.0f);
     vf e = VM(exp_hilo)(twice, twice, false);
-    vf large = (vf)((vu)(1.0f - 2.0f / (e + 1.0f)) | sign_of(x));
-    return is_nan_select(x, choose(a < 0.625f, small, large));
+    vf large = (vf)((vu)(1.0f - 2.0f / (e + 1.0f)) | VM(sign_of)(x));
+    return VM(is_nan_select)(x, VM(choose)(a < 0.625f, small, large));
 }
 
 VM_INLINE vf VM(sigmoid_v)(vf x) {
-    vf a = abs_of(x);
+    vf a = VM(abs_of)(x);
     vf e = VM(exp_v)(-a);
     /* one division: 1 / d or e / d, the numerator chosen first */
-    return is_nan_select(x, choose(x >= 0.0f, splat(1.0f), e) / (1.0f + e));
+    return VM(is_nan_select)(x, VM(choose)(x >= 0.0f, splat(1.0f), e) / (1.0f + e));
 }
 
 VM_INLINE vf VM(softplus_v)(vf x) {
-    vf e = VM(exp_v)(-abs_of(x));
-    vf positive = choose(x > 0.0f, x, splat(0.0f));
-    return is_nan_select(x, positive + VM(log1p_unit)(choose(e != e, splat(0.0f), e)));
+    vf e = VM(exp_v)(-VM(abs_of)(x));
+    vf positive = VM(choose)(x > 0.0f, x, splat(0.0f));
+    return VM(is_nan_select)(x, positive + VM(log1p_unit)(VM(choose)(e != e, splat(0.0f), e)));
 }
 
 VM_INLINE vf VM(gelu_v)(vf x) {
-    vf a = abs_of(x);
+    vf a = VM(abs_of)(x);
     /* |x| < 1/sqrt 2: 0.5 x (1 + erf(x / sqrt 2)), erf(x / sqrt 2) = x Q(x^2) */
     vf x2 = x * x;
     vf q = splat(-0x1.1d3078p-16f);
@@ -176,11 +192,11 @@ VM_INLINE vf VM(gelu_v)(vf x) {
     q = VM_MADDC(q, x2, 0x1.988454p-1f);
     vf h = 0.5f * x;
     vf small = VM(madd)(h, x * q, h);
-    small = (vf)((vu)abs_of(small) | sign_of(x)); /* gelu(-0) = -0 */
+    small = (vf)((vu)VM(abs_of)(small) | VM(sign_of)(x)); /* gelu(-0) = -0 */
     /* else through E = erfc(|x| / sqrt 2) = exp(-x^2 / 2) R(t), t = 1 / (1 + |x| / (2 sqrt 2)):
      * x^2 / 2 split exactly (hi has 12 significant bits) so exp sees it in full precision. */
     vf c = VM(at_most)(a, 15.0f);
-    c = choose(c != c, splat(1.0f), c); /* (the baseline's NaN) */
+    c = VM(choose)(c != c, splat(1.0f), c); /* (the baseline's NaN) */
     vf c_hi = (vf)((vu)c & 0xfffff000u), c_lo = c - c_hi;
     vf e = VM(exp_hilo)(-0.5f * (c_hi * c_hi), -0.5f * (c_lo * (c + c_hi)), true);
     vf t = 1.0f / VM_MADDC(c, splat(0x1.6a09e6p-2f), 1.0f);
@@ -196,8 +212,8 @@ VM_INLINE vf VM(gelu_v)(vf x) {
     r = VM_MADDC(r, t, 0x1.20c754p-2f);
     r = VM_MADDC(r, t, 0x1.6618c4p-19f);
     vf half_tail = (0.5f * c) * (e * r); /* 0.5 |x| erfc(|x| / sqrt 2) */
-    vf large = choose(x > 0.0f, x - half_tail, -half_tail);
-    return is_nan_select(x, choose(a < 0x1.6a09e6p-1f, small, large));
+    vf large = VM(choose)(x > 0.0f, x - half_tail, -half_tail);
+    return VM(is_nan_select)(x, VM(choose)(a < 0x1.6a09e6p-1f, small, large));
 }
 
 /* The drivers: whole vectors, then the tail through the same code on a padded copy. */
