@@ -4,6 +4,7 @@
  *   bench_elementwise [--threads N] [--min-elems N] [--max-elems N] [--seconds S] [--wall]
  *                     [--ops add,exp,...] [--no-layouts] [--tsv FILE]
  *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
+ *   bench_elementwise [--threads N] --softmax   (f32 softmax rows, ns per element)
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
  * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
  * timings of a loop that runs at least S / 7 seconds (default S = 0.35). */
@@ -254,6 +255,49 @@ static void vector_math_costs(void) {
 #endif
 }
 
+/* ---- softmax rows: ns per element of f32 softmax, log_softmax and the fused cross-entropy ---- */
+
+typedef struct softmax_context {
+    int kind; /* 0 softmax, 1 log_softmax, 2 sparse softmax cross-entropy */
+    const eg_tensor *x, *labels;
+} softmax_context;
+
+static void softmax_body(void *arg) {
+    const softmax_context *c = arg;
+    eg_scope_begin();
+    eg_tensor *r = c->kind == 0   ? eg_softmax(c->x, -1)
+                   : c->kind == 1 ? eg_log_softmax(c->x, -1)
+                                  : eg_sparse_softmax_cross_entropy(c->x, c->labels);
+    if (!r) {
+        fprintf(stderr, "bench_elementwise: softmax failed: %s\n", eg_last_error());
+        exit(1);
+    }
+    eg_scope_end();
+}
+
+static void softmax_costs(void) {
+    static const char *const kinds[] = {"softmax", "log_softmax", "sparse_xent"};
+    const int64_t shapes[][2] = {{8192, 10}, {256, 1000}};
+    printf("f32 softmax rows, ns per element (logits normal(0, 3), this thread count):\n");
+    eg_generator *gen = eg_generator_new(1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        eg_scope_begin();
+        eg_tensor *x = eg_random_normal(gen, EG_DTYPE_F32, 2, shapes[s], 0, 3);
+        eg_tensor *labels =
+            eg_cast(eg_mul_scalar(eg_random_uniform(gen, EG_DTYPE_F32, 1, shapes[s], 0, 0.999),
+                                  (double)shapes[s][1]),
+                    EG_DTYPE_I32);
+        for (int kind = 0; kind < 3; kind++) {
+            softmax_context c = {kind, x, labels};
+            printf("  %-12s (%lld, %lld) %7.3f\n", kinds[kind], (long long)shapes[s][0],
+                   (long long)shapes[s][1],
+                   measure(softmax_body, &c) / (double)(shapes[s][0] * shapes[s][1]) * 1e9);
+        }
+        eg_scope_end();
+    }
+    eg_generator_free(gen);
+}
+
 /* Whether op is in the comma-separated list (NULL: every op). */
 static bool selected(const char *list, const char *op) {
     if (!list) return true;
@@ -283,6 +327,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--vector-math")) {
             vector_math_costs();
             return 0;
+        } else if (!strcmp(argv[i], "--softmax")) {
+            if (eg_set_num_threads(threads) != EG_OK) return 1;
+            softmax_costs();
+            return 0;
         } else if (!strcmp(argv[i], "--wall"))
             wall_clock = true;
         else if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
@@ -291,7 +339,7 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: bench_elementwise [--threads N] [--min-elems N] [--max-elems N] "
                     "[--seconds S] [--wall] [--ops add,exp,...] [--no-layouts] "
-                    "[--tsv FILE] | --vector-math\n");
+                    "[--tsv FILE] | --vector-math | [--threads N] --softmax\n");
             return 2;
         }
     }
