@@ -3,10 +3,11 @@
  * Our own polynomials, written once with GCC vector extensions (vecmath_kernels.h) and compiled
  * twice: for baseline SSE2 without FMA, and for AVX2 with fused multiply-adds (every Horner step,
  * and exp's Cody-Waite reduction, where the FMA makes x - n LN2_HI exact with LN2_HI the float
- * nearest ln 2); chosen at run time by eg__cpu_active_level(). The two paths' bits differ (in a
- * few inputs per thousand; each meets the bounds below): since 2026-11-30 the AVX2 path has
- * FMA because it made exp 1.5x faster per element in cache, and exp on a large tensor is bound
- * by it. (The GEMM differs per path as well.) What stays: every lane is computed independently
+ * nearest ln 2); chosen at run time by eg__cpu_active_level(). The two paths' bits differ (on
+ * up to a few inputs per thousand; each meets the bounds below): since 2026-11-30 the AVX2 path
+ * has FMA, which made exp 1.6x faster per element in cache and took exp on a large tensor at one
+ * thread from 67-78 % to 91-94 % of the STREAM triad (bench/elementwise/README.md). (The GEMM
+ * differs per path as well.) What stays: every lane is computed independently
  * and the compiler contracts nothing on its own, so a result's bits depend only on its input and
  * the CPU level: not on the thread count, the array's alignment, the element's position (the
  * tail past the last 8 runs through the same vector code on a padded copy) or the execution mode.
@@ -28,8 +29,9 @@
  * (The asserted bounds in tests/test_vecmath.c are the source of truth; the figures above are
  * what it measured.) Why not SLEEF (libsleef, Debian): when both paths had to give the same bits,
  * only its no-FMA ("cinz") variants qualified, 3-10x slower per element than these; its FMA
- * variants are slower than these too (expf u10 0.92 ns per element in cache against 0.63,
- * tanhf u35 1.39 against 1.15; bench/elementwise/README.md). */
+ * variants are slower than these too, or as fast with a looser bound (ns per element in cache:
+ * expf u10 0.72-0.91 against 0.61, logf u10 1.37-1.51 against 1.19, tanhf u35 (3.5 ulp)
+ * 1.08-1.34 against 1.13, erfcf alone 7.1 against gelu's 1.94; bench/elementwise/README.md). */
 #ifndef EAGLE_SRC_BACKEND_CPU_VECMATH_H
 #define EAGLE_SRC_BACKEND_CPU_VECMATH_H
 
