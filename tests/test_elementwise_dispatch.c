@@ -2,7 +2,9 @@
  * thread count, the layout (a transposed view, a broadcast) and the length: the canonical
  * summation order (src/backend/cpu/reduce.c) checked against a plain-C reference, long sums split
  * over threads, the vector-math ops against a one-element-at-a-time evaluation, and Adam's fused
- * update (one parallel pass over all variables) against Keras' formula in plain C. */
+ * update (one parallel pass over all variables) against Keras' formula in plain C. The one
+ * exception is vector math (exp, tanh, ...): its AVX2 path uses FMA, so its bits depend on the
+ * path (still not on threads, layout or length), and the two paths agree within their bounds. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -127,32 +129,114 @@ static eg_tensor *op_relu(const eg_tensor *x) {
     return eg_relu(x);
 }
 
-/* Vector-math ops: a transposed view, a contiguous copy, every level and thread count, and each
- * element computed alone all agree bitwise. */
+/* Distance in representable floats between a and b (0: the same value; NaNs compare by bits). */
+static uint64_t ulp_distance(float a, float b) {
+    if (isnan(a) || isnan(b)) return memcmp(&a, &b, sizeof a) == 0 ? 0 : UINT64_MAX;
+    int32_t ia, ib;
+    memcpy(&ia, &a, sizeof ia);
+    memcpy(&ib, &b, sizeof ib);
+    int64_t oa = ia < 0 ? (int64_t)INT32_MIN - ia : ia, ob = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+    return (uint64_t)(oa > ob ? oa - ob : ob - oa);
+}
+
+/* Vector-math ops: at each level, a transposed view, a contiguous copy, every thread count and
+ * each element computed alone agree bitwise. Between the levels the bits may differ (the AVX2
+ * path uses FMA; each meets the bounds of tests/test_vecmath.c): there they agree within the sum
+ * of both levels' bounds, and bitwise for relu (no vector math). */
 static void test_unary_layouts_levels_threads(void **state) {
     (void)state;
     const unary_op ops[] = {op_exp, op_log, op_tanh, op_sigmoid, op_gelu, op_softplus, op_relu};
+    const uint64_t level_ulp[] = {2, 2, 4, 5, 16, 4, 0}; /* 2 x vecmath.h's bound, relu exact */
     int64_t shape[2] = {300, 333};
     eg_tensor *x = eg_mul_scalar(uniform_tensor(2, shape, 3), 12.0);
     eg_tensor *xt = eg_transpose(x, 0, 1), *xt_copy = eg_contiguous(xt);
+    const float *in = eg_tensor_data(xt_copy);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
-        eg__cpu_set_level(EG__CPU_BASELINE);
-        assert_int_equal(eg_set_num_threads(1), EG_OK);
-        eg_tensor *reference = ops[o](xt_copy);
+        eg_tensor *reference[2];
+        for (int level = 0; level < 2; level++) {
+            eg__cpu_set_level((eg__cpu_level)level);
+            assert_int_equal(eg_set_num_threads(1), EG_OK);
+            reference[level] = ops[o](xt_copy);
+            for (int threads = 1; threads <= 2; threads++) {
+                assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                assert_same_bits(ops[o](xt), reference[level]);
+                assert_same_bits(ops[o](xt_copy), reference[level]);
+            }
+            /* one element at a time (scalar tensors) */
+            const float *ref = eg_tensor_data(reference[level]);
+            for (int64_t i = 0; i < 2000; i += 7) {
+                eg_tensor *one = eg_tensor_from_data(&in[i], EG_DTYPE_F32, 0, NULL);
+                const float *y = eg_tensor_data(ops[o](one));
+                assert_memory_equal(y, &ref[i], sizeof(float));
+            }
+        }
+        const float *r0 = eg_tensor_data(reference[0]), *r1 = eg_tensor_data(reference[1]);
+        for (int64_t i = 0; i < eg_tensor_n_elems(xt_copy); i++)
+            if (ulp_distance(r0[i], r1[i]) > level_ulp[o])
+                fail_msg("op %zu at x = %a: baseline %a, avx2 %a", o, (double)in[i], (double)r0[i],
+                         (double)r1[i]);
+    }
+}
+
+/* |y - exact| in units of the last place of the f32 nearest to exact (2^-149 at least). */
+static double ulps_off(float y, double exact) {
+    int e;
+    frexp(exact, &e);
+    return fabs((double)y - exact) / ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+}
+
+/* f32 softmax, log_softmax and the fused sparse cross-entropy take exp from the vector math: at
+ * each level and thread count, a row softmax equals the column softmax of the transpose bitwise
+ * (contiguous and strided exps); and against double precision on the same float arguments
+ * x - max (exp's 1 ulp, then the division's and the product's roundings) softmax is within 3 ulp,
+ * log_softmax within 1e-6 absolute plus 1 ulp, the loss within 1e-6 relative. */
+static void test_softmax_f32_vector_exp(void **state) {
+    (void)state;
+    const int64_t shapes[][2] = {{300, 10}, {37, 1000}, {5, 3}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], classes = shapes[si][1];
+        eg_tensor *x = eg_mul_scalar(uniform_tensor(2, shapes[si], 60 + si), 15.0);
+        eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
+        int32_t *labels_v = malloc(sizeof(int32_t) * (size_t)rows);
+        assert_non_null(labels_v);
+        for (int64_t b = 0; b < rows; b++) labels_v[b] = (int32_t)((b * 7) % classes);
+        eg_tensor *labels = eg_tensor_from_data(labels_v, EG_DTYPE_I32, 1, &rows);
+        free(labels_v);
+        const float *xv = eg_tensor_data(x);
         for (int level = 0; level < 2; level++)
             for (int threads = 1; threads <= 2; threads++) {
-                eg__cpu_set_level(level);
+                eg__cpu_set_level((eg__cpu_level)level);
                 assert_int_equal(eg_set_num_threads(threads), EG_OK);
-                assert_same_bits(ops[o](xt), reference);
-                assert_same_bits(ops[o](xt_copy), reference);
+                eg_tensor *p = eg_softmax(x, -1), *log_p = eg_log_softmax(x, 1);
+                assert_same_bits(eg_transpose(eg_softmax(xt, 0), 0, 1), p);
+                assert_same_bits(eg_transpose(eg_log_softmax(xt, 0), 0, 1), log_p);
+                eg_tensor *loss = eg_sparse_softmax_cross_entropy(x, labels);
+                assert_non_null(loss);
+                const float *pv = eg_tensor_data(p), *lv = eg_tensor_data(log_p);
+                const float *loss_v = eg_tensor_data(loss);
+                for (int64_t b = 0; b < rows; b++) {
+                    const float *row = xv + b * classes;
+                    float m = row[0];
+                    for (int64_t k = 1; k < classes; k++) m = row[k] > m ? row[k] : m;
+                    double s = 0;
+                    for (int64_t k = 0; k < classes; k++) s += exp((double)(row[k] - m));
+                    for (int64_t k = 0; k < classes; k++) {
+                        double a = (double)(row[k] - m);
+                        double want = exp(a) / s, want_log = a - log(s);
+                        float got = pv[b * classes + k], got_log = lv[b * classes + k];
+                        if (ulps_off(got, want) > 3 ||
+                            fabs(got_log - want_log) > 1e-6 + ldexp(fabs(want_log), -23))
+                            fail_msg("level %d row %lld class %lld: softmax %a (want %a), "
+                                     "log_softmax %a (want %a)",
+                                     level, (long long)b, (long long)k, (double)got, want,
+                                     (double)got_log, want_log);
+                    }
+                    double want_loss = log(s) + (double)m - (double)row[(b * 7) % classes];
+                    if (fabs(loss_v[b] - want_loss) > 1e-6 * fmax(1, fabs(want_loss)))
+                        fail_msg("level %d row %lld: loss %a, want %a", level, (long long)b,
+                                 (double)loss_v[b], want_loss);
+                }
             }
-        /* one element at a time (scalar tensors) */
-        const float *in = eg_tensor_data(xt_copy), *ref = eg_tensor_data(reference);
-        for (int64_t i = 0; i < 2000; i += 7) {
-            eg_tensor *one = eg_tensor_from_data(&in[i], EG_DTYPE_F32, 0, NULL);
-            const float *y = eg_tensor_data(ops[o](one));
-            assert_memory_equal(y, &ref[i], sizeof(float));
-        }
     }
 }
 
@@ -289,6 +373,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sum_layouts_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_softmax_f32_vector_exp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_layouts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adam_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transposed_inputs_plain_c, setup, teardown),

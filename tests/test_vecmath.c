@@ -1,7 +1,8 @@
-/* f32 vector math (src/backend/cpu/vecmath.c): maximum error in ulp against a double-precision
- * reference over a stratified sweep of all f32 bit patterns (every EG_VECMATH_STRIDE-th, default
- * 1009; EG_VECMATH_SWEEP=all for every one of the 2^32), the same bits on the baseline and AVX2
- * paths, and no dependence on alignment, position in the array or strides. */
+/* f32 vector math (src/backend/cpu/vecmath.c), at each CPU level separately (baseline, and AVX2
+ * with FMA: their bits differ): maximum error in ulp against a double-precision reference over a
+ * stratified sweep of all f32 bit patterns (every EG_VECMATH_STRIDE-th, default 1009;
+ * EG_VECMATH_SWEEP=all for every one of the 2^32) and a dense sweep of [-20, 20], special values,
+ * and no dependence on alignment, position in the array or strides. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -70,33 +71,33 @@ static uint64_t sweep_stride(void) {
 enum { CHUNK = 1 << 16 };
 
 typedef struct sweep_result {
-    double worst_ulp;
-    float worst_input;
+    double worst_ulp[2]; /* per level: baseline, AVX2 */
+    float worst_input[2];
     uint64_t samples;
-    uint64_t differing_paths; /* inputs where baseline and AVX2 bits differ */
+    uint64_t differing_paths; /* inputs where the two levels' bits differ (FMA): reported only */
 } sweep_result;
 
+/* Both levels on the same inputs. Without AVX2 both runs take the baseline path. */
 static sweep_result sweep(eg__vecmath_fn fn, uint64_t stride) {
-    static float inputs[CHUNK], outputs[CHUNK], baseline[CHUNK];
-    sweep_result result = {0};
-    bool both = eg__cpu_has_avx2_fma();
+    static float inputs[CHUNK], outputs[2][CHUNK];
+    sweep_result result = {{0, 0}, {0, 0}, 0, 0};
     uint64_t next = 0;
     while (next < (1ull << 32)) {
         int n = 0;
         for (; n < CHUNK && next < (1ull << 32); next += stride)
             inputs[n++] = from_bits((uint32_t)next);
-        eg__vecmath_f32_at(EG__CPU_AVX2, fn, n, outputs, inputs);
-        if (both) {
-            eg__vecmath_f32_at(EG__CPU_BASELINE, fn, n, baseline, inputs);
-            for (int i = 0; i < n; i++)
-                result.differing_paths += memcmp(&outputs[i], &baseline[i], sizeof(float)) != 0;
-        }
+        for (int level = 0; level < 2; level++)
+            eg__vecmath_f32_at((eg__cpu_level)level, fn, n, outputs[level], inputs);
         for (int i = 0; i < n; i++) {
-            double error = ulp_error(outputs[i], reference(fn, inputs[i]));
-            if (!(error <= result.worst_ulp)) {
-                result.worst_ulp = error;
-                result.worst_input = inputs[i];
+            double exact = reference(fn, inputs[i]);
+            for (int level = 0; level < 2; level++) {
+                double error = ulp_error(outputs[level][i], exact);
+                if (!(error <= result.worst_ulp[level])) {
+                    result.worst_ulp[level] = error;
+                    result.worst_input[level] = inputs[i];
+                }
             }
+            result.differing_paths += memcmp(&outputs[0][i], &outputs[1][i], sizeof(float)) != 0;
         }
         result.samples += (uint64_t)n;
     }
@@ -107,11 +108,16 @@ static void check_function(eg__vecmath_fn fn) {
     const char *only = getenv("EG_VECMATH_ONLY"); /* e.g. EG_VECMATH_ONLY=exp */
     if (only && strcmp(only, eg__vecmath_name(fn)) != 0) skip();
     sweep_result r = sweep(fn, sweep_stride());
-    printf("%-8s max error %.3f ulp at x = %a (%.9g), %llu inputs; baseline vs avx2: %llu differ\n",
-           eg__vecmath_name(fn), r.worst_ulp, (double)r.worst_input, (double)r.worst_input,
-           (unsigned long long)r.samples, (unsigned long long)r.differing_paths);
-    assert_true(r.worst_ulp <= max_ulp[fn]);
-    assert_int_equal(r.differing_paths, 0);
+    for (int level = 0; level < 2; level++)
+        printf("%-8s %-8s max error %.3f ulp at x = %a (%.9g), %llu inputs\n", eg__vecmath_name(fn),
+               eg__cpu_level_name((eg__cpu_level)level), r.worst_ulp[level],
+               (double)r.worst_input[level], (double)r.worst_input[level],
+               (unsigned long long)r.samples);
+    printf("%-8s baseline and avx2 bits differ on %llu inputs (%s)\n", eg__vecmath_name(fn),
+           (unsigned long long)r.differing_paths,
+           eg__cpu_has_avx2_fma() ? "FMA on the AVX2 path" : "no AVX2: both ran the baseline");
+    assert_true(r.worst_ulp[EG__CPU_BASELINE] <= max_ulp[fn]);
+    assert_true(r.worst_ulp[EG__CPU_AVX2] <= max_ulp[fn]);
 }
 
 static void test_exp(void **state) {
@@ -138,23 +144,25 @@ static void test_softplus(void **state) {
 static void test_dense_central_region(void **state) {
     (void)state;
     static float inputs[CHUNK], outputs[CHUNK];
-    for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
-        double worst = 0;
-        for (int sign = 0; sign < 2; sign++) {
-            uint32_t first = sign ? 0x80000000u : 0, last = first + 0x41a00000u; /* 20.0f */
-            for (uint64_t u = first; u <= last;) {
-                int n = 0;
-                for (; n < CHUNK && u <= last; u += 127) inputs[n++] = from_bits((uint32_t)u);
-                eg__vecmath_f32(fn, n, outputs, inputs);
-                for (int i = 0; i < n; i++) {
-                    double error = ulp_error(outputs[i], reference(fn, inputs[i]));
-                    worst = error > worst || isnan(error) ? error : worst;
+    for (int level = 0; level < 2; level++)
+        for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+            double worst = 0;
+            for (int sign = 0; sign < 2; sign++) {
+                uint32_t first = sign ? 0x80000000u : 0, last = first + 0x41a00000u; /* 20.0f */
+                for (uint64_t u = first; u <= last;) {
+                    int n = 0;
+                    for (; n < CHUNK && u <= last; u += 127) inputs[n++] = from_bits((uint32_t)u);
+                    eg__vecmath_f32_at((eg__cpu_level)level, fn, n, outputs, inputs);
+                    for (int i = 0; i < n; i++) {
+                        double error = ulp_error(outputs[i], reference(fn, inputs[i]));
+                        worst = error > worst || isnan(error) ? error : worst;
+                    }
                 }
             }
+            printf("%-8s %-8s dense [-20, 20]: max error %.3f ulp\n", eg__vecmath_name(fn),
+                   eg__cpu_level_name((eg__cpu_level)level), worst);
+            assert_true(worst <= max_ulp[fn]);
         }
-        printf("%-8s dense [-20, 20]: max error %.3f ulp\n", eg__vecmath_name(fn), worst);
-        assert_true(worst <= max_ulp[fn]);
-    }
 }
 
 static void test_special_values(void **state) {
@@ -162,27 +170,31 @@ static void test_special_values(void **state) {
     const float in[] = {0.0f,     -0.0f,   INFINITY, -INFINITY, NAN,       FLT_MIN,
                         -FLT_MIN, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f};
     enum { N = sizeof in / sizeof in[0] };
-    for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
-        float out[N];
-        eg__vecmath_f32(fn, N, out, in);
-        for (int i = 0; i < N; i++) {
-            double exact = reference(fn, in[i]);
-            double error = ulp_error(out[i], exact);
-            if (!(error <= max_ulp[fn]))
-                printf("%s(%a) = %a, expected %a\n", eg__vecmath_name(fn), (double)in[i],
-                       (double)out[i], exact);
-            assert_true(error <= max_ulp[fn]);
+    for (int level = 0; level < 2; level++) {
+        for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
+            float out[N];
+            eg__vecmath_f32_at((eg__cpu_level)level, fn, N, out, in);
+            for (int i = 0; i < N; i++) {
+                double exact = reference(fn, in[i]);
+                double error = ulp_error(out[i], exact);
+                if (!(error <= max_ulp[fn]))
+                    printf("%s %s(%a) = %a, expected %a\n",
+                           eg__cpu_level_name((eg__cpu_level)level), eg__vecmath_name(fn),
+                           (double)in[i], (double)out[i], exact);
+                assert_true(error <= max_ulp[fn]);
+            }
         }
+        float zeros[2] = {0.0f, -0.0f}, out[2];
+        eg__vecmath_f32_at((eg__cpu_level)level, EG__VECMATH_TANH, 2, out, zeros);
+        assert_true(!signbit(out[0]) && signbit(out[1]));
+        eg__vecmath_f32_at((eg__cpu_level)level, EG__VECMATH_GELU, 2, out, zeros);
+        assert_true(!signbit(out[0]) && signbit(out[1]));
     }
-    float zeros[2] = {0.0f, -0.0f}, out[2];
-    eg__vecmath_f32(EG__VECMATH_TANH, 2, out, zeros);
-    assert_true(!signbit(out[0]) && signbit(out[1]));
-    eg__vecmath_f32(EG__VECMATH_GELU, 2, out, zeros);
-    assert_true(!signbit(out[0]) && signbit(out[1]));
 }
 
-/* Every element's bits are those of a one-element call: whatever the array's length, alignment,
- * the element's position (vector body or padded tail), the stride or the level. */
+/* At each level, every element's bits are those of a one-element call at that level: whatever
+ * the array's length, alignment, the element's position (vector body or padded tail) or the
+ * stride. (The two levels differ: the AVX2 one uses FMA.) */
 static void test_position_alignment_strides(void **state) {
     (void)state;
     enum { MAX = 80 };
@@ -192,10 +204,12 @@ static void test_position_alignment_strides(void **state) {
         seed = seed * 1664525u + 1013904223u;
         data[i] = ((float)(seed >> 8) / (float)(1 << 24) - 0.5f) * 40.0f;
     }
-    for (int level = 0; level < 2; level++)
+    eg__cpu_level original = eg__cpu_active_level();
+    for (int level = 0; level < 2; level++) {
+        eg__cpu_set_level((eg__cpu_level)level); /* for eg__vecmath_f32_strided */
         for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
             for (int i = 0; i < MAX + 8; i++)
-                eg__vecmath_f32_at(EG__CPU_BASELINE, fn, 1, &single[i], &data[i]);
+                eg__vecmath_f32_at(level, fn, 1, &single[i], &data[i]);
             for (int offset = 0; offset < 8; offset++)
                 for (int n = 0; n <= MAX; n++) {
                     eg__vecmath_f32_at(level, fn, n, out + offset, data + offset);
@@ -214,6 +228,8 @@ static void test_position_alignment_strides(void **state) {
             eg__vecmath_f32_strided(fn, 300, (char *)strided_out, 0, (const char *)&data[3], 0);
             assert_memory_equal(&strided_out[0], &single[3], sizeof(float));
         }
+    }
+    eg__cpu_set_level(original);
 }
 
 static void test_cpu_level(void **state) {

@@ -1,8 +1,10 @@
 /* Elementwise ops and reductions against memory bandwidth: add, mul, exp, relu, sum (plus the
  * other vector-math ops and the broadcast / transposed layouts) on 1K ... 64M f32 elements, with
  * a STREAM copy and triad measured in the same run, so the ratios are side by side.
- *   bench_elementwise [--threads N] [--max-elems N] [--seconds S] [--wall] [--tsv FILE]
+ *   bench_elementwise [--threads N] [--min-elems N] [--max-elems N] [--seconds S] [--wall]
+ *                     [--ops add,exp,...] [--no-layouts] [--tsv FILE]
  *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
+ *   bench_elementwise [--threads N] --softmax   (f32 softmax rows, ns per element)
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
  * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
  * timings of a loop that runs at least S / 7 seconds (default S = 0.35). */
@@ -31,7 +33,11 @@ __m256 Sleef_cinz_tanhf8_u35avx(__m256);
 __m256 Sleef_cinz_erfcf8_u15avx(__m256);
 __m256 Sleef_cinz_log1pf8_u10avx(__m256);
 __m256 Sleef_expf8_u10avx2(__m256);
+__m256 Sleef_logf8_u10avx2(__m256);
+__m256 Sleef_tanhf8_u10avx2(__m256);
 __m256 Sleef_tanhf8_u35avx2(__m256);
+__m256 Sleef_erfcf8_u15avx2(__m256);
+__m256 Sleef_log1pf8_u10avx2(__m256);
 #endif
 
 /* The machine is shared: time is process CPU time divided by the thread count (memory stalls
@@ -125,10 +131,22 @@ static double *stream_array(long n) {
 
 /* ---- Eagle ops ---- */
 
-typedef enum { OP_ADD, OP_MUL, OP_EXP, OP_RELU, OP_SUM, OP_TANH, OP_SIGMOID, OP_GELU } op_kind;
-static const char *const op_names[] = {"add", "mul",  "exp",     "relu",
-                                       "sum", "tanh", "sigmoid", "gelu"};
-static const int op_bytes[] = {12, 12, 8, 8, 4, 8, 8, 8};
+typedef enum {
+    OP_ADD,
+    OP_MUL,
+    OP_EXP,
+    OP_RELU,
+    OP_SUM,
+    OP_TANH,
+    OP_SIGMOID,
+    OP_GELU,
+    OP_LOG,
+    OP_SOFTPLUS,
+    OP_COUNT
+} op_kind;
+static const char *const op_names[] = {"add",  "mul",     "exp",  "relu", "sum",
+                                       "tanh", "sigmoid", "gelu", "log",  "softplus"};
+static const int op_bytes[] = {12, 12, 8, 8, 4, 8, 8, 8, 8, 8};
 
 typedef struct op_context {
     op_kind op;
@@ -165,6 +183,14 @@ static void op_body(void *arg) {
         break;
     case OP_GELU:
         r = eg_gelu(c->x);
+        break;
+    case OP_LOG: /* of |x|: the inputs are uniform in [-4, 4] */
+        r = eg_log(c->y);
+        break;
+    case OP_SOFTPLUS:
+        r = eg_softplus(c->x);
+        break;
+    case OP_COUNT:
         break;
     }
     if (!r) {
@@ -230,7 +256,11 @@ static void vector_math_costs(void) {
         {"erfcf8_u15 cinz avx (gelu needs it)", Sleef_cinz_erfcf8_u15avx},
         {"log1pf8_u10 cinz avx (softplus needs it)", Sleef_cinz_log1pf8_u10avx},
         {"expf8_u10 avx2 (FMA)", Sleef_expf8_u10avx2},
+        {"logf8_u10 avx2 (FMA)", Sleef_logf8_u10avx2},
+        {"tanhf8_u10 avx2 (FMA)", Sleef_tanhf8_u10avx2},
         {"tanhf8_u35 avx2 (FMA)", Sleef_tanhf8_u35avx2},
+        {"erfcf8_u15 avx2 (FMA)", Sleef_erfcf8_u15avx2},
+        {"log1pf8_u10 avx2 (FMA)", Sleef_log1pf8_u10avx2},
     };
     for (size_t i = 0; i < sizeof sleef / sizeof sleef[0]; i++)
         if (eg__cpu_has_avx2_fma())
@@ -241,25 +271,91 @@ static void vector_math_costs(void) {
 #endif
 }
 
+/* ---- softmax rows: ns per element of f32 softmax, log_softmax and the fused cross-entropy ---- */
+
+typedef struct softmax_context {
+    int kind; /* 0 softmax, 1 log_softmax, 2 sparse softmax cross-entropy */
+    const eg_tensor *x, *labels;
+} softmax_context;
+
+static void softmax_body(void *arg) {
+    const softmax_context *c = arg;
+    eg_scope_begin();
+    eg_tensor *r = c->kind == 0   ? eg_softmax(c->x, -1)
+                   : c->kind == 1 ? eg_log_softmax(c->x, -1)
+                                  : eg_sparse_softmax_cross_entropy(c->x, c->labels);
+    if (!r) {
+        fprintf(stderr, "bench_elementwise: softmax failed: %s\n", eg_last_error());
+        exit(1);
+    }
+    eg_scope_end();
+}
+
+static void softmax_costs(void) {
+    static const char *const kinds[] = {"softmax", "log_softmax", "sparse_xent"};
+    const int64_t shapes[][2] = {{8192, 10}, {256, 1000}};
+    printf("f32 softmax rows, ns per element (logits normal(0, 3), this thread count):\n");
+    eg_generator *gen = eg_generator_new(1);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        eg_scope_begin();
+        eg_tensor *x = eg_random_normal(gen, EG_DTYPE_F32, 2, shapes[s], 0, 3);
+        eg_tensor *labels =
+            eg_cast(eg_mul_scalar(eg_random_uniform(gen, EG_DTYPE_F32, 1, shapes[s], 0, 0.999),
+                                  (double)shapes[s][1]),
+                    EG_DTYPE_I32);
+        for (int kind = 0; kind < 3; kind++) {
+            softmax_context c = {kind, x, labels};
+            printf("  %-12s (%lld, %lld) %7.3f\n", kinds[kind], (long long)shapes[s][0],
+                   (long long)shapes[s][1],
+                   measure(softmax_body, &c) / (double)(shapes[s][0] * shapes[s][1]) * 1e9);
+        }
+        eg_scope_end();
+    }
+    eg_generator_free(gen);
+}
+
+/* Whether op is in the comma-separated list (NULL: every op). */
+static bool selected(const char *list, const char *op) {
+    if (!list) return true;
+    size_t length = strlen(op);
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, op, length) && (p[length] == ',' || p[length] == '\0')) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
-    long max_elems = 64L << 20;
+    long min_elems = 1024, max_elems = 64L << 20;
+    const char *ops = NULL;
+    bool layouts = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-elems") && i + 1 < argc)
             max_elems = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--min-elems") && i + 1 < argc)
+            min_elems = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--ops") && i + 1 < argc)
+            ops = argv[++i];
+        else if (!strcmp(argv[i], "--no-layouts"))
+            layouts = false;
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             seconds_per_sample = atof(argv[++i]) / SAMPLES;
         else if (!strcmp(argv[i], "--vector-math")) {
             vector_math_costs();
+            return 0;
+        } else if (!strcmp(argv[i], "--softmax")) {
+            if (eg_set_num_threads(threads) != EG_OK) return 1;
+            softmax_costs();
             return 0;
         } else if (!strcmp(argv[i], "--wall"))
             wall_clock = true;
         else if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv = fopen(argv[++i], "a");
         else {
-            fprintf(stderr, "usage: bench_elementwise [--threads N] [--max-elems N] "
-                            "[--seconds S] [--wall] [--tsv FILE] | --vector-math\n");
+            fprintf(stderr,
+                    "usage: bench_elementwise [--threads N] [--min-elems N] [--max-elems N] "
+                    "[--seconds S] [--wall] [--ops add,exp,...] [--no-layouts] "
+                    "[--tsv FILE] | --vector-math | [--threads N] --softmax\n");
             return 2;
         }
     }
@@ -292,18 +388,25 @@ int main(int argc, char **argv) {
 
     eg_generator *gen = eg_generator_new(1);
     for (long n = 1024; n <= max_elems; n *= 4) {
+        if (n < min_elems) continue;
         eg_scope_begin();
         int64_t shape[1] = {n};
         eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
         eg_tensor *y = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
-        for (int op = 0; op <= OP_GELU; op++) {
-            op_context c = {(op_kind)op, x, y, 1, {0, 0}};
+        for (int op = 0; op < OP_COUNT; op++) {
+            if (!selected(ops, op_names[op])) continue;
+            op_context c = {(op_kind)op, x, op == OP_LOG ? eg_abs(y) : y, 1, {0, 0}};
             report(op_names[op], "contiguous", n, threads, measure(op_body, &c),
                    (double)op_bytes[op] * (double)n, triad);
         }
         eg_scope_end();
     }
 
+    if (!layouts) {
+        eg_generator_free(gen);
+        if (tsv) fclose(tsv);
+        return 0;
+    }
     /* layouts on a square matrix of the largest size up to 16M elements */
     long side = 1;
     while (side * side * 4 <= (max_elems < (16L << 20) ? max_elems : (16L << 20))) side *= 2;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Eagle's elementwise ops and reductions (add, mul, exp, relu, sum, tanh, sigmoid, gelu on 1K ...
-# 64M f32 elements, plus row/column broadcast, transposed views and axis sums) against the STREAM
-# copy/triad measured in the same run, and PyTorch on the same ops and sizes, side by side.
+# Eagle's elementwise ops and reductions (add, mul, exp, relu, sum, tanh, sigmoid, gelu, log,
+# softplus on 1K ... 64M f32 elements, plus row/column broadcast, transposed views and axis sums)
+# against the STREAM copy/triad measured in the same run, and PyTorch on the same ops and sizes.
 #   bench/elementwise/run.sh [--threads "1 2"] [--max-elems N] [--seconds S] [--wall]
 # Rates are GB/s by process CPU time per thread (steadier on a shared machine) unless --wall.
 set -euo pipefail

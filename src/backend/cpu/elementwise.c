@@ -95,8 +95,8 @@ typedef struct unary_context {
         break;                                                                                     \
     }
 
-/* The f32 transcendental ops run on our vector math (vecmath.h): the same bits on every CPU
- * path, for every stride and position, in eager mode and in lazy fused loops. -1 for others. */
+/* The f32 transcendental ops run on our vector math (vecmath.h): on a given CPU path, the same
+ * bits for every stride and position, in eager mode and in lazy fused loops. -1 for others. */
 static int vecmath_of(eg__op op) {
     switch (op) {
     case EG__OP_EXP:

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vecmath.h"
 #include "core/error.h"
 
 /* The canonical summation order of f32/f64 sum and mean, which every layout, mode and thread
@@ -446,6 +447,57 @@ eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
 
 /* ---- softmax and log_softmax along one axis ---- */
 
+/* f32 rows: exp through the vector math (vecmath.h: within 1 ulp; the same bits whatever the row
+ * length, stride or thread count), summed in double in k order. The exponentials' arguments are
+ * x - m rounded to float, as the f64 rows round theirs to double. */
+static void exp_strided_f32(int64_t n, float *out, int64_t out_stride, const float *in,
+                            int64_t in_stride) {
+    if (out_stride == 1 && in_stride == 1)
+        eg__vecmath_f32(EG__VECMATH_EXP, n, out, in);
+    else
+        eg__vecmath_f32_strided(EG__VECMATH_EXP, n, (char *)out,
+                                out_stride * (int64_t)sizeof(float), (const char *)in,
+                                in_stride * (int64_t)sizeof(float));
+}
+
+/* The sum of exp(v[k * stride] - m) for k in [0, n), in double, in order. */
+static double sum_exp_f32(const float *v, int64_t n, int64_t stride, float m) {
+    enum { CHUNK = 256 };
+    float e[CHUNK];
+    double s = 0;
+    for (int64_t begin = 0; begin < n; begin += CHUNK) {
+        int64_t count = n - begin < CHUNK ? n - begin : CHUNK;
+        for (int64_t k = 0; k < count; k++) e[k] = v[(begin + k) * stride] - m;
+        eg__vecmath_f32(EG__VECMATH_EXP, count, e, e);
+        for (int64_t k = 0; k < count; k++) s += e[k];
+    }
+    return s;
+}
+
+static void softmax_f32(const float *x, float *y, int64_t outer, int64_t r, int64_t inner,
+                        bool log_) {
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *xr = x + o * r * inner + i;
+            float *yr = y + o * r * inner + i;
+            float m = -INFINITY;
+            for (int64_t k = 0; k < r; k++) m = xr[k * inner] > m ? xr[k * inner] : m;
+            /* y may be x: each element is read before it is written */
+            if (log_) {
+                float log_s = (float)log(sum_exp_f32(xr, r, inner, m));
+                for (int64_t k = 0; k < r; k++) yr[k * inner] = xr[k * inner] - m - log_s;
+            } else {
+                for (int64_t k = 0; k < r; k++) yr[k * inner] = xr[k * inner] - m;
+                exp_strided_f32(r, yr, inner, yr, inner);
+                double s = 0;
+                for (int64_t k = 0; k < r; k++) s += yr[k * inner];
+                float inv = (float)(1.0 / s);
+                for (int64_t k = 0; k < r; k++) yr[k * inner] *= inv;
+            }
+        }
+}
+
+/* f64 rows: libm's exp */
 #define SOFTMAX_ROWS(T)                                                                            \
     static void softmax_##T(const T *x, T *y, int64_t outer, int64_t r, int64_t inner,             \
                             bool log_) {                                                           \
@@ -470,7 +522,6 @@ eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
                 }                                                                                  \
             }                                                                                      \
     }
-SOFTMAX_ROWS(float)
 SOFTMAX_ROWS(double)
 
 eg_status eg__cpu_softmax(const eg__kernel_call *call);
@@ -484,7 +535,7 @@ eg_status eg__cpu_softmax(const eg__kernel_call *call) {
     for (int d = axis + 1; d < x->n_dims; d++) inner *= x->shape[d];
     bool log_ = call->op == EG__OP_LOG_SOFTMAX;
     if (x->dtype == EG_DTYPE_F32)
-        softmax_float(eg__data(x), eg__data(call->output), outer, r, inner, log_);
+        softmax_f32(eg__data(x), eg__data(call->output), outer, r, inner, log_);
     else
         softmax_double(eg__data(x), eg__data(call->output), outer, r, inner, log_);
     eg__unref(x);
@@ -505,6 +556,16 @@ static int64_t load_label(const eg_tensor *labels, const char *base, int64_t b) 
     }
 }
 
+/* The sum of exp(row[k] - m): the f32 one through the vector math, as softmax_f32. */
+static double sum_exp_row_float(const float *row, int64_t n, float m) {
+    return sum_exp_f32(row, n, 1, m);
+}
+static double sum_exp_row_double(const double *row, int64_t n, double m) {
+    double s = 0;
+    for (int64_t k = 0; k < n; k++) s += exp(row[k] - m);
+    return s;
+}
+
 #define XENT_ROWS(T)                                                                               \
     static eg_status xent_##T(const eg_tensor *logits, const eg_tensor *labels, T *loss) {         \
         int64_t batch = logits->shape[0], classes = logits->shape[1];                              \
@@ -520,8 +581,7 @@ static int64_t load_label(const eg_tensor *labels, const char *base, int64_t b) 
             const T *row = x + b * classes;                                                        \
             T m = -INFINITY;                                                                       \
             for (int64_t k = 0; k < classes; k++) m = row[k] > m ? row[k] : m;                     \
-            double s = 0;                                                                          \
-            for (int64_t k = 0; k < classes; k++) s += exp((double)(row[k] - m));                  \
+            double s = sum_exp_row_##T(row, classes, m);                                           \
             loss[b] = (T)(log(s) + (double)m - (double)row[label]);                                \
         }                                                                                          \
         return EG_OK;                                                                              \

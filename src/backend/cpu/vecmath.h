@@ -1,28 +1,37 @@
 /* Internal: f32 vector math for the elementwise kernels (eager and lazy fused loops share it).
  *
- * Our own polynomials, written once with GCC vector extensions and compiled twice: for baseline
- * SSE2 and for AVX2 (chosen at run time by eg__cpu_active_level()). Neither variant contracts a*b+c
- * into an FMA, and every lane is computed independently, so the bits of a result depend only on its
- * input: not on the CPU path, the thread count, the array's alignment or the element's position
- * (the tail past the last 8 runs through the same vector code on a padded copy).
+ * Our own polynomials, written once with GCC vector extensions (vecmath_kernels.h) and compiled
+ * twice: for baseline SSE2 without FMA, and for AVX2 with fused multiply-adds (every Horner step,
+ * and exp's Cody-Waite reduction, where the FMA makes x - n LN2_HI exact with LN2_HI the float
+ * nearest ln 2); chosen at run time by eg__cpu_active_level(). The two paths' bits differ (on
+ * up to a few inputs per thousand; each meets the bounds below): since 2026-11-30 the AVX2 path
+ * has FMA, which made exp 1.6x faster per element in cache and took exp on a large tensor at one
+ * thread from 67-78 % to 91-94 % of the STREAM triad (bench/elementwise/README.md). (The GEMM
+ * differs per path as well.) What stays: every lane is computed independently
+ * and the compiler contracts nothing on its own, so a result's bits depend only on its input and
+ * the CPU level: not on the thread count, the array's alignment, the element's position (the
+ * tail past the last 8 runs through the same vector code on a padded copy) or the execution mode.
  *
  * Maximum error against the exact function (measured with a double-precision reference; asserted
- * by tests/test_vecmath.c, which sweeps every 2^k-th f32 bit pattern plus dense regions; set
- * EG_VECMATH_SWEEP=all to sweep all 2^32 inputs):
- *   exp       1 ulp     (measured 0.96)
- *   log       1 ulp     (0.83; x < 0 and NaN give NaN, 0 gives -inf)
- *   tanh      2 ulp     (1.31)
- *   sigmoid   2.5 ulp   (2.33) 1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0 so that
- *                       the negative tail keeps its relative precision down to subnormals
- *   gelu      8 ulp     (6.96, near x = -1.8) 0.5 x (1 + erf(x / sqrt 2)), through
+ * per path by tests/test_vecmath.c, which sweeps every 1009th f32 bit pattern plus a dense sweep
+ * of [-20, 20]; EG_VECMATH_STRIDE=101 sweeps every 101st, EG_VECMATH_SWEEP=all all 2^32 inputs).
+ * Measured baseline / AVX2, the larger of the stride-101 and dense sweeps:
+ *   exp       1 ulp     (0.97 / 0.99)
+ *   log       1 ulp     (0.78 / 0.78; x < 0 and NaN give NaN, 0 gives -inf)
+ *   tanh      2 ulp     (1.29 / 1.29)
+ *   sigmoid   2.5 ulp   (2.27 / 2.27) 1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0 so
+ *                       that the negative tail keeps its relative precision down to subnormals
+ *   gelu      8 ulp     (7.72 near x = -1.86 / 6.02) 0.5 x (1 + erf(x / sqrt 2)), through
  *                       erfc(|x| / sqrt 2) = exp(-x^2/2) R(t) for |x| >= 1/sqrt 2, x^2/2 kept
  *                       exact, so the negative tail keeps its relative precision (1 + erf in f32
  *                       loses it all below x = -4); gelu(-inf) = -0
- *   softplus  2 ulp     (1.58) max(x, 0) + log1p(exp(-|x|))
+ *   softplus  2 ulp     (1.57 / 1.57) max(x, 0) + log1p(exp(-|x|))
  * (The asserted bounds in tests/test_vecmath.c are the source of truth; the figures above are
- * what it measured.) Why not SLEEF (libsleef, Debian): its no-FMA ("cinz") variants, which are
- * the ones that give the same bits on SSE2 and AVX, measured 3-10x slower per element than these
- * (bench/elementwise/README.md). */
+ * what it measured.) Why not SLEEF (libsleef, Debian): when both paths had to give the same bits,
+ * only its no-FMA ("cinz") variants qualified, 3-10x slower per element than these; its FMA
+ * variants are slower than these too, or as fast with a looser bound (ns per element in cache:
+ * expf u10 0.72-0.91 against 0.61, logf u10 1.37-1.51 against 1.19, tanhf u35 (3.5 ulp)
+ * 1.08-1.34 against 1.13, erfcf alone 7.1 against gelu's 1.94; bench/elementwise/README.md). */
 #ifndef EAGLE_SRC_BACKEND_CPU_VECMATH_H
 #define EAGLE_SRC_BACKEND_CPU_VECMATH_H
 

@@ -1,0 +1,248 @@
+/* Internal to vecmath.c, which includes this file once per CPU level (no include guard on
+ * purpose). Before each inclusion it defines:
+ *   VM_SUFFIX  the level's name (baseline, avx2), appended to every function defined here;
+ *   VM_TARGET  the functions' target attribute (empty, or target("avx2,fma"));
+ *   VM_FMA     0 or 1: whether a*b + c is one fused multiply-add (one rounding) at this level.
+ * The polynomials are the same at both levels; with VM_FMA each Horner step is one FMA and exp's
+ * range reduction takes a simpler split of ln 2 (see exp_hilo). Every lane is still computed
+ * independently, so a result's bits depend only on its input and the level. */
+
+#define VM_CAT2(a, b) a##_##b
+#define VM_CAT(a, b)  VM_CAT2(a, b)
+#define VM(name)      VM_CAT(name, VM_SUFFIX)
+#define VM_INLINE     static inline __attribute__((always_inline)) VM_TARGET
+
+/* Lane-wise helpers, defined per level too: clang rejects passing a 256-bit vector between
+ * functions whose targets differ, even when one is inlined into the other. */
+/* m ? a : b, lane by lane (m is all ones or all zeros per lane) */
+VM_INLINE vf VM(choose)(vi m, vf a, vf b) {
+    return (vf)((m & (vi)a) | (~m & (vi)b));
+}
+VM_INLINE vf VM(abs_of)(vf x) {
+    return (vf)((vu)x & 0x7fffffffu);
+}
+VM_INLINE vu VM(sign_of)(vf x) {
+    return (vu)x & 0x80000000u;
+}
+VM_INLINE vf VM(is_nan_select)(vf x, vf result) {
+    return VM(choose)(x != x, x, result);
+}
+
+/* a * b + c: fused (rounded once) at an FMA level, two roundings otherwise. */
+VM_INLINE vf VM(madd)(vf a, vf b, vf c) {
+#if VM_FMA
+    return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return a * b + c;
+#endif
+}
+/* c - a * b, the same way. */
+VM_INLINE vf VM(nmadd)(vf a, vf b, vf c) {
+#if VM_FMA
+    return (vf)_mm256_fnmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return c - a * b;
+#endif
+}
+/* min(x, limit) and max(x, limit) for x not NaN (a NaN x gives limit here, x in the baseline:
+ * callers put NaN lanes back themselves). */
+VM_INLINE vf VM(at_most)(vf x, float limit) {
+#if VM_FMA
+    return (vf)_mm256_min_ps((__m256)x, (__m256)splat(limit));
+#else
+    return VM(choose)(x > limit, splat(limit), x);
+#endif
+}
+VM_INLINE vf VM(at_least)(vf x, float limit) {
+#if VM_FMA
+    return (vf)_mm256_max_ps((__m256)x, (__m256)splat(limit));
+#else
+    return VM(choose)(x < limit, splat(limit), x);
+#endif
+}
+/* The same with a constant addend (a Horner step). A macro: GCC 12 builds splat(c) of a function
+ * parameter lane by lane, even after inlining. */
+#define VM_MADDC(a, b, c) VM(madd)(a, b, splat(c))
+
+/* exp(hi + lo) for hi + lo in about [-252, 89], with lo small against hi: the argument's low part
+ * enters only the reduced argument, so a product like -x^2/2 keeps its precision. Without lo
+ * (has_lo false, a constant after inlining) the two additions of lo are left out. NaN lanes
+ * give garbage (integer arithmetic is unsigned: no undefined behaviour); callers select. */
+VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
+    const float shift = 0x1.8p23f; /* adding it rounds to an integer held in the low bits */
+    vf t = VM_MADDC(has_lo ? hi + lo : hi, splat(0x1.715476p+0f), shift);
+    vf n = t - shift;
+    vu k = (vu)t - (vu)splat(shift);
+    vf r;
+#if VM_FMA
+    /* ln 2 = LN2_HI + LN2_LO with LN2_HI the float nearest ln 2: n * LN2_HI is exact inside the
+     * FMA, and hi - n LN2_HI (|.| <= 0.35, a multiple of 2^-25 where n != 0) fits in a float, so
+     * the first step is exact. */
+    r = VM(nmadd)(n, splat(0x1.62e43p-1f), hi);
+    if (has_lo) r = r + lo;
+    r = VM(nmadd)(n, splat(-0x1.05c61p-29f), r);
+#else
+    /* ln 2 = LN2_HI + LN2_LO, LN2_HI with 9 significant bits so n * LN2_HI is exact */
+    r = hi - n * 0x1.63p-1f;
+    if (has_lo) r = r + lo;
+    r = r - n * -0x1.bd0106p-13f;
+#endif
+    vf p = splat(0x1.6a2282p-10f);
+    p = VM_MADDC(p, r, 0x1.123ae6p-7f);
+    p = VM_MADDC(p, r, 0x1.5558f8p-5f);
+    p = VM_MADDC(p, r, 0x1.55549p-3f);
+    p = VM_MADDC(p, r, 0x1.fffffcp-2f);
+    /* 2^n in two factors, each a normal float, so results below 2^-126 round once */
+    vu k1 = (vu)((vi)k >> 1), k2 = k - k1;
+    vf s1 = (vf)((k1 + 127u) << 23), s2 = (vf)((k2 + 127u) << 23);
+#if VM_FMA
+    /* (1 + q) s1 in one FMA: one rounding, as 1 + q's (s1 is a power of 2) */
+    vf q = VM(madd)(p, r * r, r);
+    return VM(madd)(q, s1, s1) * s2;
+#else
+    p = (p * r) * r + r + 1.0f;
+    return (p * s1) * s2;
+#endif
+}
+
+VM_INLINE vf VM(exp_v)(vf x) {
+    vf c = VM(at_least)(VM(at_most)(x, 89.0f), -104.0f);
+    return VM(is_nan_select)(x, VM(exp_hilo)(c, c, false));
+}
+
+/* log(x) + c for finite x > 0, c a small correction (log1p's rounding of 1 + t). */
+VM_INLINE vf VM(log_positive)(vf x, vf c) {
+    vi tiny = x < 0x1p-126f;
+    vf xs = VM(choose)(tiny, x * 0x1p23f, x);
+    vf bias = VM(choose)(tiny, splat(-23.0f), splat(0.0f));
+    /* x = 2^e m with m in [sqrt(1/2), sqrt(2)) */
+    vu ix = (vu)xs;
+    vi e = (vi)(ix - 0x3f3504f3u) >> 23;
+    vf m = (vf)(ix - ((vu)e << 23));
+    vf k = __builtin_convertvector(e, vf) + bias;
+    vf f = m - 1.0f;
+    /* log(1 + f) = f - (f^2/2 - s (f^2/2 + R)), s = f / (2 + f), R = 2s^2/3 + 2s^4/5 + ... */
+    vf s = f / (f + 2.0f);
+    vf z = s * s;
+    vf q = VM_MADDC(z, splat(0x1.c71c72p-3f), 0x1.24924ap-2f);
+    q = VM_MADDC(z, q, 0x1.99999ap-2f);
+    q = VM_MADDC(z, q, 0x1.555556p-1f);
+    vf r = z * q;
+    vf hfsq = 0.5f * f * f;
+    /* k LN2_HI is exact (k has at most 8 significant bits), so the last step needs no FMA */
+    vf inner = VM(madd)(s, hfsq + r, VM(madd)(k, splat(-0x1.bd0106p-13f), c));
+    return k * 0x1.63p-1f - ((hfsq - inner) - f);
+}
+
+VM_INLINE vf VM(log_v)(vf x) {
+    vf pos = VM(choose)(x > 0.0f, x, splat(1.0f));
+    pos = VM(choose)(pos == __builtin_inff(), splat(1.0f), pos);
+    vf y = VM(log_positive)(pos, splat(0.0f));
+    y = VM(choose)(x == __builtin_inff(), x, y);
+    y = VM(choose)(x == 0.0f, splat(-__builtin_inff()), y);
+    return VM(choose)(x < 0.0f, splat(__builtin_nanf("")), VM(is_nan_select)(x, y));
+}
+
+/* log(1 + t) for t in [0, 1] */
+VM_INLINE vf VM(log1p_unit)(vf t) {
+    vf u = 1.0f + t;
+    return VM(log_positive)(u, (t - (u - 1.0f)) / u);
+}
+
+VM_INLINE vf VM(tanh_v)(vf x) {
+    vf a = VM(abs_of)(x);
+    vf x2 = x * x;
+    vf p = splat(0x1.18e1eep-9f);
+    p = VM_MADDC(p, x2, -0x1.0bf502p-7f);
+    p = VM_MADDC(p, x2, 0x1.638b5ap-6f);
+    p = VM_MADDC(p, x2, -0x1.b9ee9p-5f);
+    p = VM_MADDC(p, x2, 0x1.111066p-3f);
+    p = VM_MADDC(p, x2, -0x1.555554p-2f);
+    vf small = VM(madd)(x * x2, p, x);
+    small = (vf)((vu)VM(abs_of)(small) | VM(sign_of)(x)); /* tanh(-0) = -0 */
+    /* 1 - 2 / (exp(2|x|) + 1), the sign put back */
+    vf twice = VM(at_most)(a + a, 88.0f);
+    vf e = VM(exp_hilo)(twice, twice, false);
+    vf large = (vf)((vu)(1.0f - 2.0f / (e + 1.0f)) | VM(sign_of)(x));
+    return VM(is_nan_select)(x, VM(choose)(a < 0.625f, small, large));
+}
+
+VM_INLINE vf VM(sigmoid_v)(vf x) {
+    vf a = VM(abs_of)(x);
+    vf e = VM(exp_v)(-a);
+    /* one division: 1 / d or e / d, the numerator chosen first */
+    return VM(is_nan_select)(x, VM(choose)(x >= 0.0f, splat(1.0f), e) / (1.0f + e));
+}
+
+VM_INLINE vf VM(softplus_v)(vf x) {
+    vf e = VM(exp_v)(-VM(abs_of)(x));
+    vf positive = VM(choose)(x > 0.0f, x, splat(0.0f));
+    return VM(is_nan_select)(x, positive + VM(log1p_unit)(VM(choose)(e != e, splat(0.0f), e)));
+}
+
+VM_INLINE vf VM(gelu_v)(vf x) {
+    vf a = VM(abs_of)(x);
+    /* |x| < 1/sqrt 2: 0.5 x (1 + erf(x / sqrt 2)), erf(x / sqrt 2) = x Q(x^2) */
+    vf x2 = x * x;
+    vf q = splat(-0x1.1d3078p-16f);
+    q = VM_MADDC(q, x2, 0x1.e1f942p-13f);
+    q = VM_MADDC(q, x2, -0x1.373732p-9f);
+    q = VM_MADDC(q, x2, 0x1.46d02p-6f);
+    q = VM_MADDC(q, x2, -0x1.105838p-3f);
+    q = VM_MADDC(q, x2, 0x1.988454p-1f);
+    vf h = 0.5f * x;
+    vf small = VM(madd)(h, x * q, h);
+    small = (vf)((vu)VM(abs_of)(small) | VM(sign_of)(x)); /* gelu(-0) = -0 */
+    /* else through E = erfc(|x| / sqrt 2) = exp(-x^2 / 2) R(t), t = 1 / (1 + |x| / (2 sqrt 2)):
+     * x^2 / 2 split exactly (hi has 12 significant bits) so exp sees it in full precision. */
+    vf c = VM(at_most)(a, 15.0f);
+    c = VM(choose)(c != c, splat(1.0f), c); /* (the baseline's NaN) */
+    vf c_hi = (vf)((vu)c & 0xfffff000u), c_lo = c - c_hi;
+    vf e = VM(exp_hilo)(-0.5f * (c_hi * c_hi), -0.5f * (c_lo * (c + c_hi)), true);
+    vf t = 1.0f / VM_MADDC(c, splat(0x1.6a09e6p-2f), 1.0f);
+    vf r = splat(-0x1.4aba72p-7f);
+    r = VM_MADDC(r, t, -0x1.ce5edep-6f);
+    r = VM_MADDC(r, t, 0x1.08c0a8p-2f);
+    r = VM_MADDC(r, t, -0x1.01ea9p-1f);
+    r = VM_MADDC(r, t, 0x1.4f34fap-2f);
+    r = VM_MADDC(r, t, -0x1.1c59dcp-4f);
+    r = VM_MADDC(r, t, 0x1.c8158ep-3f);
+    r = VM_MADDC(r, t, 0x1.e6973ap-3f);
+    r = VM_MADDC(r, t, 0x1.220f1cp-2f);
+    r = VM_MADDC(r, t, 0x1.20c754p-2f);
+    r = VM_MADDC(r, t, 0x1.6618c4p-19f);
+    vf half_tail = (0.5f * c) * (e * r); /* 0.5 |x| erfc(|x| / sqrt 2) */
+    vf large = VM(choose)(x > 0.0f, x - half_tail, -half_tail);
+    return VM(is_nan_select)(x, VM(choose)(a < 0x1.6a09e6p-1f, small, large));
+}
+
+/* The drivers: whole vectors, then the tail through the same code on a padded copy. */
+#define VM_DRIVER(NAME, CORE)                                                                      \
+    VM_TARGET static void VM(NAME)(int64_t n, float *out, const float *in) {                       \
+        int64_t i = 0;                                                                             \
+        for (; i + LANES <= n; i += LANES) {                                                       \
+            vf x, y;                                                                               \
+            memcpy(&x, in + i, sizeof x);                                                          \
+            y = VM(CORE)(x);                                                                       \
+            memcpy(out + i, &y, sizeof y);                                                         \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            vf x = splat(0.0f), y;                                                                 \
+            memcpy(&x, in + i, sizeof(float) * (size_t)(n - i));                                   \
+            y = VM(CORE)(x);                                                                       \
+            memcpy(out + i, &y, sizeof(float) * (size_t)(n - i));                                  \
+        }                                                                                          \
+    }
+VM_DRIVER(exp, exp_v)
+VM_DRIVER(log, log_v)
+VM_DRIVER(tanh, tanh_v)
+VM_DRIVER(sigmoid, sigmoid_v)
+VM_DRIVER(gelu, gelu_v)
+VM_DRIVER(softplus, softplus_v)
+
+#undef VM_DRIVER
+#undef VM_MADDC
+#undef VM_INLINE
+#undef VM
+#undef VM_CAT
+#undef VM_CAT2
