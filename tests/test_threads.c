@@ -373,6 +373,39 @@ static void test_bad_thread_counts(void **state) {
     assert_true(eg_item(eg_sum(eg_add(x, x), 0, NULL, false)) == 2.0 * (1 << 20));
 }
 
+#if defined(__linux__)
+#include <dirent.h>
+static int threads_of_this_process(void) {
+    DIR *dir = opendir("/proc/self/task");
+    assert_non_null(dir);
+    int n = 0;
+    for (struct dirent *entry; (entry = readdir(dir));) n += entry->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+#endif
+
+/* With one thread and the pool stopped, no other thread runs: Eagle does its own threading, so
+ * the server threads OpenBLAS's pthread build starts at load (spinning ~50-85 ms, then sleeping)
+ * are stopped once BLAS is set to one thread (matmul.c). */
+static void test_no_blas_threads_left(void **state) {
+    (void)state;
+#if defined(__linux__)
+    eg_shutdown();
+    assert_int_equal(eg_set_num_threads(1), EG_OK);
+    eg_tensor *a = eg_ones(EG_DTYPE_F64, 2, (int64_t[]){64, 64}); /* f64: OpenBLAS's dgemm */
+    assert_true(eg_item(eg_sum(eg_matmul(a, a), 0, NULL, false)) == 64.0 * 64.0 * 64.0);
+#if defined(__SANITIZE_THREAD__)
+    int sanitizer_threads = 1; /* TSan's background thread */
+#else
+    int sanitizer_threads = 0;
+#endif
+    assert_int_equal(threads_of_this_process(), 1 + sanitizer_threads);
+#else
+    skip();
+#endif
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_matmul*" */
     setenv("EG_NUM_THREADS", "3", 1); /* read once, at the first use of the thread count */
@@ -391,6 +424,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_concurrent_user_threads, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_bad_thread_counts, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_no_blas_threads_left, fresh_scope_setup,
                                         strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -48,11 +48,6 @@
  * per group (below, the col2im path's wider GEMM wins). */
 #define FLIPPED_MIN_CHANNELS 8
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_single_thread(void) {
-    openblas_set_num_threads(1);
-}
-
 /* 0: choose by shape; 1: always im2col + GEMM (what a CPU without AVX2 runs); 2: direct where it
  * applies; 3: the input gradient by col2im even at stride 1; 4: the AVX2 implicit-GEMM kernels
  * (conv_avx2.c) wherever they apply. For bench/conv and the tests. */
@@ -433,7 +428,7 @@ static eg_status run_forward(const conv_geometry *g, const char *x, const char *
 /* x: (B, H, W, C) / (B, C, H, W), w: (KH, KW, C/groups, O) -> y: (B, OH, OW, O) / (B, O, OH, OW) */
 eg_status eg__cpu_conv2d(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d(const eg__kernel_call *call) {
-    pthread_once(&blas_once, blas_single_thread);
+    eg__blas_single_threaded();
     eg_tensor *w = eg__contiguous_temp(call->inputs[1]);
     if (!w) return eg_last_status();
     conv_geometry g = geometry(call->inputs[0], call->output, w->shape, call->attrs);
@@ -520,7 +515,7 @@ static void conv_input_tasks(void *context, int64_t begin, int64_t end) {
 /* dy: the convolution's output shape, w: (KH, KW, C/groups, O) -> dx: the input's shape */
 eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
-    pthread_once(&blas_once, blas_single_thread);
+    eg__blas_single_threaded();
     eg_tensor *dx = call->output;
     eg_tensor *dy = eg__contiguous_temp(call->inputs[0]);
     eg_tensor *w = dy ? eg__contiguous_temp(call->inputs[1]) : NULL;
@@ -653,7 +648,7 @@ static void sum_partials(void *context, int64_t begin, int64_t end) {
 /* x: the input, dy: the convolution's output shape -> dw: (KH, KW, C/groups, O) */
 eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
-    pthread_once(&blas_once, blas_single_thread);
+    eg__blas_single_threaded();
     const eg_tensor *x = call->inputs[0];
     eg_tensor *dw = call->output;
     eg_tensor *dy = eg__contiguous_temp(call->inputs[1]);

@@ -88,4 +88,9 @@ static inline eg__image eg__image_of(const eg_tensor *t, bool channels_first) {
     return image;
 }
 
+/* OpenBLAS single-threaded (Eagle's pool does the threading), and the server threads its pthread
+ * build started at load stopped (matmul.c). Once per process; thread-safe. Every caller of BLAS
+ * calls it first. */
+void eg__blas_single_threaded(void);
+
 #endif

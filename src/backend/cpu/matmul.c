@@ -40,16 +40,29 @@ static void describe_blas(void) {
 /* Multiply-adds per parallel chunk below which splitting does not pay. */
 #define MIN_CHUNK_WORK (1 << 20)
 
+/* OpenBLAS's pthread build starts its server threads when it is loaded, before any of Eagle's
+ * code runs, and they spin in sched_yield for ~50-85 ms before sleeping (2-5 % of a short run's
+ * samples, on the core Eagle's second thread wants). Setting one thread does not stop threads
+ * that exist; blas_thread_shutdown_ (what OpenBLAS's own fork handler calls) does, and with one
+ * thread OpenBLAS runs every call on its caller and starts none again. Weak: other BLAS builds
+ * (OpenMP, serial) do not have it, and then there is nothing to stop. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
 static void blas_single_thread(void) {
     openblas_set_num_threads(1);
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
 }
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+void eg__blas_single_threaded(void) {
+    pthread_once(&blas_once, blas_single_thread);
+}
 
 /* Called by eg_set_num_threads: Eagle's pool does the threading, BLAS stays at one thread. */
 void eg__blas_set_threads(int n);
 void eg__blas_set_threads(int n) {
     (void)n;
-    pthread_once(&blas_once, blas_single_thread);
+    eg__blas_single_threaded();
 }
 
 const char *eg_blas_info(void) {
@@ -266,7 +279,7 @@ static int64_t tile_cols_for(const eg_tensor *out) {
  * of operands BLAS cannot read as they are (release them with eg__unref). */
 static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias, eg__op activation,
                              matmul_job *job_out, eg_tensor **a_copy, eg_tensor **b_copy) {
-    pthread_once(&blas_once, blas_single_thread);
+    eg__blas_single_threaded();
     const eg_tensor *a_in = call->inputs[0], *b_in = call->inputs[1];
     eg_tensor *out = call->output;
     blas_operand a_op = {false, 1}, b_op = {false, 1};
