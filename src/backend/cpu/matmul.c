@@ -357,24 +357,35 @@ eg_status eg__cpu_matmul(const eg__kernel_call *call) {
     return eg__cpu_matmul_fused(call, NULL, EG__OP_COUNT);
 }
 
-/* x: (M, K), kernel: (K, N), bias: (N,) -> activation(x · kernel + bias): (M, N) */
-static eg_status dense(const eg__kernel_call *call, int64_t min_part_work) {
+/* A dense call (x: (M, K), kernel: (K, N), bias: (N,) -> activation(x · kernel + bias)) as its
+ * product alone, the same call as matmul's (no transposes; *attrs zeroed for it), and the
+ * activation of the epilogue; the bias is call->inputs[2]. */
+static eg_status dense_as_product(const eg__kernel_call *call, eg__attrs *attrs,
+                                  eg__kernel_call *product, eg__op *activation) {
     static const eg__op activations[] = {
         [EG_ACTIVATION_NONE] = EG__OP_COUNT,
         [EG_ACTIVATION_RELU] = EG__OP_RELU,
         [EG_ACTIVATION_SIGMOID] = EG__OP_SIGMOID,
         [EG_ACTIVATION_TANH] = EG__OP_TANH,
     };
-    int64_t activation = call->attrs->ints[0];
-    if (activation < 0 || activation > EG_ACTIVATION_TANH)
+    int64_t requested = call->attrs->ints[0];
+    if (requested < 0 || requested > EG_ACTIVATION_TANH)
         return eg__error(EG_ERR_INVALID_ARGUMENT, "dense: activation %lld cannot be fused",
-                         (long long)activation);
-    /* the product alone: the same call as matmul's (no transposes) */
+                         (long long)requested);
+    memset(attrs, 0, sizeof *attrs);
+    *product = *call;
+    product->attrs = attrs;
+    *activation = activations[requested];
+    return EG_OK;
+}
+
+static eg_status dense(const eg__kernel_call *call, int64_t min_part_work) {
     eg__attrs attrs;
-    memset(&attrs, 0, sizeof attrs);
-    eg__kernel_call product = *call;
-    product.attrs = &attrs;
-    return matmul_fused(&product, call->inputs[2], activations[activation], min_part_work);
+    eg__kernel_call product;
+    eg__op activation = EG__OP_COUNT;
+    eg_status status = dense_as_product(call, &attrs, &product, &activation);
+    if (status != EG_OK) return status;
+    return matmul_fused(&product, call->inputs[2], activation, min_part_work);
 }
 
 eg_status eg__cpu_dense(const eg__kernel_call *call);
@@ -395,20 +406,11 @@ eg_status eg__cpu_matmul_graph(const eg__kernel_call *call) {
 static eg_status graph_job(const eg__kernel_call *call, matmul_job *job, eg_tensor **a,
                            eg_tensor **b, eg__attrs *attrs) {
     if (call->op != EG__OP_DENSE) return prepare_job(call, NULL, EG__OP_COUNT, job, a, b);
-    static const eg__op activations[] = {
-        [EG_ACTIVATION_NONE] = EG__OP_COUNT,
-        [EG_ACTIVATION_RELU] = EG__OP_RELU,
-        [EG_ACTIVATION_SIGMOID] = EG__OP_SIGMOID,
-        [EG_ACTIVATION_TANH] = EG__OP_TANH,
-    };
-    int64_t activation = call->attrs->ints[0];
-    if (activation < 0 || activation > EG_ACTIVATION_TANH)
-        return eg__error(EG_ERR_INVALID_ARGUMENT, "dense: activation %lld cannot be fused",
-                         (long long)activation);
-    memset(attrs, 0, sizeof *attrs);
-    eg__kernel_call product = *call;
-    product.attrs = attrs;
-    return prepare_job(&product, call->inputs[2], activations[activation], job, a, b);
+    eg__kernel_call product;
+    eg__op activation = EG__OP_COUNT;
+    eg_status status = dense_as_product(call, attrs, &product, &activation);
+    if (status != EG_OK) return status;
+    return prepare_job(&product, call->inputs[2], activation, job, a, b);
 }
 
 int64_t eg__cpu_matmul_part_count(const eg__kernel_call *call, int threads) {
