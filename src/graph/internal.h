@@ -137,4 +137,9 @@ void eg__graph_parallel_free(eg__parallel_plan *plan);
 /* Index of the first entry computing x, or -1. */
 int eg__graph_position(const trace *t, const eg_tensor *x);
 
+/* The buffer entry whose memory *x reads at position `at`, followed through views and aliases;
+ * -1 for a leaf (input, variable, constant: *x is then that leaf), -2 for a value with no memory
+ * (inlined into its reader's loop). */
+int eg__graph_resolve(const trace *t, const eg_tensor **x, int at);
+
 #endif

@@ -104,38 +104,18 @@ static bool overlap(const region_list *a, const region_list *b) {
     return false;
 }
 
-static int producer_before(const trace *t, const eg_tensor *x, int before) {
-    for (int i = before - 1; i >= 0; i--)
-        if (t->entries[i].tensor == x) return i;
-    return -1;
-}
-
 /* The memory x occupies when read at position `at`: an arena buffer, a leaf's storage, or none
  * (an input, which nothing in the graph writes; a value inlined into the reader's loop). */
 static bool add_read(const trace *t, region_list *reads, const eg_tensor *x, int at) {
-    for (;;) {
-        int p = producer_before(t, x, at);
-        if (p < 0) {
-            if (x->lazy && x->lazy->placeholder >= 0) return true;
-            return !x->storage || push(reads, x->storage, 0, SIZE_MAX);
-        }
-        const entry *e = &t->entries[p];
-        switch (e->role) {
-        case ROLE_BUFFER:
-            if (e->fused_part >= 0) return true; /* never exists whole; nothing reads it */
-            return push(reads, &arena_key, e->offset, e->offset + e->bytes);
-        case ROLE_INLINED:
-            return true; /* computed inside the reader's fused loop */
-        case ROLE_VIEW:
-            x = e->tensor->lazy->inputs[0];
-            at = p;
-            break;
-        case ROLE_ALIAS:
-            x = t->entries[e->alias_of].tensor;
-            at = p;
-            break;
-        }
+    int p = eg__graph_resolve(t, &x, at);
+    if (p == -2) return true; /* computed inside the reader's fused loop */
+    if (p == -1) {
+        if (x->lazy && x->lazy->placeholder >= 0) return true;
+        return !x->storage || push(reads, x->storage, 0, SIZE_MAX);
     }
+    const entry *e = &t->entries[p];
+    if (e->fused_part >= 0) return true; /* never exists whole; nothing reads it */
+    return push(reads, &arena_key, e->offset, e->offset + e->bytes);
 }
 
 static const update_action *action_of(const trace *t, const update_part *part) {

@@ -158,11 +158,9 @@ static eg_status assign_roles(trace *t) {
 
 /* ---- 3. order ---- */
 
-/* The buffer entry whose memory x reads at position `at` (through views and aliases); -1 for a
- * leaf (input, variable, constant), -2 for a value with no memory (inlined). */
-static int resolve(const trace *t, const eg_tensor *x, int at) {
+int eg__graph_resolve(const trace *t, const eg_tensor **x, int at) {
     for (;;) {
-        int p = producer_before(t, x, at);
+        int p = producer_before(t, *x, at);
         if (p < 0) return -1;
         const entry *e = &t->entries[p];
         switch (e->role) {
@@ -171,15 +169,19 @@ static int resolve(const trace *t, const eg_tensor *x, int at) {
         case ROLE_INLINED:
             return -2;
         case ROLE_VIEW:
-            x = e->tensor->lazy->inputs[0];
+            *x = e->tensor->lazy->inputs[0];
             at = p;
             break;
         case ROLE_ALIAS:
-            x = t->entries[e->alias_of].tensor;
+            *x = t->entries[e->alias_of].tensor;
             at = p;
             break;
         }
     }
+}
+
+static int resolve(const trace *t, const eg_tensor *x, int at) {
+    return eg__graph_resolve(t, &x, at);
 }
 
 /* Whether e's op reads v, directly or through a view entry of v. */
