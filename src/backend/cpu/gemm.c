@@ -279,6 +279,25 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
 #undef STORE_ROW
 }
 
+/* kc steps of FMA_ROW for the first `rows` (2 or 4, a constant once inlined) rows into
+ * acc[2 * r], acc[2 * r + 1]. */
+AVX2 static inline __attribute__((always_inline)) void
+few_rows_steps(int rows, int64_t kc, const float *a, const float *b, int64_t b_stride,
+               __m256 acc[8]) {
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        FMA_ROW(0, acc[0], acc[1]);
+        FMA_ROW(1, acc[2], acc[3]);
+        if (rows > 2) {
+            FMA_ROW(2, acc[4], acc[5]);
+            FMA_ROW(3, acc[6], acc[7]);
+        }
+        a += MR;
+        b += b_stride;
+    }
+}
+
 /* The first `rows` (2 or 4) rows of kernel_6x16's tile, for the last micro-panel of a block whose
  * height is not a multiple of 6 (a batch of 32 is 5 panels and 2 rows): the 6-row kernel would
  * spend a third of the panel's multiply-adds on the zero padding. Each element is the same chain
@@ -286,36 +305,13 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
  * written whole (row stride NR), never accumulated. */
 AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const float *b,
                                      int64_t b_stride, float *tile) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-    if (rows <= 2) {
-#pragma GCC unroll 4
-        for (int64_t p = 0; p < kc; p++) {
-            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            FMA_ROW(0, c00, c01);
-            FMA_ROW(1, c10, c11);
-            a += MR;
-            b += b_stride;
-        }
-    } else {
-#pragma GCC unroll 4
-        for (int64_t p = 0; p < kc; p++) {
-            __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-            FMA_ROW(0, c00, c01);
-            FMA_ROW(1, c10, c11);
-            FMA_ROW(2, c20, c21);
-            FMA_ROW(3, c30, c31);
-            a += MR;
-            b += b_stride;
-        }
-    }
-    __m256 out[8] = {c00, c01, c10, c11, c20, c21, c30, c31};
-    for (int r = 0; r < 4; r++) {
-        _mm256_store_ps(tile + r * NR, out[2 * r]);
-        _mm256_store_ps(tile + r * NR + 8, out[2 * r + 1]);
-    }
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    if (rows <= 2)
+        few_rows_steps(2, kc, a, b, b_stride, acc);
+    else
+        few_rows_steps(4, kc, a, b, b_stride, acc);
+    for (int i = 0; i < 8; i++) _mm256_store_ps(tile + i / 2 * NR + i % 2 * 8, acc[i]);
 }
 #undef FMA_ROW
 
