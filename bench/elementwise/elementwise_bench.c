@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/vecmath.h"
 #include "eagle.h"
 
@@ -115,17 +116,12 @@ static void stream_body(void *arg) {
     for (int t = 1; t < s->threads; t++) pthread_join(ids[t], NULL);
 }
 
-/* Whether Eagle advises its host memory onto transparent huge pages (src/backend/cpu/device.c):
- * the STREAM arrays get the same pages, so that the ratios compare like with like. */
-static bool huge_pages(void) {
-    const char *env = getenv("EG_HUGEPAGES");
-    return !(env && strcmp(env, "0") == 0);
-}
-
+/* A STREAM array on the same kind of pages as Eagle's tensors (huge pages unless EG_HUGEPAGES=0,
+ * src/backend/cpu/device.c), so that the ratios compare like with like. */
 static double *stream_array(long n) {
     size_t huge = (size_t)2 << 20, bytes = (sizeof(double) * (size_t)n + huge - 1) & ~(huge - 1);
     double *p = aligned_alloc(huge, bytes);
-    if (p && huge_pages()) (void)madvise(p, bytes, MADV_HUGEPAGE);
+    if (p && eg__cpu_huge_pages()) (void)madvise(p, bytes, MADV_HUGEPAGE);
     return p;
 }
 
@@ -380,7 +376,7 @@ int main(int argc, char **argv) {
     free(s.a), free(s.b), free(s.c);
     printf("threads %d: STREAM copy %.2f GB/s, triad %.2f GB/s (%% below is of triad; %s pages, as "
            "Eagle's tensors)\n",
-           threads, copy, triad, huge_pages() ? "huge" : "4 KiB");
+           threads, copy, triad, eg__cpu_huge_pages() ? "huge" : "4 KiB");
     if (tsv) {
         fprintf(tsv, "stream\tcopy\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, copy);
         fprintf(tsv, "stream\ttriad\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, triad);

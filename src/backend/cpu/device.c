@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/threadpool.h"
 #include "core/error.h"
 
@@ -26,10 +27,14 @@ static void read_huge_pages_setting(void) {
     huge_pages = !(env && strcmp(env, "0") == 0);
 }
 
+bool eg__cpu_huge_pages(void) {
+    pthread_once(&huge_pages_once, read_huge_pages_setting);
+    return huge_pages;
+}
+
 static void *host_alloc(void *context, size_t bytes) {
     (void)context;
-    pthread_once(&huge_pages_once, read_huge_pages_setting);
-    if (bytes >= HUGE_PAGE && huge_pages) {
+    if (bytes >= HUGE_PAGE && eg__cpu_huge_pages()) {
         size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
         void *p = aligned_alloc(HUGE_PAGE, rounded);
         /* advice only: without THP the memory is still good */

@@ -93,4 +93,8 @@ static inline eg__image eg__image_of(const eg_tensor *t, bool channels_first) {
  * calls it first. */
 void eg__blas_single_threaded(void);
 
+/* Whether the CPU device advises its host blocks of 2 MiB and more onto transparent huge pages
+ * (device.c; EG_HUGEPAGES=0 turns it off). Read once; thread-safe. */
+bool eg__cpu_huge_pages(void);
+
 #endif
