@@ -111,7 +111,7 @@ static void test_dense_errors(void **state) {
 /* Eagle's GEMM computes each element in one fixed order (gemm.h): here that order written out in
  * plain C must give the same bits, for all four transposition cases and for shapes that take
  * every path: narrow products computed as C^T = B^T A^T, partial micro-tiles, several k blocks,
- * B read in place (few rows) or packed. */
+ * A and B read in place or packed. */
 static float ordered_dot(const float *a, int64_t a_step, const float *b, int64_t b_step,
                          int64_t k) {
     int64_t blocks = (k + EG_GEMM_KC - 1) / EG_GEMM_KC, block = (k + blocks - 1) / blocks;
@@ -128,9 +128,12 @@ static float ordered_dot(const float *a, int64_t a_step, const float *b, int64_t
 static void test_gemm_order(void **state) {
     (void)state;
     if (!eg__gemm_f32_available()) skip(); /* OpenBLAS computes the products there */
-    static const int64_t shapes[][3] = {{32, 64, 10},  {128, 512, 10}, {512, 128, 10},
-                                        {64, 32, 10},  {5, 3, 7},      {37, 300, 45},
-                                        {33, 600, 17}, {130, 40, 1},   {49, 257, 3}};
+    /* {m, k, n}; m = 6j + 2 ends in two 4-row panels; up to 128 columns op(A) is read in
+     * place (direct), past that packed */
+    static const int64_t shapes[][3] = {{32, 64, 10},  {128, 512, 10}, {512, 128, 10}, {64, 32, 10},
+                                        {5, 3, 7},     {37, 300, 45},  {33, 600, 17},  {130, 40, 1},
+                                        {49, 257, 3},  {32, 784, 64},  {8, 9, 16},     {20, 50, 33},
+                                        {50, 70, 140}, {134, 40, 200}};
     eg_generator *g = eg_generator_new(11);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];

@@ -27,7 +27,8 @@
  * 2048-square product packed it four times and its transposes took 9 % of the product's time
  * (perf, beside OpenBLAS in one process); at 2048, 2.5 %, about what OpenBLAS spends packing. */
 #define NC                2048
-#define DIRECT_B_MAX_ROWS 48 /* rows of C up to which B is used unpacked (row-major B only) */
+#define DIRECT_B_MAX_ROWS 48  /* rows of C up to which B is used unpacked (row-major B only) */
+#define DIRECT_A_MAX_COLS 128 /* columns of C up to which op(A) is used unpacked */
 
 void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64_t cols, int64_t j0,
                        const char *bias, int64_t bias_stride, eg__op activation) {
@@ -141,7 +142,21 @@ AVX2 static inline void transpose_8x8(const float *src, int64_t ld, int rows, fl
     }
 }
 
-/* op(A)[i0.., p0..] (mc x kc) into MR-row micro-panels, each kc x MR, zero-padded. */
+/* The height of the micro-panel that starts `remaining` rows before the end of a block: MR, but
+ * a block ending in MR + 2 rows ends in two panels of 4, which the 4-row kernel runs at the full
+ * rate (8 chains of multiply-adds), where a 2-row panel would wait on its 4 chains' latency. A
+ * batch of 32 is then 4 panels of 6 and 2 of 4, 128 is 20 of 6 and 2 of 4. */
+static int64_t panel_rows(int64_t remaining) {
+    return remaining == MR + 2 ? 4 : remaining < MR ? remaining : MR;
+}
+
+/* Whether the micro-kernels read a panel of `rows` where op(A) lies (direct A): full panels and
+ * 4-row ones; others are packed with their zero padding. */
+static bool reads_own_a(int64_t rows) {
+    return rows == MR || rows == 4;
+}
+
+/* op(A)[i0.., p0..] (mc x kc) into micro-panels of panel_rows() rows, each kc x MR, zero-padded. */
 AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                         float *out) {
     int64_t ir = 0;
@@ -150,7 +165,7 @@ AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p
          * storage across all full micro-panels, each row read once from left to right. Panel by
          * panel, every 24-byte piece came from a row 3 KiB further on (the wide MLP's x^T), and
          * those loads stalled: this copy was 3 % of the step (perf). */
-        int64_t full = mc / MR;
+        int64_t full = mc / MR - (mc % MR == 2); /* the last 8 rows are two panels of 4 */
         for (int64_t p = 0; p < kc; p++) {
             const float *s = g->a + i0 + (p0 + p) * g->a_col;
             float *o = out + p * MR;
@@ -160,14 +175,16 @@ AVX2 static void pack_a(const eg__gemm_f32 *g, int64_t i0, int64_t mc, int64_t p
         ir = full * MR;
         out += full * kc * MR;
     }
-    for (; ir < mc; ir += MR) {
-        int64_t rows = mc - ir < MR ? mc - ir : MR;
+    for (int64_t rows; ir < mc; ir += rows) {
+        rows = panel_rows(mc - ir);
         const float *src = g->a + (i0 + ir) * g->a_row + p0 * g->a_col;
-        if (g->a_col == 1 && rows == MR) { /* row-major op(A): 8 x 6 transposes */
+        if (g->a_col == 1 && reads_own_a(rows)) { /* row-major op(A): 8 x 6 transposes */
             int64_t p = 0;
-            for (; p + 8 <= kc; p += 8) transpose_8x8(src + p, g->a_row, MR, out + p * MR, MR, MR);
+            for (; p + 8 <= kc; p += 8)
+                transpose_8x8(src + p, g->a_row, (int)rows, out + p * MR, MR, MR);
             for (; p < kc; p++)
-                for (int r = 0; r < MR; r++) out[p * MR + r] = src[r * g->a_row + p];
+                for (int r = 0; r < MR; r++)
+                    out[p * MR + r] = r < rows ? src[r * g->a_row + p] : 0.0f;
         } else {
             for (int64_t r = 0; r < rows; r++) {
                 const float *s = src + r * g->a_row;
@@ -229,14 +246,23 @@ AVX2 static void pack_b(const eg__gemm_f32 *g, int64_t p0, int64_t kc, int64_t j
  * so an element's bits do not depend on which kernel computed it. */
 #define FMA_ROW(r, lo, hi)                                                                         \
     do {                                                                                           \
-        __m256 x_ = _mm256_broadcast_ss(a + (r));                                                  \
+        __m256 x_ = _mm256_broadcast_ss(a + (r)*a_rs);                                             \
         lo = _mm256_fmadd_ps(x_, b0, lo);                                                          \
         hi = _mm256_fmadd_ps(x_, b1, hi);                                                          \
     } while (0)
 
-/* c (6 x 16, row stride ldc) = [c +] a-panel · b-panel over kc. */
-AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t b_stride, float *c,
-                             int64_t ldc, bool accumulate) {
+/* A micro-panel of op(A): row r's element for k step p at a[r * a_rs + p * a_ps]. Packed, that is
+ * (1, MR); read where it lies (direct), op(A)'s own strides. */
+typedef struct a_panel {
+    const float *a;
+    int64_t a_rs, a_ps;
+} a_panel;
+
+/* c (6 x 16, row stride ldc) = [c +] a-panel · b-panel over kc. Inlined into one function with
+ * the packed strides as constants and one with A's own. */
+AVX2 static inline __attribute__((always_inline)) void
+tile_6x16(int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b, int64_t b_stride,
+          float *c, int64_t ldc, bool accumulate) {
     /* C's rows are far apart (often a power of two): start loading them now, not at the end */
     for (int r = 0; r < MR; r++) {
         _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
@@ -257,7 +283,7 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
         FMA_ROW(3, c30, c31);
         FMA_ROW(4, c40, c41);
         FMA_ROW(5, c50, c51);
-        a += MR;
+        a += a_ps;
         b += b_stride;
     }
 #define STORE_ROW(r, lo, hi)                                                                       \
@@ -279,11 +305,21 @@ AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t
 #undef STORE_ROW
 }
 
+AVX2 static void kernel_6x16(int64_t kc, const float *a, const float *b, int64_t b_stride, float *c,
+                             int64_t ldc, bool accumulate) {
+    tile_6x16(kc, a, 1, MR, b, b_stride, c, ldc, accumulate);
+}
+
+AVX2 static void kernel_6x16_direct(int64_t kc, a_panel a, const float *b, int64_t b_stride,
+                                    float *c, int64_t ldc, bool accumulate) {
+    tile_6x16(kc, a.a, a.a_rs, a.a_ps, b, b_stride, c, ldc, accumulate);
+}
+
 /* kc steps of FMA_ROW for the first `rows` (2 or 4, a constant once inlined) rows into
  * acc[2 * r], acc[2 * r + 1]. */
 AVX2 static inline __attribute__((always_inline)) void
-few_rows_steps(int rows, int64_t kc, const float *a, const float *b, int64_t b_stride,
-               __m256 acc[8]) {
+few_rows_steps(int rows, int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b,
+               int64_t b_stride, __m256 acc[8]) {
 #pragma GCC unroll 4
     for (int64_t p = 0; p < kc; p++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -293,35 +329,47 @@ few_rows_steps(int rows, int64_t kc, const float *a, const float *b, int64_t b_s
             FMA_ROW(2, acc[4], acc[5]);
             FMA_ROW(3, acc[6], acc[7]);
         }
-        a += MR;
+        a += a_ps;
         b += b_stride;
     }
 }
 
-/* The first `rows` (2 or 4) rows of kernel_6x16's tile, for the last micro-panel of a block whose
- * height is not a multiple of 6 (a batch of 32 is 5 panels and 2 rows): the 6-row kernel would
- * spend a third of the panel's multiply-adds on the zero padding. Each element is the same chain
- * of fused multiply-adds in k order as in kernel_6x16, so the bits are the same; the tile is
- * written whole (row stride NR), never accumulated. */
-AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const float *b,
-                                     int64_t b_stride, float *tile) {
+/* The first `rows` (2 or 4) rows of kernel_6x16's tile, for a micro-panel of fewer than 6 rows:
+ * the 6-row kernel would spend a third or more of its multiply-adds on zero padding. Each
+ * element is the same chain of fused multiply-adds in k order as in kernel_6x16, so the bits are
+ * the same; the tile is written whole (row stride NR), never accumulated. */
+AVX2 static inline __attribute__((always_inline)) void
+few_rows_tile(int rows, int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b,
+              int64_t b_stride, float *tile) {
     __m256 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
     if (rows <= 2)
-        few_rows_steps(2, kc, a, b, b_stride, acc);
+        few_rows_steps(2, kc, a, a_rs, a_ps, b, b_stride, acc);
     else
-        few_rows_steps(4, kc, a, b, b_stride, acc);
+        few_rows_steps(4, kc, a, a_rs, a_ps, b, b_stride, acc);
     for (int i = 0; i < 8; i++) _mm256_store_ps(tile + i / 2 * NR + i % 2 * 8, acc[i]);
+}
+
+AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const float *b,
+                                     int64_t b_stride, float *tile) {
+    few_rows_tile(rows, kc, a, 1, MR, b, b_stride, tile);
+}
+
+/* Only for rows 4: the packed partial panel keeps its zero padding for 1, 2, 3 and 5 rows. */
+AVX2 static void kernel_4x16_direct(int64_t kc, a_panel a, const float *b, int64_t b_stride,
+                                    float *tile) {
+    few_rows_tile(4, kc, a.a, a.a_rs, a.a_ps, b, b_stride, tile);
 }
 #undef FMA_ROW
 
-/* C[i0.., j0..] (mc x nc) [+]= packed A block · B panel: packed, or when direct, B's own rows
- * (k = p0..) for full micro-panels and the packed last one (at bp) for a partial one. Edge tiles
- * go through a local tile and the same additions, so an element's bits do not depend on whether
- * it is at an edge, nor on whether B was packed. */
+/* C[i0.., j0..] (mc x nc) [+]= A block · B panel. A is the packed block at ap, or when direct_a
+ * op(A) where it lies, except a panel reads_own_a refuses, packed at ap. B is the packed panel at
+ * bp, or when direct B's own rows (k = p0..) for full micro-panels and the packed last one (at bp)
+ * for a partial one. Edge tiles go through a local tile and the same additions, so an element's
+ * bits do not depend on whether it is at an edge, nor on whether A or B was packed. */
 AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const float *ap,
-                              const float *bp, bool direct, int64_t i0, int64_t mc, int64_t j0,
-                              int64_t nc, int64_t p0, int64_t kc, bool accumulate) {
+                              bool direct_a, const float *bp, bool direct, int64_t i0, int64_t mc,
+                              int64_t j0, int64_t nc, int64_t p0, int64_t kc, bool accumulate) {
     /* C[i, j] at c[i * c_row + j * c_col]: row-major, or (a swapped product) column-major */
     int64_t c_row = c_transposed ? 1 : g->ldc, c_col = c_transposed ? g->ldc : 1;
     for (int64_t jr = 0; jr < nc; jr += NR) {
@@ -334,16 +382,25 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const fl
         } else if (direct) {
             b = bp;
         }
-        for (int64_t ir = 0; ir < mc; ir += MR) {
-            int64_t rows = mc - ir < MR ? mc - ir : MR;
-            const float *a = ap + ir * kc;
+        for (int64_t ir = 0, rows, panel = 0; ir < mc; ir += rows, panel++) {
+            rows = panel_rows(mc - ir);
+            bool own_a = direct_a && reads_own_a(rows);
+            const float *a = direct_a ? ap : ap + panel * kc * MR;
+            a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
             float *c = g->c + (i0 + ir) * c_row + (j0 + jr) * c_col;
             if (rows == MR && cols == NR && !c_transposed) {
-                kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
+                if (own_a)
+                    kernel_6x16_direct(kc, own, b, b_stride, c, g->ldc, accumulate);
+                else
+                    kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
                 continue;
             }
             float tile[MR * NR] __attribute__((aligned(32)));
-            if (rows <= 4)
+            if (own_a && rows == MR)
+                kernel_6x16_direct(kc, own, b, b_stride, tile, NR, false);
+            else if (own_a)
+                kernel_4x16_direct(kc, own, b, b_stride, tile);
+            else if (rows <= 4)
                 kernel_few_rows_x16((int)rows, kc, a, b, b_stride, tile);
             else
                 kernel_6x16(kc, a, b, b_stride, tile, NR, false);
@@ -372,6 +429,12 @@ static bool packed_range(const eg__gemm_f32 *g, bool c_transposed, int64_t m0, i
     /* With few rows each B micro-panel serves few A micro-panels: packing B would cost about
      * as much as the products, so a row-major B is read where it lies. */
     bool direct = g->b_col == 1 && m1 - m0 <= DIRECT_B_MAX_ROWS;
+    /* Likewise op(A) when each of its micro-panels serves few B micro-panels: packing x (32 x
+     * 784) for the seed model's first layer was 12 % of that product, and its 8x6 transposes
+     * cost more than the products' reads of x where it lies (row-major: 6 rows, each read
+     * forwards; column-major: a 24-byte piece of each row). bench/gemm --mlp: s.fwd1 43.5 ->
+     * 37.2 us, s.dW1 42.5 -> 39.1; past 128 columns packing wins (784 x 512 x 128: -3 %). */
+    bool direct_a = (g->a_col == 1 || g->a_row == 1) && n1 - n0 <= DIRECT_A_MAX_COLS;
     for (int64_t jc = n0; jc < n1; jc += NC) {
         int64_t nc = n1 - jc < NC ? n1 - jc : NC;
         for (int64_t block = 0; block < k_blocks; block++) {
@@ -382,9 +445,15 @@ static bool packed_range(const eg__gemm_f32 *g, bool c_transposed, int64_t m0, i
                 pack_b(g, p0, kc, jc, nc, buf->b);
             for (int64_t ic = m0; ic < m1; ic += MC) {
                 int64_t mc = m1 - ic < MC ? m1 - ic : MC;
-                pack_a(g, ic, mc, p0, kc, buf->a);
-                macro_kernel(g, c_transposed, buf->a, buf->b, direct, ic, mc, jc, nc, p0, kc,
-                             block > 0);
+                if (!direct_a) {
+                    pack_a(g, ic, mc, p0, kc, buf->a);
+                } else { /* only a last panel that reads_own_a refuses */
+                    int64_t last = 0;
+                    for (int64_t ir = 0; ir < mc; ir += panel_rows(mc - ir)) last = ir;
+                    if (!reads_own_a(mc - last)) pack_a(g, ic + last, mc - last, p0, kc, buf->a);
+                }
+                macro_kernel(g, c_transposed, buf->a, direct_a, buf->b, direct, ic, mc, jc, nc, p0,
+                             kc, block > 0);
                 if (block == k_blocks - 1 && has_epilogue(g))
                     eg__gemm_epilogue(EG_DTYPE_F32, (char *)(g->c + ic * g->ldc + jc), g->ldc, mc,
                                       nc, jc, (const char *)g->bias, g->bias_stride, g->activation);
