@@ -20,6 +20,7 @@
  * 0 + total of block 0 + total of block 1 + .... Blocks let one long reduction run on several
  * threads (a block each) without changing its bits. */
 enum { SUM_BLOCK = 1 << 16 };
+enum { SUM_PREFETCH_AHEAD = 256 }; /* elements: 1 KiB of f32 */
 
 #define SUM_BLOCK_STRIDED(T)                                                                       \
     static double sum_block_strided_##T(const T *x, int64_t n, int64_t inner) {                    \
@@ -46,6 +47,11 @@ static inline __attribute__((always_inline)) double sum_block_f32_body(const flo
     int64_t main_end = n - n % 8, k = 0;
     for (; k < main_end; k += 8) {
         sum_vf4 a, b;
+        /* One core's stream from memory: asking for the line 1 KiB ahead took a 16M-element sum
+         * from 9.3-9.6 to 10.5-11.4 GB/s (medians of 40, paired in one process); the hardware
+         * prefetcher alone leaves too few misses in flight for a read-only stream. */
+        if (k % 16 == 0 && k + SUM_PREFETCH_AHEAD < n)
+            __builtin_prefetch(x + k + SUM_PREFETCH_AHEAD);
         memcpy(&a, x + k, sizeof a);
         memcpy(&b, x + k + 4, sizeof b);
         low += __builtin_convertvector(a, sum_vd4);
