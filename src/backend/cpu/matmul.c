@@ -219,8 +219,12 @@ static void own_parts(void *context, int64_t begin, int64_t end) {
     }
 }
 
-/* Multiply-adds below which Eagle's GEMM stays on one thread. */
-#define MIN_PART_WORK (1 << 21)
+/* Multiply-adds per part from which Eagle's GEMM splits a product among the threads. The pool's
+ * workers poll for the next job (threadpool.c), so a split costs no wake-up: at 2^19 the seed
+ * model's two 1.6M products split, and its step at 2 threads went from 118-121 to 92-104 us in
+ * the quieter runs (p10 of bench_modes_step, alternating with 2^21). A replayed graph used 2^19
+ * already. */
+#define MIN_PART_WORK (1 << 19)
 
 /* Cuts each batch element into parts for the threads. The bits do not depend on the cut (see
  * gemm.h), so it may follow the thread count: one part per thread, along the longer side of C
@@ -393,13 +397,9 @@ eg_status eg__cpu_dense(const eg__kernel_call *call) {
     return dense(call, MIN_PART_WORK);
 }
 
-/* Multiply-adds per part from which a replayed graph's product is split: a traced step's
- * threads are already awake in the step's other parallel work, and its products are few. */
-#define GRAPH_MIN_PART_WORK (1 << 19)
-
 eg_status eg__cpu_matmul_graph(const eg__kernel_call *call) {
-    if (call->op == EG__OP_DENSE) return dense(call, GRAPH_MIN_PART_WORK);
-    return matmul_fused(call, NULL, EG__OP_COUNT, GRAPH_MIN_PART_WORK);
+    if (call->op == EG__OP_DENSE) return dense(call, MIN_PART_WORK);
+    return matmul_fused(call, NULL, EG__OP_COUNT, MIN_PART_WORK);
 }
 
 /* The job of a matmul or dense call (dense: its bias and activation as the epilogue). */
@@ -424,7 +424,7 @@ int64_t eg__cpu_matmul_part_count(const eg__kernel_call *call, int threads) {
     int64_t parts = 1;
     if (status == EG_OK && job.own && !a && !b && job.m * job.n == call->output->n_elems) {
         int64_t work = job.m * job.n * (job.k > 0 ? job.k : 1);
-        parts = threads < work / GRAPH_MIN_PART_WORK ? threads : work / GRAPH_MIN_PART_WORK;
+        parts = threads < work / MIN_PART_WORK ? threads : work / MIN_PART_WORK;
         split_parts(&job, parts);
         parts = job.parts_m * job.parts_n;
     }
