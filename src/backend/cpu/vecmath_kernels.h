@@ -16,7 +16,11 @@
  * functions whose targets differ, even when one is inlined into the other. */
 /* m ? a : b, lane by lane (m is all ones or all zeros per lane) */
 VM_INLINE vf VM(choose)(vi m, vf a, vf b) {
+#if VM_FMA /* one blend instead of and, and-not, or: every m here is a comparison's */
+    return (vf)_mm256_blendv_ps((__m256)b, (__m256)a, (__m256)m);
+#else
     return (vf)((m & (vi)a) | (~m & (vi)b));
+#endif
 }
 VM_INLINE vf VM(abs_of)(vf x) {
     return (vf)((vu)x & 0x7fffffffu);
@@ -64,15 +68,13 @@ VM_INLINE vf VM(at_least)(vf x, float limit) {
  * parameter lane by lane, even after inlining. */
 #define VM_MADDC(a, b, c) VM(madd)(a, b, splat(c))
 
-/* exp(hi + lo) for hi + lo in about [-252, 89], with lo small against hi: the argument's low part
- * enters only the reduced argument, so a product like -x^2/2 keeps its precision. Without lo
- * (has_lo false, a constant after inlining) the two additions of lo are left out. NaN lanes
- * give garbage (integer arithmetic is unsigned: no undefined behaviour); callers select. */
-VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
+/* The shared part of exp_hilo and exp_normal: n = round(x / ln 2) (its bits in *k), the reduced
+ * argument r (returned) and the polynomial *p, e^x = (1 + r + p r^2) 2^n. */
+VM_INLINE vf VM(exp_reduce)(vf hi, vf lo, bool has_lo, vu *k, vf *p_out) {
     const float shift = 0x1.8p23f; /* adding it rounds to an integer held in the low bits */
     vf t = VM_MADDC(has_lo ? hi + lo : hi, splat(0x1.715476p+0f), shift);
     vf n = t - shift;
-    vu k = (vu)t - (vu)splat(shift);
+    *k = (vu)t - (vu)splat(shift);
     vf r;
 #if VM_FMA
     /* ln 2 = LN2_HI + LN2_LO with LN2_HI the float nearest ln 2: n * LN2_HI is exact inside the
@@ -92,6 +94,17 @@ VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
     p = VM_MADDC(p, r, 0x1.5558f8p-5f);
     p = VM_MADDC(p, r, 0x1.55549p-3f);
     p = VM_MADDC(p, r, 0x1.fffffcp-2f);
+    *p_out = p;
+    return r;
+}
+
+/* exp(hi + lo) for hi + lo in about [-252, 89], with lo small against hi: the argument's low part
+ * enters only the reduced argument, so a product like -x^2/2 keeps its precision. Without lo
+ * (has_lo false, a constant after inlining) the two additions of lo are left out. NaN lanes
+ * give garbage (integer arithmetic is unsigned: no undefined behaviour); callers select. */
+VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
+    vu k;
+    vf p, r = VM(exp_reduce)(hi, lo, has_lo, &k, &p);
     /* 2^n in two factors, each a normal float, so results below 2^-126 round once */
     vu k1 = (vu)((vi)k >> 1), k2 = k - k1;
     vf s1 = (vf)((k1 + 127u) << 23), s2 = (vf)((k2 + 127u) << 23);
@@ -105,7 +118,23 @@ VM_INLINE vf VM(exp_hilo)(vf hi, vf lo, bool has_lo) {
 #endif
 }
 
+#if VM_FMA
+/* exp_hilo(x, x, false) for |x| < 87, where e^x is a normal float and 2^n is one normal factor:
+ * (1 + q) 2^n in one FMA is then exp_hilo's (1 + q) s1 s2 bit for bit (both scale one rounding
+ * of 1 + q by a power of 2), without the clamp, the split of 2^n and the NaN select. */
+VM_INLINE vf VM(exp_normal)(vf x) {
+    vu k;
+    vf p, r = VM(exp_reduce)(x, x, false, &k, &p);
+    vf s = (vf)((k + 127u) << 23);
+    return VM(madd)(VM(madd)(p, r * r, r), s, s);
+}
+#endif
+
 VM_INLINE vf VM(exp_v)(vf x) {
+#if VM_FMA
+    vi normal = VM(abs_of)(x) < 87.0f; /* false for NaN */
+    if (_mm256_movemask_ps((__m256)normal) == 0xff) return VM(exp_normal)(x);
+#endif
     vf c = VM(at_least)(VM(at_most)(x, 89.0f), -104.0f);
     return VM(is_nan_select)(x, VM(exp_hilo)(c, c, false));
 }
