@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     unsigned long long seed = 42;
     double lr = CNN_DEFAULT_LEARNING_RATE;
     const char *data_dir = NULL;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "usage: see the comment at the top of bench/train_cnn/train_cnn.c\n");
@@ -88,7 +88,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_train_cnn: unknown option '%s'\n", a);
             return 2;
         }
-        i++;
     }
     if (threads > 0) eg_set_num_threads((int)threads);
     eg_manual_seed(seed);
