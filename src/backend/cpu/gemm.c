@@ -334,39 +334,54 @@ few_rows_steps(int rows, int64_t kc, const float *a, int64_t a_rs, int64_t a_ps,
     }
 }
 
-/* The first `rows` (2 or 4) rows of kernel_6x16's tile, for a micro-panel of fewer than 6 rows:
- * the 6-row kernel would spend a third or more of its multiply-adds on zero padding. Each
- * element is the same chain of fused multiply-adds in k order as in kernel_6x16, so the bits are
- * the same; the tile is written whole (row stride NR), never accumulated. */
+/* Rows 0..count-1 (count 2 or 4, a constant once inlined) of acc to out (row stride ld),
+ * added to what is there when accumulate. */
+AVX2 static inline __attribute__((always_inline)) void
+store_rows(int count, const __m256 acc[8], float *out, int64_t ld, bool accumulate) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 2 * count; i++) {
+        float *p = out + i / 2 * ld + i % 2 * 8;
+        _mm256_storeu_ps(p, accumulate ? _mm256_add_ps(_mm256_loadu_ps(p), acc[i]) : acc[i]);
+    }
+}
+
+/* The first `rows` of kernel_6x16's tile, for a micro-panel of fewer than 6 rows: the 6-row
+ * kernel would spend a third or more of its multiply-adds on zero padding. 2 or 4 rows are
+ * computed (rows <= 2: 2) and stored to out (row stride ld) [+]=, like kernel_6x16: into C
+ * itself when rows is 2 or 4, else into a local tile (accumulate false). Each element is the
+ * same chain of fused multiply-adds in k order as in kernel_6x16, so the bits are the same. */
 AVX2 static inline __attribute__((always_inline)) void
 few_rows_tile(int rows, int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b,
-              int64_t b_stride, float *tile) {
+              int64_t b_stride, float *out, int64_t ld, bool accumulate) {
     __m256 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-    if (rows <= 2)
+    if (rows <= 2) {
         few_rows_steps(2, kc, a, a_rs, a_ps, b, b_stride, acc);
-    else
+        store_rows(2, acc, out, ld, accumulate);
+    } else {
         few_rows_steps(4, kc, a, a_rs, a_ps, b, b_stride, acc);
-    for (int i = 0; i < 8; i++) _mm256_store_ps(tile + i / 2 * NR + i % 2 * 8, acc[i]);
+        store_rows(4, acc, out, ld, accumulate);
+    }
 }
 
 AVX2 static void kernel_few_rows_x16(int rows, int64_t kc, const float *a, const float *b,
-                                     int64_t b_stride, float *tile) {
-    few_rows_tile(rows, kc, a, 1, MR, b, b_stride, tile);
+                                     int64_t b_stride, float *out, int64_t ld, bool accumulate) {
+    few_rows_tile(rows, kc, a, 1, MR, b, b_stride, out, ld, accumulate);
 }
 
 /* Only for rows 4: the packed partial panel keeps its zero padding for 1, 2, 3 and 5 rows. */
 AVX2 static void kernel_4x16_direct(int64_t kc, a_panel a, const float *b, int64_t b_stride,
-                                    float *tile) {
-    few_rows_tile(4, kc, a.a, a.a_rs, a.a_ps, b, b_stride, tile);
+                                    float *out, int64_t ld, bool accumulate) {
+    few_rows_tile(4, kc, a.a, a.a_rs, a.a_ps, b, b_stride, out, ld, accumulate);
 }
 #undef FMA_ROW
 
 /* C[i0.., j0..] (mc x nc) [+]= A block · B panel. A is the packed block at ap, or when direct_a
  * op(A) where it lies, except a panel reads_own_a refuses, packed at ap. B is the packed panel at
  * bp, or when direct B's own rows (k = p0..) for full micro-panels and the packed last one (at bp)
- * for a partial one. Edge tiles go through a local tile and the same additions, so an element's
- * bits do not depend on whether it is at an edge, nor on whether A or B was packed. */
+ * for a partial one. Tiles of 16 columns with 6, 4 or 2 rows are written into C; other edge
+ * tiles go through a local tile and the same additions, so an element's bits do not depend on
+ * whether it is at an edge, nor on whether A or B was packed. */
 AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const float *ap,
                               bool direct_a, const float *bp, bool direct, int64_t i0, int64_t mc,
                               int64_t j0, int64_t nc, int64_t p0, int64_t kc, bool accumulate) {
@@ -388,20 +403,24 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const fl
             const float *a = direct_a ? ap : ap + panel * kc * MR;
             a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
             float *c = g->c + (i0 + ir) * c_row + (j0 + jr) * c_col;
-            if (rows == MR && cols == NR && !c_transposed) {
-                if (own_a)
+            if (cols == NR && !c_transposed) { /* C written in place */
+                if (rows == MR && own_a)
                     kernel_6x16_direct(kc, own, b, b_stride, c, g->ldc, accumulate);
-                else
+                else if (rows == MR)
                     kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
-                continue;
+                else if (rows == 4 && own_a)
+                    kernel_4x16_direct(kc, own, b, b_stride, c, g->ldc, accumulate);
+                else if (rows == 4 || rows == 2)
+                    kernel_few_rows_x16((int)rows, kc, a, b, b_stride, c, g->ldc, accumulate);
+                if (rows == MR || rows == 4 || rows == 2) continue;
             }
             float tile[MR * NR] __attribute__((aligned(32)));
             if (own_a && rows == MR)
                 kernel_6x16_direct(kc, own, b, b_stride, tile, NR, false);
             else if (own_a)
-                kernel_4x16_direct(kc, own, b, b_stride, tile);
+                kernel_4x16_direct(kc, own, b, b_stride, tile, NR, false);
             else if (rows <= 4)
-                kernel_few_rows_x16((int)rows, kc, a, b, b_stride, tile);
+                kernel_few_rows_x16((int)rows, kc, a, b, b_stride, tile, NR, false);
             else
                 kernel_6x16(kc, a, b, b_stride, tile, NR, false);
             for (int64_t r = 0; r < rows; r++)
