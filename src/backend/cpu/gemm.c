@@ -1,5 +1,7 @@
 /* Eagle's own f32 GEMM: the BLIS/Goto structure (B packed into KC x NC panels, A into MC x KC
- * blocks, a 6x16 AVX2/FMA micro-kernel holding its tile of C in 12 registers).
+ * blocks, a 6x16 AVX2/FMA micro-kernel holding its tile of C in 12 registers), except that an
+ * operand whose packing would not pay for itself (B of a product with few rows, op(A) of one
+ * with few columns: packed_range) is read where it lies.
  *
  * Why our own rather than OpenBLAS (bench/gemm has the numbers): OpenBLAS's threading changes
  * the bits with the thread count, and running it single-threaded per output tile repacks B for
@@ -403,26 +405,21 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const fl
             const float *a = direct_a ? ap : ap + panel * kc * MR;
             a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
             float *c = g->c + (i0 + ir) * c_row + (j0 + jr) * c_col;
-            if (cols == NR && !c_transposed) { /* C written in place */
-                if (rows == MR && own_a)
-                    kernel_6x16_direct(kc, own, b, b_stride, c, g->ldc, accumulate);
-                else if (rows == MR)
-                    kernel_6x16(kc, a, b, b_stride, c, g->ldc, accumulate);
-                else if (rows == 4 && own_a)
-                    kernel_4x16_direct(kc, own, b, b_stride, c, g->ldc, accumulate);
-                else if (rows == 4 || rows == 2)
-                    kernel_few_rows_x16((int)rows, kc, a, b, b_stride, c, g->ldc, accumulate);
-                if (rows == MR || rows == 4 || rows == 2) continue;
-            }
+            /* the kernels write exactly 6, 4 or 2 rows of 16 columns: such tiles go into C */
+            bool in_place = cols == NR && !c_transposed && (rows == MR || rows == 4 || rows == 2);
             float tile[MR * NR] __attribute__((aligned(32)));
+            float *out = in_place ? c : tile;
+            int64_t ld = in_place ? g->ldc : NR;
+            bool add = in_place && accumulate;
             if (own_a && rows == MR)
-                kernel_6x16_direct(kc, own, b, b_stride, tile, NR, false);
+                kernel_6x16_direct(kc, own, b, b_stride, out, ld, add);
             else if (own_a)
-                kernel_4x16_direct(kc, own, b, b_stride, tile, NR, false);
+                kernel_4x16_direct(kc, own, b, b_stride, out, ld, add);
             else if (rows <= 4)
-                kernel_few_rows_x16((int)rows, kc, a, b, b_stride, tile, NR, false);
+                kernel_few_rows_x16((int)rows, kc, a, b, b_stride, out, ld, add);
             else
-                kernel_6x16(kc, a, b, b_stride, tile, NR, false);
+                kernel_6x16(kc, a, b, b_stride, out, ld, add);
+            if (in_place) continue;
             for (int64_t r = 0; r < rows; r++)
                 for (int64_t j = 0; j < cols; j++) {
                     float *element = &c[r * c_row + j * c_col];
@@ -451,8 +448,9 @@ static bool packed_range(const eg__gemm_f32 *g, bool c_transposed, int64_t m0, i
     /* Likewise op(A) when each of its micro-panels serves few B micro-panels: packing x (32 x
      * 784) for the seed model's first layer was 12 % of that product, and its 8x6 transposes
      * cost more than the products' reads of x where it lies (row-major: 6 rows, each read
-     * forwards; column-major: a 24-byte piece of each row). bench/gemm --mlp: s.fwd1 43.5 ->
-     * 37.2 us, s.dW1 42.5 -> 39.1; past 128 columns packing wins (784 x 512 x 128: -3 %). */
+     * forwards; column-major: a 24-byte piece of each row). Best of 400 samples of eg_matmul,
+     * one thread: 32 x 64 x 784 41.2 -> 37.0 us, 784 x 64 x 32 (A^T) 41.6 -> 38.9 us; past 128
+     * columns packing wins (784 x 512 x 128, A^T: 1,168 us packed, 1,205 us in place). */
     bool direct_a = (g->a_col == 1 || g->a_row == 1) && n1 - n0 <= DIRECT_A_MAX_COLS;
     for (int64_t jc = n0; jc < n1; jc += NC) {
         int64_t nc = n1 - jc < NC ? n1 - jc : NC;
