@@ -134,11 +134,16 @@ static void gemm(const shape *s, const float *a, const float *b, float *c) {
 #endif
 }
 
+/* The same small exact values in every run and for every library. */
+static void fill_inputs(float *a, size_t na, float *b, size_t nb) {
+    for (size_t i = 0; i < na; i++) a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
+    for (size_t i = 0; i < nb; i++) b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+}
+
 static void run(const shape *s, int threads, double min_seconds) {
     size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
-    for (size_t i = 0; i < na; i++) a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
-    for (size_t i = 0; i < nb; i++) b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+    fill_inputs(a, na, b, nb);
     setup(s, a, b);
     set_threads(threads);
     double flops = 2.0 * s->m * s->n * s->k;
@@ -211,8 +216,7 @@ static double versus_peak;
 static void run_versus(const shape *s, double min_seconds) {
     size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
     float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
-    for (size_t i = 0; i < na; i++) a[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
-    for (size_t i = 0; i < nb; i++) b[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+    fill_inputs(a, na, b, nb);
     setup(s, a, b);
     eg_set_num_threads(1);
     openblas_set_num_threads(1);
@@ -362,10 +366,34 @@ static void run_dense(int m, int k, int n, int threads, double min_seconds) {
 }
 #endif
 
+#if defined(LIB_EAGLE)
+/* One product of the shape, nothing else: for cachegrind's simulated cache misses and perf, whose
+ * counts per multiply-add then compare across sizes (bench/RESULTS.md, GEMM). */
+static void run_once(const shape *s) {
+    size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n;
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+    if (!a || !b) {
+        fprintf(stderr, "gemm_bench: out of memory\n");
+        exit(1);
+    }
+    fill_inputs(a, na, b, nb);
+    set_threads(1);
+    setup(s, a, b);
+    double t0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    gemm(s, a, b, NULL);
+    double seconds = now(CLOCK_PROCESS_CPUTIME_ID) - t0;
+    printf("%d x %d x %d, one product, 1 thread: %.3f ms CPU\n", s->m, s->n, s->k, seconds * 1e3);
+    teardown();
+    free(a);
+    free(b);
+}
+#endif
+
 int main(int argc, char **argv) {
     double min_seconds = 0.3;
     const char *threads_list = "1,2";
     int square_only = 0, mlp_only = 0, versus = 0, mode = 0;
+    shape once = {"once", 0, 0, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             min_seconds = atof(argv[++i]);
@@ -386,12 +414,16 @@ int main(int argc, char **argv) {
             mode = 1;
         else if (!strcmp(argv[i], "--dense"))
             mode = 2;
+        else if (!strcmp(argv[i], "--once") && i + 1 < argc &&
+                 sscanf(argv[++i], "%d,%d,%d", &once.m, &once.n, &once.k) == 3 && once.m > 0 &&
+                 once.n > 0 && once.k > 0)
+            mode = 3;
 #endif
         else {
             fprintf(stderr,
                     "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--sample-ms MS] "
                     "[--square|--mlp]"
-                    " [--versus|--mlp-step|--dense (Eagle's binary)]\n",
+                    " [--versus|--mlp-step|--dense|--once M,N,K (Eagle's binary)]\n",
                     argv[0]);
             return 2;
         }
@@ -424,6 +456,10 @@ int main(int argc, char **argv) {
         run_dense(128, 512, 512, 1, min_seconds);
         return 0;
     }
+    if (mode == 3) {
+        run_once(&once);
+        return 0;
+    }
     if (versus) {
         versus_peak = fma_peak_now();
         printf("one core's FMA peak now: %.1f GFLOP/s (CPU time; nominal %.0f)\n", versus_peak,
@@ -440,7 +476,7 @@ int main(int argc, char **argv) {
         return 0;
     }
 #endif
-    (void)mode, (void)versus;
+    (void)mode, (void)versus, (void)once;
     printf("%-9s %-22s %5s %5s %5s  %s  %s  %8s  %6s  %8s  %6s\n", "library", "shape", "M", "N",
            "K", "op", "t", "GFLOP/s", "%peak", "GF/cpu-s", "%peak");
     for (const char *t = threads_list; *t;) {
