@@ -56,25 +56,63 @@ static double canonical_sum(const float *x, int64_t n, int64_t stride) {
     return result;
 }
 
+/* The sum and mean of the contiguous 1-D f32 tensor x, on both CPU paths and at 1 and 2 threads,
+ * have the bits of the canonical order. */
+static void assert_sums_canonical(const eg_tensor *x) {
+    int64_t n = eg_tensor_n_elems(x);
+    const float *data = eg_tensor_data(x);
+    float expected[2] = {(float)canonical_sum(data, n, 1),
+                         (float)(canonical_sum(data, n, 1) / (double)n)};
+    int axis = 0;
+    for (int level = 0; level < 2; level++)
+        for (int threads = 1; threads <= 2; threads++) {
+            eg__cpu_set_level(level);
+            assert_int_equal(eg_set_num_threads(threads), EG_OK);
+            float got[2] = {*(const float *)eg_tensor_data(eg_sum(x, 1, &axis, false)),
+                            *(const float *)eg_tensor_data(eg_mean(x, 1, &axis, false))};
+            for (int which = 0; which < 2; which++)
+                if (memcmp(&got[which], &expected[which], sizeof got[which]) != 0)
+                    fail_msg("n %lld level %d threads %d: %s %.9g, canonical order %.9g",
+                             (long long)n, level, threads, which ? "mean" : "sum", got[which],
+                             expected[which]);
+        }
+}
+
 static void test_sum_canonical_order(void **state) {
     (void)state;
     const int64_t lengths[] = {1, 7, 8, 9, 65535, 65536, 65537, 200003, 1 << 20};
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         int64_t n = lengths[i];
-        eg_tensor *x = uniform_tensor(1, &n, 10 + i);
-        const float *data = eg_tensor_data(x);
-        float expected = (float)canonical_sum(data, n, 1);
-        float expected_mean = (float)(canonical_sum(data, n, 1) / (double)n);
-        int axis = 0;
-        for (int level = 0; level < 2; level++)
-            for (int threads = 1; threads <= 2; threads++) {
-                eg__cpu_set_level(level);
-                assert_int_equal(eg_set_num_threads(threads), EG_OK);
-                float sum = *(const float *)eg_tensor_data(eg_sum(x, 1, &axis, false));
-                float mean = *(const float *)eg_tensor_data(eg_mean(x, 1, &axis, false));
-                assert_memory_equal(&sum, &expected, sizeof sum);
-                assert_memory_equal(&mean, &expected_mean, sizeof mean);
+        assert_sums_canonical(uniform_tensor(1, &n, 10 + i));
+    }
+}
+
+/* Uniform data rounds to f32 the same whichever double lane each element went to, so the test
+ * above cannot see a kernel that adds an element to the wrong lane. Here pairs of +2^52 and -2^52
+ * four elements apart (different lanes) sit at the start of each block and next to the places
+ * where the kernels change stride (the last groups of 8 and the scalar tail): a lane holding
+ * 2^52 rounds what is added to it to an integer, so which elements share its lane shows in the
+ * final f32. Checked to fail when the AVX2 kernel's last group of 8 adds its halves to the
+ * other four lanes. */
+static void test_sum_canonical_order_cancelling(void **state) {
+    (void)state;
+    const int64_t lengths[] = {9, 12, 24, 40, 65535, 65536 + 20, 200003};
+    const float big = 4503599627370496.0f; /* 2^52 */
+    for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
+        int64_t n = lengths[i];
+        eg_tensor *x = eg_contiguous(uniform_tensor(1, &n, 40 + i));
+        float *data = (float *)eg_tensor_data(x);
+        for (int64_t b = 0; b < n; b += 65536) {
+            int64_t m = n - b < 65536 ? n - b : 65536, main_end = m - m % 8;
+            const int64_t starts[] = {0, 16, main_end - 16, main_end - 8, main_end - 5};
+            for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+                int64_t at = starts[s];
+                if (at < 0 || at + 4 >= m) continue;
+                data[b + at] = big;
+                data[b + at + 4] = -big;
             }
+        }
+        assert_sums_canonical(x);
     }
 }
 
@@ -371,6 +409,7 @@ static void test_transposed_inputs_plain_c(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sum_canonical_order_cancelling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sum_layouts_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_softmax_f32_vector_exp, setup, teardown),

@@ -7,6 +7,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
@@ -69,9 +72,42 @@ static inline __attribute__((always_inline)) double sum_block_f32_body(const flo
 static double sum_block_f32_baseline(const float *x, int64_t n) {
     return sum_block_f32_body(x, n);
 }
+#if defined(__x86_64__)
+/* The AVX2 path written with intrinsics: the generic vectors above compile (GCC 12) to two
+ * 128-bit conversions, a vinsertf128 and a vmovlps per four floats, where vcvtps2pd takes its four
+ * floats straight from memory. That is a third of the instructions, so more of the stream's
+ * misses fit in the reorder window. Same lanes, same additions, same order: the same bits. Two
+ * groups of 8 per pass, one prefetch per 64-byte line. 16M elements, one thread, best of 15,
+ * six alternating rounds in one process: 8.6-9.7 -> 9.4-10.2 GB/s, against 10.1-11.6 for a
+ * plain f32 read loop. */
 __attribute__((target("avx2,fma"))) static double sum_block_f32_avx2(const float *x, int64_t n) {
+    __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
+    int64_t main_end = n - n % 8, k = 0;
+    for (; k + 16 <= main_end; k += 16) {
+        if (k + SUM_PREFETCH_AHEAD < n) __builtin_prefetch(x + k + SUM_PREFETCH_AHEAD);
+        low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm_loadu_ps(x + k)));
+        high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm_loadu_ps(x + k + 4)));
+        low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm_loadu_ps(x + k + 8)));
+        high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm_loadu_ps(x + k + 12)));
+    }
+    if (k < main_end) {
+        low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm_loadu_ps(x + k)));
+        high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm_loadu_ps(x + k + 4)));
+        k += 8;
+    }
+    double lanes[8];
+    _mm256_storeu_pd(lanes, low);
+    _mm256_storeu_pd(lanes + 4, high);
+    for (; k < n; k++) lanes[0] += x[k];
+    double total = 0;
+    for (int l = 0; l < 8; l++) total += lanes[l];
+    return total;
+}
+#else
+static double sum_block_f32_avx2(const float *x, int64_t n) {
     return sum_block_f32_body(x, n);
 }
+#endif
 
 static double sum_block_float(const float *x, int64_t n, int64_t inner) {
     if (inner != 1) return sum_block_strided_float(x, n, inner);
