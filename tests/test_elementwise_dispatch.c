@@ -87,42 +87,51 @@ static void test_sum_canonical_order(void **state) {
     }
 }
 
+/* Pairs of +2^52 and -2^52 four elements apart (different lanes) at the start of each block of
+ * the n floats at x and next to the places where the sum kernels change stride (the last groups
+ * of 8 and the scalar tail): a lane holding 2^52 rounds what is added to it to an integer, so
+ * which elements share a lane shows in the final f32. */
+static void plant_cancelling_pairs(float *x, int64_t n) {
+    const float big = 4503599627370496.0f; /* 2^52 */
+    for (int64_t b = 0; b < n; b += 65536) {
+        int64_t m = n - b < 65536 ? n - b : 65536, main_end = m - m % 8;
+        const int64_t starts[] = {0, 16, main_end - 16, main_end - 8, main_end - 5};
+        for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+            int64_t at = starts[s];
+            if (at < 0 || at + 4 >= m) continue;
+            x[b + at] = big;
+            x[b + at + 4] = -big;
+        }
+    }
+}
+
 /* Uniform data rounds to f32 the same whichever double lane each element went to, so the test
- * above cannot see a kernel that adds an element to the wrong lane. Here pairs of +2^52 and -2^52
- * four elements apart (different lanes) sit at the start of each block and next to the places
- * where the kernels change stride (the last groups of 8 and the scalar tail): a lane holding
- * 2^52 rounds what is added to it to an integer, so which elements share its lane shows in the
- * final f32. Checked to fail when the AVX2 kernel's last group of 8 adds its halves to the
- * other four lanes. */
+ * above cannot see a kernel that adds an element to the wrong lane; planted pairs can. Checked
+ * to fail when the AVX2 kernel's last group of 8, or the second group of its unrolled loop, adds
+ * its halves to the other four lanes. */
 static void test_sum_canonical_order_cancelling(void **state) {
     (void)state;
     const int64_t lengths[] = {9, 12, 24, 40, 65535, 65536 + 20, 200003};
-    const float big = 4503599627370496.0f; /* 2^52 */
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; i++) {
         int64_t n = lengths[i];
         eg_tensor *x = eg_contiguous(uniform_tensor(1, &n, 40 + i));
-        float *data = (float *)eg_tensor_data(x);
-        for (int64_t b = 0; b < n; b += 65536) {
-            int64_t m = n - b < 65536 ? n - b : 65536, main_end = m - m % 8;
-            const int64_t starts[] = {0, 16, main_end - 16, main_end - 8, main_end - 5};
-            for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
-                int64_t at = starts[s];
-                if (at < 0 || at + 4 >= m) continue;
-                data[b + at] = big;
-                data[b + at + 4] = -big;
-            }
-        }
+        plant_cancelling_pairs((float *)eg_tensor_data(x), n);
         assert_sums_canonical(x);
     }
 }
 
 /* Rows of a matrix and the columns of its transpose (row kernel, long-row kernel, column
- * kernel) sum to the same bits, at every level and thread count. */
+ * kernel) sum to the same bits, at every level and thread count, for uniform data and for data
+ * that shows a wrong lane. */
 static void test_sum_layouts_agree(void **state) {
     (void)state;
     const int64_t shapes[][2] = {{3, 200003}, {2, 65537}, {17, 1000}, {64, 64}, {300, 700}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        eg_tensor *x = uniform_tensor(2, shapes[i], 20 + i);
+    for (size_t i = 0; i < 2 * sizeof shapes / sizeof shapes[0]; i++) {
+        const int64_t *shape = shapes[i / 2];
+        eg_tensor *x = eg_contiguous(uniform_tensor(2, shape, 20 + i));
+        if (i % 2) /* every row with pairs that show a wrong lane (see plant_cancelling_pairs) */
+            for (int64_t r = 0; r < shape[0]; r++)
+                plant_cancelling_pairs((float *)eg_tensor_data(x) + r * shape[1], shape[1]);
         eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
         int one = 1, zero = 0;
         eg_tensor *reference = NULL;
@@ -137,8 +146,8 @@ static void test_sum_layouts_agree(void **state) {
                 assert_same_bits(eg_sum(eg_transpose(xt, 0, 1), 1, &one, false), reference);
             }
         const float *data = eg_tensor_data(x), *sums = eg_tensor_data(reference);
-        for (int64_t r = 0; r < shapes[i][0]; r++) {
-            float expected = (float)canonical_sum(data + r * shapes[i][1], shapes[i][1], 1);
+        for (int64_t r = 0; r < shape[0]; r++) {
+            float expected = (float)canonical_sum(data + r * shape[1], shape[1], 1);
             assert_memory_equal(&sums[r], &expected, sizeof expected);
         }
     }
