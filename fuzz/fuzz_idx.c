@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "io/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/checkpoint.h"
 #include "io/checkpoint_internal.h"
 #include "io/json.h"

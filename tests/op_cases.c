@@ -227,6 +227,17 @@ static int apply_copy(const oc_case *c, const eg_tensor *const *in, eg_tensor **
     return one(c->p[0] ? eg_contiguous(in[0]) : eg_copy(in[0]), out);
 }
 
+/* Onto the last visible device (cpu:1 with EG_CPU_DEVICES=2; the input's own device when the
+ * host is not split) and, with p[0] = 1, back again. */
+static int apply_to_device(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    const eg_device *there = eg_device_at(eg_device_count() - 1);
+    eg_tensor *moved = eg_tensor_to(in[0], there);
+    if (!c->p[0]) return one(moved, out);
+    eg_tensor *back = eg_tensor_to(moved, eg_tensor_device(in[0]));
+    eg_release(moved);
+    return one(back, out);
+}
+
 static int apply_concat(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
     return one(eg_concat(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
@@ -679,6 +690,9 @@ const oc_case oc_cases[] = {
     CASE(BROADCAST_TO, "broadcast_to of a transposed view", broadcast_to, broadcast_to,
          IN("F 1,3:T n"), P(3, 2, 3, 4)),
     CASE(COPY, "copy", copy, identity, IN("F 3,4 n")),
+    CASE(TO_DEVICE, "to the last device", to_device, identity, IN("F 3,4 n")),
+    CASE(TO_DEVICE, "a transposed view there and back", to_device, identity, IN("F 2,4,3:T n"),
+         P(1)),
     CASE(COPY, "copy of a transposed view", copy, identity, IN("F 2,4,3:T n")),
     CASE(COPY, "contiguous of a step slice", copy, identity, IN("F 6,4:S n"), P(1)),
     CASE(RESHAPE, "contiguous of a contiguous tensor", copy, identity, IN("F 3,4 n"), P(1)),

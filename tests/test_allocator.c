@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "mem/allocator.h"
 
 #define KIB ((size_t)1 << 10)

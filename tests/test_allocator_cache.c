@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tensor_internal.h"
 #include "eagle.h"
 #include "mem/allocator.h"

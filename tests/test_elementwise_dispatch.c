@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 #include "eagle.h"
 #include "test_util.h"
 

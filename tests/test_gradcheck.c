@@ -100,7 +100,11 @@ static eg_tensor *loss_tensor(check *k) {
     if (k->c->apply(k->c, (const eg_tensor *const *)views, out) != k->n_out) return NULL;
     eg_tensor *loss = NULL;
     for (int o = 0; o < k->n_out; o++) {
-        eg_tensor *term = eg_sum(eg_mul(out[o], k->w_t[o]), 0, NULL, false);
+        /* an op whose result lives on another device (to_device) gets its weights there */
+        const eg_tensor *w = k->w_t[o];
+        if (out[o] && eg_tensor_device(out[o]) != eg_tensor_device(w))
+            w = eg_tensor_to(w, eg_tensor_device(out[o]));
+        eg_tensor *term = eg_sum(eg_mul(out[o], w), 0, NULL, false);
         loss = loss ? eg_add(loss, term) : term;
     }
     return loss;

@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle.h"
 
 static char temp_dir[1024], cache_dir[1100], data_dir[1100];

@@ -53,7 +53,7 @@ static void test_op_table_is_complete(void **state) {
             PROBLEM("has no backward rule and is not flagged EG__OPF_NO_GRAD");
         else if (no_grad && def->backward != eg__backward_none)
             PROBLEM("is flagged EG__OPF_NO_GRAD but has a backward rule that can never run");
-        if (!eg__cpu_kernels[op]) PROBLEM("has no CPU kernel in eg__cpu_kernels");
+        if (!eg__cpu_backend.kernels[op]) PROBLEM("has no CPU kernel in eg__cpu_kernels");
         if (cases_per_op[op] == 0) PROBLEM("has no test case in tests/op_cases.c");
         for (int other = 0; other < op; other++)
             if (def->name && eg__op_defs[other].name &&

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 #include "backend/cpu/vecmath.h"
 
 /* The asserted bounds (documented in vecmath.h): ulp of the correctly rounded result. */

@@ -20,6 +20,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vecmath.h"
+#include "device/device.h"
 #include "eagle.h"
 
 /* SLEEF (Debian libsleef-dev), when the bench was linked with it: the per-element cost of our
@@ -121,7 +122,7 @@ static void stream_body(void *arg) {
 static double *stream_array(long n) {
     size_t huge = (size_t)2 << 20, bytes = (sizeof(double) * (size_t)n + huge - 1) & ~(huge - 1);
     double *p = aligned_alloc(huge, bytes);
-    if (p && eg__cpu_huge_pages()) (void)madvise(p, bytes, MADV_HUGEPAGE);
+    if (p && eg__host_huge_pages()) (void)madvise(p, bytes, MADV_HUGEPAGE);
     return p;
 }
 
@@ -376,7 +377,7 @@ int main(int argc, char **argv) {
     free(s.a), free(s.b), free(s.c);
     printf("threads %d: STREAM copy %.2f GB/s, triad %.2f GB/s (%% below is of triad; %s pages, as "
            "Eagle's tensors)\n",
-           threads, copy, triad, eg__cpu_huge_pages() ? "huge" : "4 KiB");
+           threads, copy, triad, eg__host_huge_pages() ? "huge" : "4 KiB");
     if (tsv) {
         fprintf(tsv, "stream\tcopy\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, copy);
         fprintf(tsv, "stream\ttriad\t-\t%ld\t%d\t0\t%.4f\n", stream_n, threads, triad);

@@ -109,6 +109,10 @@ eg_tensor *eg_unsqueeze(const eg_tensor *t, int axis);
 eg_tensor *eg_contiguous(const eg_tensor *t);
 /* Always a new contiguous copy with its own storage. */
 eg_tensor *eg_copy(const eg_tensor *t);
+/* A contiguous copy of t on `device` (any two devices, the same one included: then like
+ * eg_copy); the one op whose input and result live on different devices. Differentiable: the
+ * gradient is copied back to t's device. NULL + error for a NULL device. */
+eg_tensor *eg_tensor_to(const eg_tensor *t, const eg_device *device);
 /* Joins n tensors of equal shape except along axis. */
 eg_tensor *eg_concat(int n, const eg_tensor *const *tensors, int axis);
 /* Joins n tensors of equal shape along a new axis. */
@@ -289,6 +293,7 @@ eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axe
 #define eg_unsqueeze(...)     EG_CALLSITE_(eg_unsqueeze(__VA_ARGS__))
 #define eg_contiguous(...)    EG_CALLSITE_(eg_contiguous(__VA_ARGS__))
 #define eg_copy(...)          EG_CALLSITE_(eg_copy(__VA_ARGS__))
+#define eg_tensor_to(...)     EG_CALLSITE_(eg_tensor_to(__VA_ARGS__))
 #define eg_concat(...)        EG_CALLSITE_(eg_concat(__VA_ARGS__))
 #define eg_stack(...)         EG_CALLSITE_(eg_stack(__VA_ARGS__))
 #define eg_split(...)         EG_CALLSITE_(eg_split(__VA_ARGS__))

@@ -4,7 +4,7 @@
 
 #include "autograd/idmap.h"
 #include "autograd/internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct record {
     eg__op op;
@@ -31,7 +31,9 @@ struct eg_tape {
 _Thread_local eg_tape *eg__recording_tapes;
 _Thread_local int eg__no_grad_depth;
 
-void eg_no_grad_begin(void) { eg__no_grad_depth++; }
+void eg_no_grad_begin(void) {
+    eg__no_grad_depth++;
+}
 void eg_no_grad_end(void) {
     if (eg__no_grad_depth > 0) eg__no_grad_depth--;
 }
@@ -64,7 +66,9 @@ eg_status eg_tape_end(eg_tape *tape) {
     return EG_OK;
 }
 
-size_t eg_tape_n_records(const eg_tape *tape) { return tape ? tape->n_records : 0; }
+size_t eg_tape_n_records(const eg_tape *tape) {
+    return tape ? tape->n_records : 0;
+}
 
 static bool is_tracked(eg_tape *tape, const eg_tensor *t) {
     if (eg__idmap_contains(&tape->tracked, t->id)) return true;
@@ -126,8 +130,10 @@ static void record_one(eg_tape *tape, eg__op op, int n_inputs, const eg_tensor *
     }
     r->output = output;
     eg__ref(output);
-    if (attrs) r->attrs = *attrs;
-    else memset(&r->attrs, 0, sizeof r->attrs);
+    if (attrs)
+        r->attrs = *attrs;
+    else
+        memset(&r->attrs, 0, sizeof r->attrs);
     tape->n_records++;
 }
 
@@ -238,13 +244,15 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
                 any |= needs_grad[j];
             }
             if (any) {
-                eg__backward_call call = {r->op,    r->n_inputs, r->inputs,  r->output,
-                                          g,        &r->attrs,   needs_grad, input_grads};
+                eg__backward_call call = {r->op, r->n_inputs, r->inputs,  r->output,
+                                          g,     &r->attrs,   needs_grad, input_grads};
                 status = eg__op_defs[r->op].backward(&call);
                 for (int j = 0; j < r->n_inputs; j++) {
                     if (!input_grads[j]) continue;
-                    if (status == EG_OK) status = accumulate(&grads, r->inputs[j]->id, input_grads[j]);
-                    else eg__unref(input_grads[j]);
+                    if (status == EG_OK)
+                        status = accumulate(&grads, r->inputs[j]->id, input_grads[j]);
+                    else
+                        eg__unref(input_grads[j]);
                 }
                 if (status == EG_OK && eg__error_pending()) status = eg_last_status();
             }
@@ -307,12 +315,12 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
     if (!eg_dtype_is_float(target->dtype))
         return eg__error(EG_ERR_DTYPE, "tape_gradient: target must be a float tensor, got %s",
                          eg_dtype_name(target->dtype));
-    if (output_gradient && (output_gradient->n_elems != target->n_elems ||
-                            output_gradient->dtype != target->dtype))
+    if (output_gradient &&
+        (output_gradient->n_elems != target->n_elems || output_gradient->dtype != target->dtype))
         return eg__error(EG_ERR_SHAPE, "tape_gradient: output gradient does not match target");
     if (tape->used && !tape->persistent)
         return eg__error(EG_ERR_STATE, "tape_gradient: a non-persistent tape can compute one "
-                         "gradient only; use eg_tape_begin(true) for several");
+                                       "gradient only; use eg_tape_begin(true) for several");
     tape->used = true;
     tape->paused = true;
     eg__scope_suspend();
@@ -320,8 +328,8 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
      * (unrelated, not yet cleared) must not read as theirs. */
     eg__saved_error earlier;
     eg__error_set_aside(&earlier);
-    eg_status status = backpropagate(tape, target, output_gradient, n_sources, sources, grads,
-                                     unconnected);
+    eg_status status =
+        backpropagate(tape, target, output_gradient, n_sources, sources, grads, unconnected);
     /* A scope slot owns one reference of one tensor object, so every gradient handed out must be
      * an object of its own: backward rules pass gradients through unchanged (add, copy), which
      * can make two sources share one object, or hand back output_gradient (possibly owned by a

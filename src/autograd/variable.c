@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "autograd/internal.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "lazy/internal.h"
 
 typedef struct eg__variable_info {

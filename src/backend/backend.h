@@ -1,27 +1,78 @@
-/* Internal: the device vtable. A backend fills one of these; op code only talks to it. */
+/* Internal: the device interface, second half — what a backend computes with.
+ *
+ * Every device kind has one backend (the CPU's serves all host devices cpu:N). The dispatch
+ * layer finds a device's backend by its kind (eg__backend_of) and is the only caller of these
+ * pointers besides the executors, which reach the optional hooks through it. The first half, a
+ * device's memory, is src/device/device.h. */
 #ifndef EAGLE_SRC_BACKEND_BACKEND_H
 #define EAGLE_SRC_BACKEND_BACKEND_H
 
-#include "mem/allocator.h"
+#include "device/device.h"
 #include "ops/internal.h"
 
-struct eg_device {
-    const char *name;
-    eg_device_type type;
-    int index;
-    /* The allocator, created at first use (thread-safe through get_allocator). */
-    eg__allocator *(*get_allocator)(const eg_device *device);
-    /* Copies bytes between host and this device or within it. */
-    eg_status (*copy)(const eg_device *device, void *dst, const void *src, size_t bytes);
-    /* Waits until queued work is done (no-op on the CPU). */
-    void (*sync)(const eg_device *device);
-    /* Indexed by eg__op; NULL entries are unsupported on this device. */
-    const eg__kernel_fn *kernels;
-};
+/* What a supports() query describes: the op, its inputs' dtypes, and whether every input is
+ * contiguous (a backend may take strided inputs for some ops only). */
+typedef struct eg__op_signature {
+    eg__op op;
+    int n_inputs;
+    const eg_dtype *dtypes;
+    bool contiguous;
+} eg__op_signature;
 
-const eg_device *eg__cpu_device(void);
-extern const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT];
-/* Frees the CPU allocator's cached memory and joins the thread pool (eg_shutdown). */
-void eg__cpu_shutdown(void);
+/* A consumer of an output's tiles: see tiled_product below. */
+typedef void (*eg__tile_fn)(void *context, int64_t offset, int rows, int cols, int64_t row_length,
+                            const void *tile);
+
+typedef struct eg__backend {
+    const char *name; /* "cpu" */
+    eg_device_type type;
+    /* Indexed by eg__op; NULL entries are unsupported on this backend. */
+    const eg__kernel_fn *kernels;
+    /* Whether the kernel of sig->op takes these inputs (dtype, layout); false also for ops
+     * without a kernel. Never raises an error. */
+    bool (*supports)(const eg__op_signature *sig);
+
+    /* ---- optional hooks (NULL where the backend has none) ---- */
+
+    /* Fused elementwise groups (lazy and graph modes): whether op can join a fused loop, and one
+     * op of such a loop over n elements (out contiguous in out_dtype; input i at inputs[i],
+     * stepping input_strides[i] bytes, 0 for a broadcast scalar; in_dtype the dtype of the
+     * value inputs). */
+    bool (*fusable)(eg__op op);
+    void (*elementwise_flat)(eg__op op, const eg__attrs *attrs, eg_dtype out_dtype,
+                             eg_dtype in_dtype, int n_inputs, int64_t n, char *out,
+                             char *const *inputs, const int64_t *input_strides);
+
+    /* Graph replay: a kernel to use instead of kernels[op] in a replayed graph (which may split
+     * differently among the threads but gives the same bits); NULL entries: kernels[op]. */
+    const eg__kernel_fn *replay_kernels;
+
+    /* Tiled products with an epilogue (graph mode hands a weight gradient's tiles straight to
+     * the optimizer update, so the gradient never exists whole): scratch bytes one tile needs,
+     * the tile count, all tiles in one parallel job (n_scratch lanes, scratch n_scratch * bytes
+     * long), and one tile into scratch. fn gets the element offset of the tile's first element
+     * in the row-major output, its rows and cols, the output's row length and the tile. */
+    size_t (*product_tile_bytes)(const eg_tensor *output);
+    int64_t (*product_tile_count)(const eg_tensor *output);
+    eg_status (*product_tiles)(const eg__kernel_call *call, void *scratch, int n_scratch,
+                               eg__tile_fn fn, void *context);
+    eg_status (*product_tile)(const eg__kernel_call *call, int64_t tile, void *scratch,
+                              eg__tile_fn fn, void *context);
+
+    /* Parallel replay: how many parts a product (matmul or dense) splits into for `threads`
+     * threads (1: not split), and part `part` of n_parts (the parts together give the replay
+     * kernel's bits). */
+    int64_t (*product_part_count)(const eg__kernel_call *call, int threads);
+    eg_status (*product_part)(const eg__kernel_call *call, int64_t part, int64_t n_parts);
+
+    /* The host thread count changed (eg_set_num_threads): the CPU backend keeps its BLAS
+     * single-threaded under Eagle's pool. */
+    void (*set_threads)(int n);
+    /* Frees what the backend holds (eg_shutdown). */
+    void (*shutdown)(void);
+} eg__backend;
+
+/* The CPU backend (src/backend/cpu/backend.c). */
+extern const eg__backend eg__cpu_backend;
 
 #endif

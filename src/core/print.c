@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "core/error.h"
+#include "device/device.h"
+#include "base/error.h"
 #include "core/tensor_internal.h"
 
 enum { EDGE_ITEMS = 3, SUMMARIZE_ABOVE = 1000 };
@@ -33,12 +33,18 @@ static void append(text_buffer *buffer, const char *text) {
 }
 
 static void format_value(char *out, size_t size, double value, eg_dtype dtype) {
-    if (dtype == EG_DTYPE_BOOL) snprintf(out, size, value != 0 ? "True" : "False");
-    else if (!eg_dtype_is_float(dtype)) snprintf(out, size, "%.0f", value);
-    else if (isnan(value)) snprintf(out, size, "nan");
-    else if (isinf(value)) snprintf(out, size, value > 0 ? "inf" : "-inf");
-    else if (value == floor(value) && fabs(value) < 1e16) snprintf(out, size, "%.0f.", value);
-    else snprintf(out, size, "%.4g", value);
+    if (dtype == EG_DTYPE_BOOL)
+        snprintf(out, size, value != 0 ? "True" : "False");
+    else if (!eg_dtype_is_float(dtype))
+        snprintf(out, size, "%.0f", value);
+    else if (isnan(value))
+        snprintf(out, size, "nan");
+    else if (isinf(value))
+        snprintf(out, size, value > 0 ? "inf" : "-inf");
+    else if (value == floor(value) && fabs(value) < 1e16)
+        snprintf(out, size, "%.0f.", value);
+    else
+        snprintf(out, size, "%.4g", value);
 }
 
 static void print_axis(text_buffer *buffer, const eg_tensor *t, const char *base, int axis,
@@ -62,8 +68,7 @@ static void print_axis(text_buffer *buffer, const eg_tensor *t, const char *base
             i = size - EDGE_ITEMS - 1;
             continue;
         }
-        print_axis(buffer, t, base, axis + 1, offset + i * t->strides[axis], indent + 1,
-                   summarize);
+        print_axis(buffer, t, base, axis + 1, offset + i * t->strides[axis], indent + 1, summarize);
         if (i + 1 < size) {
             if (axis == t->n_dims - 1) {
                 append(buffer, ", ");
@@ -79,14 +84,13 @@ static void print_axis(text_buffer *buffer, const eg_tensor *t, const char *base
 
 char *eg_tensor_to_string(const eg_tensor *t) {
     if (!eg__check_arg(t, "tensor_to_string", 0) || eg__realize(t) != EG_OK) return NULL;
-    if (t->device->type != EG_DEVICE_CPU) {
+    if (!eg__device_is_host(t->device)) {
         eg__error(EG_ERR_DEVICE, "tensor_to_string: copy the tensor to the CPU first");
         return NULL;
     }
     text_buffer buffer = {0};
     append(&buffer, "tensor(");
-    print_axis(&buffer, t, eg__data(t), 0, 0, (int)strlen("tensor("),
-               t->n_elems > SUMMARIZE_ABOVE);
+    print_axis(&buffer, t, eg__data(t), 0, 0, (int)strlen("tensor("), t->n_elems > SUMMARIZE_ABOVE);
     append(&buffer, ", dtype=");
     append(&buffer, eg_dtype_name(t->dtype));
     append(&buffer, ")");

@@ -2,7 +2,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/random.h"
 #include "core/tensor_internal.h"
 

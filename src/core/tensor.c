@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tensor_internal.h"
+#include "device/device.h"
 
 /* Ids are unique in the process; tapes and lazy plans use them only as hash keys, so each thread
  * takes them from the global counter in batches (one atomic add per ID_BATCH tensors). */
@@ -209,7 +209,7 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
         eg__error(EG_ERR_SHAPE, "invalid shape %s", eg__shape_format(n_dims, shape, buf, 160));
         return NULL;
     }
-    if (!device) device = eg__cpu_device();
+    if (!device) device = eg__device_current();
     size_t n_bytes = (size_t)n_elems * eg__dtype_size(dtype);
     tensor_block *block = block_new();
     if (!block) {
@@ -260,7 +260,7 @@ eg_tensor *eg__tensor_lazy(const eg__meta *meta, const eg_device *device) {
         eg__contiguous_strides(meta->n_dims, meta->shape, t->strides);
     }
     t->n_elems = eg__shape_n_elems(meta->n_dims, meta->shape);
-    t->device = device ? device : eg__cpu_device();
+    t->device = device ? device : eg__device_current();
     eg__debug_track(t);
     eg__scope_register(t);
     return t;
@@ -336,7 +336,7 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
     atomic_init(&storage->refcount, 1);
     storage->data = data;
     storage->n_bytes = n_bytes;
-    storage->device = device ? device : eg__cpu_device();
+    storage->device = device ? device : eg__host();
     storage->allocation = NULL;
     storage->container = block;
     storage->release = release;
@@ -478,10 +478,15 @@ eg_tensor *eg_empty(eg_dtype dtype, int n_dims, const int64_t *shape) {
     return eg__tensor_alloc(dtype, n_dims, shape, NULL);
 }
 
-eg_tensor *eg_full(eg_dtype dtype, int n_dims, const int64_t *shape, double value) {
-    eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, NULL);
+eg_tensor *eg__full_on(const eg_device *device, eg_dtype dtype, int n_dims, const int64_t *shape,
+                       double value) {
+    eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, device);
     if (t) fill_from_double(t, value);
     return t;
+}
+
+eg_tensor *eg_full(eg_dtype dtype, int n_dims, const int64_t *shape, double value) {
+    return eg__full_on(NULL, dtype, n_dims, shape, value);
 }
 
 eg_tensor *eg_zeros(eg_dtype dtype, int n_dims, const int64_t *shape) {
@@ -500,7 +505,7 @@ eg_tensor *eg_scalar(eg_dtype dtype, double value) {
 
 eg_tensor *eg_full_like(const eg_tensor *like, double value) {
     if (!eg__check_arg(like, "full_like", 0)) return NULL;
-    return eg_full(like->dtype, like->n_dims, like->shape, value);
+    return eg__full_on(like->device, like->dtype, like->n_dims, like->shape, value);
 }
 
 eg_tensor *eg_tensor_from_data(const void *data, eg_dtype dtype, int n_dims, const int64_t *shape) {
@@ -566,7 +571,7 @@ eg_tensor *eg_eye(int64_t n, eg_dtype dtype) {
 
 void *eg_tensor_data(const eg_tensor *t) {
     if (!eg__check_arg(t, "tensor_data", 0) || eg__realize(t) != EG_OK) return NULL;
-    if (t->device->type != EG_DEVICE_CPU) {
+    if (!eg__device_is_host(t->device)) {
         eg__error(EG_ERR_DEVICE, "tensor_data: tensor is on %s; copy it to the CPU first",
                   t->device->name);
         return NULL;
@@ -601,7 +606,13 @@ eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "tensor_copy_to_host: destination has %zu bytes, %zu needed", dst_bytes,
                          need);
-    if (t->device->type != EG_DEVICE_CPU) return t->device->copy(t->device, dst, eg__data(t), need);
+    if (!eg__device_is_host(t->device)) {
+        if (!eg__is_contiguous(t))
+            return eg__error(EG_ERR_UNSUPPORTED,
+                             "tensor_copy_to_host: a strided view on %s (eg_contiguous first)",
+                             t->device->name);
+        return eg__device_copy(eg__host(), dst, t->device, eg__data(t), need);
+    }
     const char *src = eg__data(t);
     if (eg__is_contiguous(t)) {
         memcpy(dst, src, need);

@@ -88,15 +88,22 @@ typedef struct eg__meta {
     eg_dtype dtype;
     int n_dims;
     int64_t shape[EG_MAX_DIMS];
+    const eg_device *device; /* where the result lives; NULL: the inputs' device */
     bool is_view;
     int64_t strides[EG_MAX_DIMS];
     int64_t offset;
 } eg__meta;
 
 /* A new contiguous tensor with uninitialised memory from the device's allocator, registered
- * with the current scope. NULL + error (out of memory, bad shape). */
+ * with the current scope; NULL device: the current device (eg_device_current). NULL + error
+ * (out of memory, bad shape). */
 eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
                             const eg_device *device);
+/* A new tensor on `device` (NULL: the current device) with every element `value`, registered
+ * with the scope: what library code uses for constants that meet another tensor in an op (they
+ * must live on its device). */
+eg_tensor *eg__full_on(const eg_device *device, eg_dtype dtype, int n_dims, const int64_t *shape,
+                       double value);
 /* A new tensor sharing base's storage with the given geometry, registered with the scope. */
 eg_tensor *eg__tensor_view(const eg_tensor *base, int n_dims, const int64_t *shape,
                            const int64_t *strides, int64_t offset);

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cpu/threadpool.h"
+#include "base/threadpool.h"
 #include "core/random.h"
 #include "data/internal.h"
 #include "eagle/autograd.h"

@@ -1,6 +1,6 @@
 /* The pipeline thread pool: a FIFO of tasks (the calls of parallel maps) run by a few threads.
  *
- * Why a second pool: the compute pool (src/backend/cpu/threadpool.c) is fork-join — one op at a
+ * Why a second pool: the compute pool (src/base/threadpool.c) is fork-join — one op at a
  * time split across all cores, its caller waiting for the pieces. Pipeline work is the opposite
  * shape: many independent calls that must keep running WHILE the training step's ops use the
  * compute pool. Tasks here never wait on other tasks (feeding a map from its input happens on the

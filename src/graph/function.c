@@ -8,9 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "dispatch/dispatch.h"
+#include "base/error.h"
 #include "graph/internal.h"
 
 typedef struct input_signature {
@@ -369,7 +368,7 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
         trace_free(t, 0, 0);
         return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
     }
-    t->device = f->n_inputs ? inputs[0]->device : eg__cpu_device();
+    t->device = f->n_inputs ? inputs[0]->device : eg__device_current();
     eg_status status = EG_OK;
     eg__scope_suspend();
     for (int i = 0; i < f->n_inputs && status == EG_OK; i++) {
@@ -536,21 +535,15 @@ eg_status eg__graph_run_kernel(trace *t, entry *e, bool prepared) {
         update_part *part = &t->parts[e->fused_part];
         eg_status status = prepared ? EG_OK : eg__graph_prepare_part(t, part);
         if (status != EG_OK || x->n_elems == 0) return status;
-        status = eg__cpu_matmul_tiles(&call, (char *)t->arena->data + e->scratch_offset,
-                                      e->n_scratch, eg__graph_tile_to_update, part);
-        if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", x->device->name);
+        status = eg__backend_of(x->device)->product_tiles(
+            &call, (char *)t->arena->data + e->scratch_offset, e->n_scratch,
+            eg__graph_tile_to_update, part);
+        if (status != EG_OK) eg__launch_failed(&call, x->device, status);
         return status;
     }
     if (x->n_elems == 0) return EG_OK;
     if (e->n_members > 1) return eg__lazy_run_fused(x, e->n_members, e->members);
-    eg__kernel_fn kernel = x->device->kernels[node->op];
-    if (x->device == eg__cpu_device() && (node->op == EG__OP_MATMUL || node->op == EG__OP_DENSE))
-        kernel = eg__cpu_matmul_graph;
-    if (!kernel)
-        return eg__op_error(node->op, EG_ERR_UNSUPPORTED, "no kernel on %s", x->device->name);
-    eg_status status = kernel(&call);
-    if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", x->device->name);
-    return status;
+    return eg__launch_replay(&call);
 }
 
 static eg_status run_entry(trace *t, entry *e) {
@@ -574,7 +567,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
         const eg_tensor *x = inputs[i];
         if (!x->storage && (status = eg__realize(x)) != EG_OK) break;
         if (!eg__is_contiguous(x)) { /* the graph was traced for row-major inputs */
-            eg_tensor *copy = eg__contiguous_temp(x);
+            eg_tensor *copy = eg__contiguous_on_device(x);
             if (!copy) {
                 status = eg_last_status();
                 break;
@@ -714,7 +707,7 @@ eg_status eg__graph_sign(trace *t) {
         memcpy(s->shape, x->shape, sizeof s->shape);
         s->device = x->device;
     }
-    t->device = t->n_inputs ? t->placeholders[0]->device : eg__cpu_device();
+    t->device = t->n_inputs ? t->placeholders[0]->device : eg__device_current();
     return EG_OK;
 }
 

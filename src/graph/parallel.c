@@ -20,10 +20,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/backend.h"
-#include "backend/cpu/kernels.h"
-#include "backend/cpu/threadpool.h"
-#include "core/error.h"
+#include "dispatch/dispatch.h"
+#include "base/threadpool.h"
+#include "base/error.h"
 #include "graph/internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -167,7 +166,10 @@ void eg__graph_parallel_free(eg__parallel_plan *plan) {
 /* Whether the graph can replay in parallel at all (else the sequential replay runs): what can be
  * told before binding, then with the entries bound. */
 static bool static_allows(const trace *t) {
-    if (t->device != eg__cpu_device() || getenv("EG_GRAPH_SEQUENTIAL")) return false;
+    /* parallel replay splits products through the backend's part and tile hooks */
+    const eg__backend *backend = eg__backend_of(t->device);
+    if (!backend->product_part_count || !backend->product_tile || getenv("EG_GRAPH_SEQUENTIAL"))
+        return false;
     for (int i = 0; i < t->n_entries; i++)
         if (t->entries[i].recompute_of >= 0) return false;
     return true;
@@ -238,13 +240,14 @@ static eg__parallel_plan *make_plan(trace *t, int threads) {
             const eg__lazy_node *node = e->tensor->lazy;
             if (e->fused_part >= 0) {
                 k->kind = TASK_TILES;
-                k->n_sub = (int)eg__cpu_matmul_tile_count(e->tensor);
+                k->n_sub = (int)eg__backend_of(e->tensor->device)->product_tile_count(e->tensor);
             } else if (e->n_members <= 1 &&
                        (node->op == EG__OP_MATMUL || node->op == EG__OP_DENSE)) {
                 eg__kernel_call call = {node->op, node->n_inputs,
                                         (const eg_tensor *const *)node->inputs, e->tensor,
                                         &node->attrs};
-                int64_t parts = eg__cpu_matmul_part_count(&call, threads);
+                int64_t parts =
+                    eg__backend_of(e->tensor->device)->product_part_count(&call, threads);
                 if (parts > 1) {
                     k->kind = TASK_PARTS;
                     k->n_sub = (int)parts;
@@ -331,13 +334,14 @@ static eg_status run_sub(eg__parallel_plan *plan, const task *k, int sub, int la
     case TASK_KERNEL:
         return eg__graph_run_kernel(t, e, true);
     case TASK_PARTS:
-        status = eg__cpu_matmul_part(&call, sub, k->n_sub);
+        status = eg__backend_of(e->tensor->device)->product_part(&call, sub, k->n_sub);
         break;
     case TASK_TILES: {
         char *scratch = (char *)t->arena->data + e->scratch_offset +
                         (size_t)lane * (e->bytes / (size_t)e->n_scratch);
-        status = eg__cpu_matmul_tile(&call, sub, scratch, eg__graph_tile_to_update,
-                                     &t->parts[e->fused_part]);
+        status = eg__backend_of(e->tensor->device)
+                     ->product_tile(&call, sub, scratch, eg__graph_tile_to_update,
+                                    &t->parts[e->fused_part]);
         break;
     }
     case TASK_UPDATE:

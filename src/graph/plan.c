@@ -16,10 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "backend/cpu/kernels.h"
+#include "dispatch/dispatch.h"
 #include "eagle/runtime.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "graph/internal.h"
 #include "graph/planner.h"
 
@@ -271,7 +270,8 @@ static eg_status schedule(trace *t, bool tiles_first) {
             long long cost = 0;
             if (e->role == ROLE_BUFFER) {
                 cost = tiled_variable && tiled_variable[i] && !relaxed
-                           ? (long long)eg__cpu_matmul_tile_bytes(e->tensor)
+                           ? (long long)eg__backend_of(e->tensor->device)
+                                 ->product_tile_bytes(e->tensor)
                            : (long long)buffer_bytes(e->tensor);
                 const eg__lazy_node *node = e->tensor->lazy;
                 for (int j = 0; j < node->n_inputs; j++) {
@@ -477,7 +477,7 @@ static eg_status layout(trace *t) {
         entry *ge = ready >= 0 ? &t->entries[ready] : NULL;
         if (ge && b == ready && ge->role == ROLE_BUFFER && ge->tensor->lazy->op == EG__OP_MATMUL &&
             ge->last_use < 0 && ge->recompute_of < 0 && g->dtype == v->dtype &&
-            g->device->type == EG_DEVICE_CPU && last_read < ready && !shared &&
+            eg__backend_of(g->device)->product_tiles && last_read < ready && !shared &&
             !getenv("EG_NO_TILED_UPDATES")) {
             part->fused = true;
             ge->fused_part = p;
@@ -535,11 +535,12 @@ static eg_status layout(trace *t) {
         entry *e = &t->entries[i];
         if (e->role != ROLE_BUFFER) continue;
         if (e->fused_part >= 0) {
-            int64_t tiles = eg__cpu_matmul_tile_count(e->tensor);
+            const eg__backend *backend = eg__backend_of(e->tensor->device);
+            int64_t tiles = backend->product_tile_count(e->tensor);
             int threads = eg_get_num_threads();
             e->n_scratch = (int)(tiles < threads ? tiles : threads);
             if (e->n_scratch < 1) e->n_scratch = 1;
-            e->bytes = (eg__cpu_matmul_tile_bytes(e->tensor) + 63) & ~(size_t)63;
+            e->bytes = (backend->product_tile_bytes(e->tensor) + 63) & ~(size_t)63;
             e->bytes = e->bytes ? e->bytes * (size_t)e->n_scratch : 64;
             s->scratch_bytes += e->bytes;
         } else {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "core/error.h"
+#include "device/device.h"
+#include "base/error.h"
 #include "eagle/session.h"
 #include "graph/internal.h"
 
@@ -123,7 +123,7 @@ eg_tensor *eg_placeholder(eg_graph *g, eg_dtype dtype, int n_dims, const int64_t
     like.dtype = dtype;
     like.n_dims = n_dims;
     for (int d = 0; d < n_dims; d++) like.shape[d] = shape[d];
-    like.device = eg__cpu_device();
+    like.device = eg__device_current();
     eg__scope_suspend(); /* the graph owns it */
     eg_tensor *x = eg__lazy_placeholder(&like, t->n_inputs);
     eg__scope_resume();

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
-#include "core/error.h"
+#include "device/device.h"
+#include "base/error.h"
 #include "core/tensor_internal.h"
 #include "eagle/dlpack.h"
 
@@ -232,8 +232,8 @@ static eg_tensor *import(const DLTensor *dl, const char *op, void (*release)(voi
                   (void *)data, size);
         return NULL;
     }
-    return eg__tensor_from_external(data, (size_t)extent * size, eg__cpu_device(), dtype, n_dims,
-                                    shape, strides, 0, release, context);
+    return eg__tensor_from_external(data, (size_t)extent * size, eg__host(), dtype, n_dims, shape,
+                                    strides, 0, release, context);
 }
 
 eg_tensor *eg_from_dlpack(DLManagedTensor *managed) {

@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tensor_internal.h"
 #include "eagle/io.h"
 #include "io/internal.h"

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/checkpoint.h"
 #include "io/atomic_file.h"
 #include "io/checkpoint_internal.h"

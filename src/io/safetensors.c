@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/checkpoint.h"
 #include "eagle/runtime.h"
 #include "io/atomic_file.h"

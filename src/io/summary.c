@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/summary.h"
 #include "io/crc32c.h"
 #include "io/json.h"

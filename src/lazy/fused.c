@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/threadpool.h"
+#include "dispatch/dispatch.h"
+#include "base/error.h"
 #include "lazy/internal.h"
 
 enum { BLOCK = 256 };
@@ -35,6 +36,10 @@ typedef struct fused_plan {
     int n_leaves;
     size_t member_bytes; /* buffer size per member */
     atomic_bool failed;  /* a chunk could not get its buffers */
+    /* the root device's backend's fused-loop step (only fusable groups get here) */
+    void (*elementwise_flat)(eg__op op, const eg__attrs *attrs, eg_dtype out_dtype,
+                             eg_dtype in_dtype, int n_inputs, int64_t n, char *out,
+                             char *const *inputs, const int64_t *input_strides);
 } fused_plan;
 
 static int find_member(const fused_plan *plan, const eg_tensor *t) {
@@ -140,16 +145,19 @@ static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
             char *out = m == plan->n_members - 1 ? root_data + (size_t)begin * root_size
                                                  : buffers + plan->member_bytes * (size_t)m;
             eg_dtype in_dtype = node->inputs[node->op == EG__OP_WHERE ? 1 : 0]->dtype;
-            eg__cpu_elementwise_flat(node->op, &node->attrs, member->dtype, in_dtype,
-                                     node->n_inputs, n, out, inputs, strides);
+            plan->elementwise_flat(node->op, &node->attrs, member->dtype, in_dtype, node->n_inputs,
+                                   n, out, inputs, strides);
         }
     }
     if (buffers != local) free(buffers);
 }
 
 eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *members) {
-    fused_plan plan = {
-        .root = root, .n_members = n_members, .members = members, .member_bytes = BLOCK * 8};
+    fused_plan plan = {.root = root,
+                       .n_members = n_members,
+                       .members = members,
+                       .member_bytes = BLOCK * 8,
+                       .elementwise_flat = eg__backend_of(root->device)->elementwise_flat};
     enum { LOCAL_MEMBERS = 16 };
     operand local_operands[LOCAL_MEMBERS][3]; /* small groups need no allocation */
     leaf local_leaves[3 * LOCAL_MEMBERS];

@@ -15,9 +15,8 @@
 #include <string.h>
 
 #include "autograd/idmap.h"
-#include "backend/backend.h"
-#include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "dispatch/dispatch.h"
+#include "base/error.h"
 #include "lazy/internal.h"
 
 _Thread_local int eg__lazy_depth;
@@ -151,7 +150,9 @@ eg_status eg__lazy_before_write(eg_tensor *t) {
     eg__lazy_depth = saved_depth;
     eg__scope_resume();
     if (!snapshot) return eg_last_status();
-    eg_status status = eg__copy_into(snapshot, t);
+    const eg_tensor *source[1] = {t};
+    eg__kernel_call copy = {EG__OP_COPY, 1, source, snapshot, NULL};
+    eg_status status = snapshot->n_elems ? eg__launch(&copy) : EG_OK;
     if (status == EG_OK) {
         pthread_mutex_lock(&pending_mutex);
         for (eg__lazy_node *node = pending_head; node; node = node->next)
@@ -304,7 +305,7 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
 
 bool eg__lazy_fusable(const eg_tensor *t) {
     return t->lazy && !t->lazy->is_view && t->lazy->placeholder < 0 &&
-           t->device->type == EG_DEVICE_CPU && eg__cpu_fusable(t->lazy->op) &&
+           eg__backend_of(t->device)->fusable && eg__backend_of(t->device)->fusable(t->lazy->op) &&
            t->lazy->n_inputs <= 3;
 }
 
@@ -447,14 +448,9 @@ static eg_status run_node(plan *p, int at) {
             return eg__lazy_run_fused(t, n, members);
         }
     }
-    eg__kernel_fn kernel = t->device->kernels[node->op];
-    if (!kernel)
-        return eg__op_error(node->op, EG_ERR_UNSUPPORTED, "no kernel on %s", t->device->name);
     eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, t,
                             &node->attrs};
-    status = kernel(&call);
-    if (status != EG_OK) eg__op_error(node->op, status, "kernel failed on %s", t->device->name);
-    return status;
+    return eg__launch(&call);
 }
 
 static eg_status execute(plan *p) {

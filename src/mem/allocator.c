@@ -32,7 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "mem/allocator.h"
 
 #if defined(__SANITIZE_ADDRESS__)

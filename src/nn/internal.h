@@ -3,7 +3,7 @@
 #ifndef EAGLE_SRC_NN_INTERNAL_H
 #define EAGLE_SRC_NN_INTERNAL_H
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tensor_internal.h"
 #include "eagle/autograd.h"
 #include "eagle/nn.h"

@@ -211,7 +211,7 @@ eg_tensor *eg_loss_binary_crossentropy(const eg_tensor *y_true, const eg_tensor 
     if (from_logits) {
         /* TF's sigmoid_cross_entropy_with_logits: relu(x) - x z + log(1 + exp(-|x|)), with the
          * relu and |x| written as where(x >= 0, ...) so the gradient at 0 is exact. */
-        eg_tensor *zero = eg__temp(&temps, eg_scalar(x->dtype, 0.0));
+        eg_tensor *zero = eg__temp(&temps, eg__full_on(x->device, x->dtype, 0, NULL, 0.0));
         eg_tensor *positive = eg__temp(&temps, eg_greater_equal(x, zero));
         eg_tensor *relu_x = eg__temp(&temps, eg_where(positive, x, zero));
         eg_tensor *neg_x = eg__temp(&temps, eg_neg(x));
@@ -268,7 +268,7 @@ static eg_tensor *regression_loss(const char *name, regression_kind kind, const 
     } else {
         /* where(|e| <= delta, 0.5 e^2, delta |e| - 0.5 delta^2) */
         eg_tensor *abs_error = eg__temp(&temps, eg_abs(error));
-        eg_tensor *limit = eg__temp(&temps, eg_scalar(pred->dtype, delta));
+        eg_tensor *limit = eg__temp(&temps, eg__full_on(pred->device, pred->dtype, 0, NULL, delta));
         eg_tensor *small = eg__temp(&temps, eg_less_equal(abs_error, limit));
         eg_tensor *quadratic =
             eg__temp(&temps, eg_mul_scalar(eg__temp(&temps, eg_square(error)), 0.5));

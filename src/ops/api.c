@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "lazy/internal.h"
 #include "ops/internal.h"
 
@@ -66,7 +66,7 @@ BINARY(greater_equal, GREATER_EQUAL)
 static eg_tensor *with_scalar(eg__op op, const eg_tensor *a, double value, const char *name) {
     if (!eg__check_arg(a, name, 0)) return NULL;
     eg__scope_suspend();
-    eg_tensor *s = eg_scalar(a->dtype, value);
+    eg_tensor *s = eg__full_on(a->device, a->dtype, 0, NULL, value);
     eg__scope_resume();
     if (!s) return NULL;
     eg_tensor *result = run2(op, a, s, &no_attrs);
@@ -334,6 +334,11 @@ eg_tensor *eg_unsqueeze(const eg_tensor *t, int axis) {
 
 eg_tensor *eg_copy(const eg_tensor *t) {
     return run1(EG__OP_COPY, t, &no_attrs);
+}
+
+eg_tensor *eg_tensor_to(const eg_tensor *t, const eg_device *device) {
+    eg__attrs attrs = {.device = device};
+    return run1(EG__OP_TO_DEVICE, t, &attrs);
 }
 
 eg_tensor *eg_contiguous(const eg_tensor *t) {

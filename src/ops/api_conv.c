@@ -3,7 +3,7 @@
  * (moments, batch/layer normalization, upsampling, zero padding) are built of recorded ops. */
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/nn.h"
 #include "ops/internal.h"
 

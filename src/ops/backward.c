@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "autograd/internal.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/nn.h"
 #include "ops/internal.h"
 
@@ -37,7 +37,7 @@ static eg_status finish(temps *t) {
 }
 
 static eg_tensor *scalar_like(temps *t, const eg_tensor *x, double value) {
-    return tmp(t, eg_scalar(x->dtype, value));
+    return tmp(t, eg__full_on(x->device, x->dtype, 0, NULL, value));
 }
 
 eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape) {
@@ -218,7 +218,8 @@ eg_status eg__backward_pow(const eg__backward_call *call) {
     if (NEEDS(1)) { /* g * y * log(a), taken as 0 where a <= 0 */
         eg_tensor *zero = scalar_like(&t, a, 0.0);
         eg_tensor *positive = tmp(&t, eg_greater(a, zero));
-        eg_tensor *safe_a = tmp(&t, eg_where(positive, a, tmp(&t, eg_scalar(a->dtype, 1.0))));
+        eg_tensor *safe_a =
+            tmp(&t, eg_where(positive, a, tmp(&t, eg__full_on(a->device, a->dtype, 0, NULL, 1.0))));
         eg_tensor *term = tmp(&t, eg_mul(tmp(&t, eg_mul(GRAD, OUT)), tmp(&t, eg_log(safe_a))));
         SET_GRAD(1, reduce_like(tmp(&t, eg_where(positive, term, zero)), b));
     }
@@ -398,6 +399,12 @@ eg_status eg__backward_copy(const eg__backward_call *call) {
         eg__ref(GRAD);
         call->grad_inputs[0] = (eg_tensor *)GRAD;
     }
+    return EG_OK;
+}
+
+/* The gradient goes back to the input's device. */
+eg_status eg__backward_to_device(const eg__backward_call *call) {
+    if (NEEDS(0)) call->grad_inputs[0] = eg_tensor_to(GRAD, call->inputs[0]->device);
     return EG_OK;
 }
 

@@ -5,7 +5,7 @@
  * the gradients are bitwise the same too. */
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/nn.h"
 #include "ops/internal.h"
 
@@ -86,14 +86,14 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
         break;
     }
     case EG_ACTIVATION_SIGMOID: { /* g * y * (1 - y) */
-        eg_tensor *one = items[n++] = eg_scalar(y->dtype, 1.0);
+        eg_tensor *one = items[n++] = eg__full_on(y->device, y->dtype, 0, NULL, 1.0);
         eg_tensor *one_minus = items[n++] = eg_sub(one, y);
         eg_tensor *gy = items[n++] = eg_mul(g, y);
         dz = items[n++] = eg_mul(gy, one_minus);
         break;
     }
     case EG_ACTIVATION_TANH: { /* g * (1 - y^2) */
-        eg_tensor *one = items[n++] = eg_scalar(y->dtype, 1.0);
+        eg_tensor *one = items[n++] = eg__full_on(y->device, y->dtype, 0, NULL, 1.0);
         eg_tensor *square = items[n++] = eg_square(y);
         eg_tensor *one_minus = items[n++] = eg_sub(one, square);
         dz = items[n++] = eg_mul(g, one_minus);

@@ -1,7 +1,7 @@
 /* Shape and dtype inference for every op: the checks that make errors immediate. */
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/nn.h"
 #include "ops/internal.h"
 
@@ -385,6 +385,15 @@ eg_status eg__infer_copy(eg__op op, int n_in, const eg_tensor *const *in, const 
     (void)n_in;
     (void)attrs;
     same_as(meta, in[0]);
+    return EG_OK;
+}
+
+eg_status eg__infer_to_device(eg__op op, int n_in, const eg_tensor *const *in,
+                              const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    if (!attrs->device) return eg__op_error(op, EG_ERR_NULL_ARGUMENT, "the device is NULL");
+    same_as(meta, in[0]);
+    meta->device = attrs->device;
     return EG_OK;
 }
 

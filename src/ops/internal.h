@@ -45,7 +45,8 @@ typedef struct eg__attrs {
     int64_t shape[EG_MAX_DIMS];    /* a target shape (reshape, broadcast_to, scatter/unslice) */
     int64_t ints[2 * EG_MAX_DIMS]; /* slice start/stop/step, pad widths */
     uint64_t seed;
-    eg__window window; /* conv2d*, *_pool2d* */
+    eg__window window;       /* conv2d*, *_pool2d* */
+    const eg_device *device; /* to_device: the destination */
 } eg__attrs;
 
 typedef struct eg__kernel_call {

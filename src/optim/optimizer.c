@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "autograd/idmap.h"
-#include "backend/cpu/cpu_features.h"
-#include "backend/cpu/threadpool.h"
-#include "core/error.h"
+#include "base/cpu_features.h"
+#include "base/threadpool.h"
+#include "base/error.h"
 #include "lazy/internal.h"
 #include "core/tensor_internal.h"
 #include "eagle/autograd.h"
@@ -420,7 +420,8 @@ static slot_set *get_slots(eg_optimizer *opt, const eg_tensor *variable) {
     if (!set) goto out_of_memory;
     for (int k = 0; k < MAX_SLOTS; k++) {
         if (!opt->slot_names[k]) continue;
-        set->slots[k] = eg_zeros(variable->dtype, variable->n_dims, variable->shape);
+        set->slots[k] =
+            eg__full_on(variable->device, variable->dtype, variable->n_dims, variable->shape, 0.0);
         if (!set->slots[k]) goto fail;
     }
     if (!eg__idmap_put(&opt->slots, variable->id, set)) goto out_of_memory;
@@ -465,6 +466,10 @@ static eg_status check_pair(const eg_optimizer *opt, int i, const eg_tensor *gra
     if (eg_device_kind(grad->device) != EG_DEVICE_CPU)
         return eg__error(EG_ERR_UNSUPPORTED, "%s: gradient of '%s' is not on the CPU", name,
                          eg_variable_name(variable));
+    if (grad->device != variable->device)
+        return eg__error(EG_ERR_DEVICE, "%s: gradient of '%s' is on %s, the variable on %s", name,
+                         eg_variable_name(variable), eg_device_name(grad->device),
+                         eg_device_name(variable->device));
     if (grad->n_dims != variable->n_dims ||
         (grad->n_dims &&
          memcmp(grad->shape, variable->shape, (size_t)grad->n_dims * sizeof(int64_t)))) {

@@ -1,7 +1,7 @@
 /* Learning-rate schedules: Keras' ExponentialDecay and CosineDecay, and a constant. */
 #include <math.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "optim/internal.h"
 
 eg_schedule eg_schedule_constant(double learning_rate) {

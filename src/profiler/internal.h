@@ -37,11 +37,10 @@ eg_tensor *eg__execute_unprofiled(eg__op op, int n_inputs, const eg_tensor *cons
 eg_tensor *eg__profiler_execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
                                 const eg__attrs *attrs);
 
-/* The thread pool: runs fn(context, begin, end) and records it as a span (while tracing), and
- * names the calling thread "eagle pool N" (a worker calls it once when it starts). */
+/* The thread pool's chunk runner while tracing: runs fn(context, begin, end) and records it as
+ * a span. */
 void eg__profiler_run_chunk(void (*fn)(void *, int64_t, int64_t), void *context, int64_t begin,
                             int64_t end);
-void eg__profiler_name_pool_worker(void);
 
 /* ---- buffers (shared by profiler.c and output.c) ------------------------------------------- */
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/runtime.h"
 #include "io/atomic_file.h"
 #include "io/json.h"

@@ -7,8 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
-#include "core/error.h"
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "device/device.h"
 #include "profiler/internal.h"
 
 atomic_uint eg__profiler_flags;
@@ -19,12 +20,10 @@ eg__profiler_state eg__profiler = {.mutex = PTHREAD_MUTEX_INITIALIZER};
 static atomic_uint_fast64_t generation;
 /* Bytes of trace chunks allocated, all threads. */
 static atomic_size_t trace_bytes;
-static atomic_int pool_workers_named;
 
 /* This thread's buffer (created at its first record) and what names it. */
 static _Thread_local eg__prof_thread *this_buffer;
 static _Thread_local char thread_name[64];
-static _Thread_local int pool_worker_number; /* 0: not a pool worker */
 
 typedef struct range_frame {
     bool recording;
@@ -77,8 +76,8 @@ static void make_exit_key(void) {
 static void default_thread_name(eg__prof_thread *t) {
     if (thread_name[0])
         snprintf(t->name, sizeof t->name, "%s", thread_name);
-    else if (pool_worker_number)
-        snprintf(t->name, sizeof t->name, "eagle pool %d", pool_worker_number);
+    else if (eg__threadpool_worker_number())
+        snprintf(t->name, sizeof t->name, "eagle pool %d", eg__threadpool_worker_number());
     else if (t->os_tid == (int)getpid())
         snprintf(t->name, sizeof t->name, "main");
     else
@@ -279,10 +278,6 @@ void eg__profiler_run_chunk(void (*fn)(void *, int64_t, int64_t), void *context,
     pthread_mutex_unlock(&t->mutex);
 }
 
-void eg__profiler_name_pool_worker(void) {
-    pool_worker_number = atomic_fetch_add(&pool_workers_named, 1) + 1;
-}
-
 eg_status eg_profiler_set_thread_name(const char *name) {
     if (!name) return eg__error(EG_ERR_NULL_ARGUMENT, "profiler_set_thread_name: name is NULL");
     snprintf(thread_name, sizeof thread_name, "%s", name);
@@ -295,6 +290,12 @@ eg_status eg_profiler_set_thread_name(const char *name) {
 }
 
 /* ---- sessions ------------------------------------------------------------------------------ */
+
+/* The running session's flags, and the thread pool's chunk runner while tracing. */
+static void set_flags(unsigned flags) {
+    eg__threadpool_set_chunk_runner(flags & EG_PROFILE_TRACE ? eg__profiler_run_chunk : NULL);
+    atomic_store_explicit(&eg__profiler_flags, flags, memory_order_release);
+}
 
 eg_status eg_profiler_start(unsigned flags) {
     if (flags == 0 ||
@@ -315,7 +316,7 @@ eg_status eg_profiler_start(unsigned flags) {
     eg__profiler.paused = false;
     eg__profiler.start_ns = eg__profiler_now_ns();
     eg__profiler.stop_ns = eg__profiler.paused_ns = 0;
-    atomic_store_explicit(&eg__profiler_flags, flags, memory_order_release);
+    set_flags(flags);
     pthread_mutex_unlock(&eg__profiler.mutex);
     return EG_OK;
 }
@@ -326,7 +327,7 @@ eg_status eg_profiler_stop(void) {
         pthread_mutex_unlock(&eg__profiler.mutex);
         return eg__error(EG_ERR_STATE, "profiler_stop: the profiler is not running");
     }
-    atomic_store_explicit(&eg__profiler_flags, 0, memory_order_release);
+    set_flags(0);
     eg__profiler.running = false;
     eg__profiler.stop_ns = eg__profiler.paused ? eg__profiler.paused_at_ns : eg__profiler_now_ns();
     eg__profiler.paused = false;
@@ -341,7 +342,7 @@ eg_status eg_profiler_pause(void) {
         return eg__error(EG_ERR_STATE, "profiler_pause: the profiler is %s",
                          eg__profiler.running ? "already paused" : "not running");
     }
-    atomic_store_explicit(&eg__profiler_flags, 0, memory_order_release);
+    set_flags(0);
     eg__profiler.paused = true;
     eg__profiler.paused_at_ns = eg__profiler_now_ns();
     pthread_mutex_unlock(&eg__profiler.mutex);
@@ -356,7 +357,7 @@ eg_status eg_profiler_resume(void) {
     }
     eg__profiler.paused = false;
     eg__profiler.paused_ns += eg__profiler_now_ns() - eg__profiler.paused_at_ns;
-    atomic_store_explicit(&eg__profiler_flags, eg__profiler.session_flags, memory_order_release);
+    set_flags(eg__profiler.session_flags);
     pthread_mutex_unlock(&eg__profiler.mutex);
     return EG_OK;
 }

@@ -32,7 +32,7 @@
 
 #include "backend/cpu/conv_internal.h"
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 
 /* Rows (output pixels, counted across the images of the batch) per im2col tile: enough that the
  * column matrix (rows x K) fills COL_BUDGET elements (it then stays within a core's L2) but at

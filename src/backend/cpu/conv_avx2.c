@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "backend/cpu/conv_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

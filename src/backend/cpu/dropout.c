@@ -13,7 +13,7 @@
 #endif
 
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/random.h"
 
 /* Blocks per buffer: 256 words, 1 KiB on the stack. */

@@ -4,10 +4,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vecmath.h"
-#include "core/error.h"
+#include "base/error.h"
 
 /* Applies EXPR (in terms of x) from operand 1 into operand 0. */
 #define UNARY_LOOP(T, EXPR)                                                                        \

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 

@@ -1,6 +1,6 @@
 /* The CPU kernel table: which kernel runs each op. View ops need none (they make views) unless
  * a reshape must copy. */
-#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 
 #define KERNEL(name) eg_status eg__cpu_##name(const eg__kernel_call *call);
 KERNEL(unary)
@@ -89,6 +89,7 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_SLICE] = eg__cpu_copy,
     [EG__OP_BROADCAST_TO] = eg__cpu_copy,
     [EG__OP_COPY] = eg__cpu_copy,
+    [EG__OP_TO_DEVICE] = eg__cpu_copy, /* between host devices: all host memory */
     [EG__OP_CONCAT] = eg__cpu_concat,
     [EG__OP_GATHER] = eg__cpu_gather,
     [EG__OP_SCATTER_ADD] = eg__cpu_scatter_add,

@@ -3,7 +3,10 @@
 #define EAGLE_SRC_BACKEND_CPU_KERNELS_H
 
 #include "backend/backend.h"
-#include "backend/cpu/threadpool.h"
+#include "base/threadpool.h"
+
+/* The kernel table (kernel_table.c). */
+extern const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT];
 
 #define EG_ND_MAX_OPERANDS 4
 
@@ -92,9 +95,7 @@ static inline eg__image eg__image_of(const eg_tensor *t, bool channels_first) {
  * build started at load stopped (matmul.c). Once per process; thread-safe. Every caller of BLAS
  * calls it first. */
 void eg__blas_single_threaded(void);
-
-/* Whether the CPU device advises its host blocks of 2 MiB and more onto transparent huge pages
- * (device.c; EG_HUGEPAGES=0 turns it off). Read once; thread-safe. */
-bool eg__cpu_huge_pages(void);
+/* The CPU backend's set_threads hook: BLAS stays single-threaded whatever the count. */
+void eg__blas_set_threads(int n);
 
 #endif

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 
 void eg__nd_loop_init(eg__nd_loop *loop, int n_operands, const eg_tensor *const *operands) {
     const eg_tensor *out = operands[0];

@@ -16,7 +16,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/nn.h"
 #include "eagle/runtime.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "eagle/nn.h"
 
 #define MUL_ADD_LOOP(T)                                                                            \

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct pool_geometry {
     eg__image x, y, dx; /* input, output (or its gradient), input gradient */

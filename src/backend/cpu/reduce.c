@@ -11,10 +11,10 @@
 #include <immintrin.h>
 #endif
 
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vecmath.h"
-#include "core/error.h"
+#include "base/error.h"
 
 /* The canonical summation order of f32/f64 sum and mean, which every layout, mode and thread
  * count follows so that results agree bitwise: the reduced elements are cut into blocks of

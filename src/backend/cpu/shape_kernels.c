@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
-#include "core/error.h"
+#include "base/error.h"
 
 /* A view of `base` (the output) restricted to [start, start + step * (count-1)] on axis. */
 static eg_tensor window(const eg_tensor *base, int axis, int64_t start, int64_t count,
@@ -66,11 +66,10 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
         int64_t index = load_index(indices, index_base, j);
         if (index < 0) index += axis_size;
         if (index < 0 || index >= axis_size) {
-            status = eg__error(EG_ERR_INVALID_ARGUMENT,
-                               "%s: index %lld out of range for axis %d of size %lld",
-                               scatter ? "scatter_add" : "gather",
-                               (long long)load_index(indices, index_base, j), axis,
-                               (long long)axis_size);
+            status = eg__error(
+                EG_ERR_INVALID_ARGUMENT, "%s: index %lld out of range for axis %d of size %lld",
+                scatter ? "scatter_add" : "gather", (long long)load_index(indices, index_base, j),
+                axis, (long long)axis_size);
             break;
         }
         for (int64_t p = 0; p < pre; p++) {
@@ -96,7 +95,9 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
 }
 
 eg_status eg__cpu_gather(const eg__kernel_call *call);
-eg_status eg__cpu_gather(const eg__kernel_call *call) { return gather_or_scatter(call, false); }
+eg_status eg__cpu_gather(const eg__kernel_call *call) {
+    return gather_or_scatter(call, false);
+}
 eg_status eg__cpu_scatter_add(const eg__kernel_call *call);
 eg_status eg__cpu_scatter_add(const eg__kernel_call *call) {
     return gather_or_scatter(call, true);
@@ -125,7 +126,8 @@ eg_status eg__cpu_one_hot(const eg__kernel_call *call) {
     for (int64_t i = 0; i < indices->n_elems; i++) {
         int64_t index = indices->dtype == EG_DTYPE_U8 ? ((const uint8_t *)index_base)[i]
                                                       : load_index(indices, index_base, i);
-        if (index >= 0 && index < depth) eg__store_from_double(data, out->dtype, i * depth + index, 1.0);
+        if (index >= 0 && index < depth)
+            eg__store_from_double(data, out->dtype, i * depth + index, 1.0);
     }
     eg__unref(indices);
     return EG_OK;
@@ -139,8 +141,7 @@ eg_status eg__cpu_pad(const eg__kernel_call *call) {
     size_t size = eg_dtype_size(out->dtype);
     if (out->n_elems) {
         eg__store_from_double(data, out->dtype, 0, call->attrs->scalars[0]);
-        for (int64_t i = 1; i < out->n_elems; i++)
-            memcpy(data + (size_t)i * size, data, size);
+        for (int64_t i = 1; i < out->n_elems; i++) memcpy(data + (size_t)i * size, data, size);
     }
     eg_tensor inner = *out;
     for (int d = 0; d < out->n_dims; d++) {

@@ -37,7 +37,7 @@
 
 #include <stdint.h>
 
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 
 typedef enum eg__vecmath_fn {
     EG__VECMATH_EXP,

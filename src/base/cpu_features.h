@@ -10,8 +10,8 @@
  *   unset or empty             the best level the CPU has.
  * Any other value selects the baseline (a typo must not silently pick an untested path). Tests
  * run both paths, through EG_CPU or eg__cpu_set_level. */
-#ifndef EAGLE_SRC_BACKEND_CPU_CPU_FEATURES_H
-#define EAGLE_SRC_BACKEND_CPU_CPU_FEATURES_H
+#ifndef EAGLE_SRC_BASE_CPU_FEATURES_H
+#define EAGLE_SRC_BASE_CPU_FEATURES_H
 
 #include <stdbool.h>
 

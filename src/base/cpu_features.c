@@ -1,5 +1,5 @@
 /* CPU feature detection and the dispatch level (see cpu_features.h). */
-#include "backend/cpu/cpu_features.h"
+#include "base/cpu_features.h"
 
 #include <cpuid.h>
 #include <stdatomic.h>

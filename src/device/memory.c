@@ -1,14 +1,13 @@
 /* The public memory API: maps a device to its allocator. */
 #include <stdio.h>
 
-#include "backend/backend.h"
-#include "core/error.h"
+#include "base/error.h"
+#include "device/device.h"
 
+/* NULL device: cpu:0. get_allocator raises the error when there is none. */
 static eg__allocator *allocator_of(const eg_device *device) {
-    if (!device) device = eg__cpu_device();
-    eg__allocator *allocator = device->get_allocator(device);
-    if (!allocator) eg__error(EG_ERR_OUT_OF_MEMORY, "no allocator for %s", device->name);
-    return allocator;
+    if (!device) device = eg__host();
+    return device->get_allocator(device);
 }
 
 eg_status eg_memory_stats_get(const eg_device *device, eg_memory_stats *out) {
@@ -45,7 +44,9 @@ const char *eg_memory_allocator_name(const eg_device *device) {
     return eg__allocator_get_kind(allocator) == EG__ALLOCATOR_SYSTEM ? "system" : "caching";
 }
 
-static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+static double mib(size_t bytes) {
+    return (double)bytes / (1024.0 * 1024.0);
+}
 
 eg_status eg_memory_format_stats(const eg_device *device, char *buf, size_t buf_size) {
     if (!buf || buf_size == 0)

@@ -1,6 +1,6 @@
 /* Internal error helpers: how library code raises the per-thread error. */
-#ifndef EAGLE_SRC_CORE_ERROR_H
-#define EAGLE_SRC_CORE_ERROR_H
+#ifndef EAGLE_SRC_BASE_ERROR_H
+#define EAGLE_SRC_BASE_ERROR_H
 
 #include <stdbool.h>
 

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct error_state {
     eg_status status;
@@ -24,9 +24,15 @@ const char *eg_status_string(eg_status status) {
     return "unknown status";
 }
 
-const char *eg_last_error(void) { return thread_error.message; }
-eg_status eg_last_status(void) { return thread_error.status; }
-bool eg__error_pending(void) { return thread_error.status != EG_OK; }
+const char *eg_last_error(void) {
+    return thread_error.message;
+}
+eg_status eg_last_status(void) {
+    return thread_error.status;
+}
+bool eg__error_pending(void) {
+    return thread_error.status != EG_OK;
+}
 
 void eg_clear_error(void) {
     thread_error.status = EG_OK;
@@ -69,8 +75,8 @@ eg_status eg__error(eg_status status, const char *fmt, ...) {
     int n = vsnprintf(thread_error.message, sizeof thread_error.message, fmt, args);
     va_end(args);
     if (n < 0) n = 0;
-    size_t used = (size_t)n < sizeof thread_error.message ? (size_t)n
-                                                          : sizeof thread_error.message - 1;
+    size_t used =
+        (size_t)n < sizeof thread_error.message ? (size_t)n : sizeof thread_error.message - 1;
     if (thread_error.callsite_file)
         snprintf(thread_error.message + used, sizeof thread_error.message - used, " at %s:%d",
                  base_name(thread_error.callsite_file), thread_error.callsite_line);

@@ -4,10 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "backend/cpu/threadpool.h"
-#include "core/error.h"
+#include "base/threadpool.h"
+#include "base/error.h"
 #include "eagle/runtime.h"
-#include "profiler/internal.h"
 
 #define MAX_THREADS 256
 
@@ -56,6 +55,17 @@ static pool the_pool = {.mutex = PTHREAD_MUTEX_INITIALIZER,
 static pthread_mutex_t pool_user = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int configured_threads; /* 0 = not yet read from the environment */
 static _Thread_local bool inside_pool_task;
+static _Thread_local int worker_number; /* 0: not a pool worker */
+static atomic_int workers_started;
+static _Atomic(eg__chunk_runner) chunk_runner;
+
+void eg__threadpool_set_chunk_runner(eg__chunk_runner runner) {
+    atomic_store_explicit(&chunk_runner, runner, memory_order_relaxed);
+}
+
+int eg__threadpool_worker_number(void) {
+    return worker_number;
+}
 
 static int default_threads(void) {
     const char *env = getenv("EG_NUM_THREADS");
@@ -89,8 +99,9 @@ static void run_chunks(pool *p, const job *j) {
         if (chunk >= j->n_chunks) return;
         int64_t begin = chunk * j->chunk;
         int64_t end = begin + j->chunk < j->n ? begin + j->chunk : j->n;
-        if (EG__PROFILER_TRACING())
-            eg__profiler_run_chunk(j->fn, j->context, begin, end);
+        eg__chunk_runner runner = atomic_load_explicit(&chunk_runner, memory_order_relaxed);
+        if (__builtin_expect(runner != NULL, 0))
+            runner(j->fn, j->context, begin, end);
         else
             j->fn(j->context, begin, end);
         if (atomic_fetch_sub(&p->chunks_left, 1) == 1) {
@@ -104,7 +115,7 @@ static void run_chunks(pool *p, const job *j) {
 static void *worker_main(void *arg) {
     pool *p = arg;
     inside_pool_task = true;
-    eg__profiler_name_pool_worker();
+    worker_number = atomic_fetch_add(&workers_started, 1) + 1;
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mutex);
     for (;;) {
@@ -184,14 +195,11 @@ void eg__threadpool_shutdown(void) {
     pthread_mutex_unlock(&pool_user);
 }
 
-void eg__blas_set_threads(int n);
-
-eg_status eg_set_num_threads(int n) {
+eg_status eg__threadpool_set_threads(int n) {
     if (n < 1 || n > MAX_THREADS)
         return eg__error(EG_ERR_INVALID_ARGUMENT, "set_num_threads: %d is not in 1..%d", n,
                          MAX_THREADS);
     atomic_store(&configured_threads, n);
-    eg__blas_set_threads(n);
     return EG_OK;
 }
 
