@@ -35,6 +35,7 @@
  *   global_avg_pool2d  p[0] = data_format, p[1] = keepdims */
 #include <string.h>
 
+#include "api/internal.h"
 #include "eagle/nn.h"
 #include "op_cases.h"
 #include "op_reference.h"

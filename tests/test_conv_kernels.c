@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "eagle.h"
-#include "ops/internal.h"
+#include "api/internal.h"
 
 /* 0 auto, 1 im2col + GEMM, 2 direct, 3 col2im input gradient, 4 AVX2 implicit GEMM */
 void eg__conv_set_algorithm(int algorithm);

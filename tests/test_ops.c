@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd/internal.h"
 #include "backend/backend.h"
 #include "core/random.h"
 #include "eagle/runtime.h"
@@ -47,11 +48,11 @@ static void test_op_table_is_complete(void **state) {
         if (!def->name || !def->name[0]) PROBLEM("has no name");
         if (!def->infer) PROBLEM("has no shape/dtype inference");
         if (def->n_inputs == 0 || def->n_inputs < -1) PROBLEM("has an invalid number of inputs");
-        if (!def->backward)
+        if (!eg__backward_rules[op])
             PROBLEM("has no backward rule, not even eg__backward_none");
-        else if (!no_grad && def->backward == eg__backward_none)
+        else if (!no_grad && eg__backward_rules[op] == eg__backward_none)
             PROBLEM("has no backward rule and is not flagged EG__OPF_NO_GRAD");
-        else if (no_grad && def->backward != eg__backward_none)
+        else if (no_grad && eg__backward_rules[op] != eg__backward_none)
             PROBLEM("is flagged EG__OPF_NO_GRAD but has a backward rule that can never run");
         if (!eg__cpu_backend.kernels[op]) PROBLEM("has no CPU kernel in eg__cpu_kernels");
         if (cases_per_op[op] == 0) PROBLEM("has no test case in tests/op_cases.c");

@@ -235,6 +235,45 @@ eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axe
 eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axes,
                                   const eg_tensor *scale, const eg_tensor *offset, double epsilon);
 
+/* ---- activations and fused layer ops ---- */
+
+/* Activation functions of Dense and Activation layers. SOFTMAX is over the last axis; GELU is
+ * the exact x * Phi(x). */
+typedef enum eg_activation {
+    EG_ACTIVATION_NONE = 0, /* identity ("linear") */
+    EG_ACTIVATION_RELU,
+    EG_ACTIVATION_SIGMOID,
+    EG_ACTIVATION_TANH,
+    EG_ACTIVATION_GELU,
+    EG_ACTIVATION_SOFTMAX,
+    EG_ACTIVATION_COUNT
+} eg_activation;
+
+/* Keras' name ("linear", "relu", "sigmoid", "tanh", "gelu", "softmax"); "invalid" when out of
+ * range. Static storage. */
+const char *eg_activation_name(eg_activation activation);
+/* activation(x) as a new tensor (NONE: a new reference to the same values, as a view). NULL with
+ * an error for an invalid activation or a failed op. */
+eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x);
+/* activation(x · kernel + bias) as one op (a Dense layer's forward pass): x (M, K), kernel
+ * (K, N), bias (N,), all f32 or all f64; activation NONE, RELU, SIGMOID or TANH. The bias and the
+ * activation are applied to each tile of the product while it is in cache; values and gradients
+ * are bitwise those of eg_activation_apply(activation, eg_add(eg_matmul(x, kernel), bias)). New
+ * reference, NULL with an error for other shapes, dtypes or activations. */
+eg_tensor *eg_dense(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias,
+                    eg_activation activation);
+/* activation(eg_batch_norm_training(x, ...)) as one op (a BatchNormalization layer with an
+ * activation, while training); activation NONE or RELU. The activation is applied in the same
+ * pass as the normalization, and the backward's two passes apply relu's gradient themselves
+ * (relu_backward's pass over memory disappears); values and gradients are bitwise those of
+ * eg_activation_apply(activation, eg_batch_norm_training(...)). Arguments, statistics and
+ * ownership as eg_batch_norm_training (eagle/ops.h). New reference, NULL with an error for other
+ * activations or what eg_batch_norm_training refuses. */
+eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, const int *axes,
+                                             const eg_tensor *offset, const eg_tensor *scale,
+                                             double epsilon, eg_activation activation,
+                                             eg_tensor **batch_mean, eg_tensor **batch_variance);
+
 #if !defined(EG_NO_CALLSITE)
 #define eg_neg(...)           EG_CALLSITE_(eg_neg(__VA_ARGS__))
 #define eg_abs(...)           EG_CALLSITE_(eg_abs(__VA_ARGS__))
@@ -316,6 +355,10 @@ eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axe
 #define eg_batch_normalization(...) EG_CALLSITE_(eg_batch_normalization(__VA_ARGS__))
 #define eg_layer_normalization(...) EG_CALLSITE_(eg_layer_normalization(__VA_ARGS__))
 #define eg_batch_norm_training(...) EG_CALLSITE_(eg_batch_norm_training(__VA_ARGS__))
+#define eg_activation_apply(...)    EG_CALLSITE_(eg_activation_apply(__VA_ARGS__))
+#define eg_dense(...)               EG_CALLSITE_(eg_dense(__VA_ARGS__))
+#define eg_batch_norm_training_activation(...)                                                     \
+    EG_CALLSITE_(eg_batch_norm_training_activation(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -2,9 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/idmap.h"
+#include "base/idmap.h"
 #include "autograd/internal.h"
 #include "base/error.h"
+#include "exec/observer.h"
 
 typedef struct record {
     eg__op op;
@@ -31,14 +32,40 @@ struct eg_tape {
 _Thread_local eg_tape *eg__recording_tapes;
 _Thread_local int eg__no_grad_depth;
 
+/* The tape as an op observer: on for this thread while a tape records outside no-grad regions;
+ * it records each op that succeeded, is differentiable and reads a tensor some tape tracks. */
+static void op_end(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__attrs *attrs,
+                   eg_tensor *output, eg__op_span *span) {
+    (void)span;
+    if (output && !(eg__op_defs[op].flags & EG__OPF_NO_GRAD))
+        eg__tape_record(op, n_inputs, inputs, attrs, output);
+}
+
+/* Inside the profiler: a recorded op's time includes its recording. */
+static const eg__op_observer tape_observer = {"tape", 100, NULL, op_end};
+static atomic_int observer_slot = -1;
+
+/* After every change to this thread's tapes or no-grad depth. */
+static void observe_if_active(void) {
+    int slot = atomic_load_explicit(&observer_slot, memory_order_acquire);
+    if (slot >= 0) eg__observe_here(slot, eg__tapes_active());
+}
+
 void eg_no_grad_begin(void) {
     eg__no_grad_depth++;
+    observe_if_active();
 }
 void eg_no_grad_end(void) {
     if (eg__no_grad_depth > 0) eg__no_grad_depth--;
+    observe_if_active();
 }
 
 eg_tape *eg_tape_begin(bool persistent) {
+    if (atomic_load_explicit(&observer_slot, memory_order_acquire) < 0) {
+        int slot = eg__observer_add(&tape_observer); /* the same slot for every thread */
+        if (slot < 0) return NULL;
+        atomic_store_explicit(&observer_slot, slot, memory_order_release);
+    }
     eg_tape *tape = calloc(1, sizeof *tape);
     if (!tape) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "tape_begin: out of host memory");
@@ -48,6 +75,7 @@ eg_tape *eg_tape_begin(bool persistent) {
     tape->recording = true;
     tape->outer = eg__recording_tapes;
     eg__recording_tapes = tape;
+    observe_if_active();
     return tape;
 }
 
@@ -63,6 +91,7 @@ eg_status eg_tape_end(eg_tape *tape) {
     }
     tape->recording = false;
     tape->outer = NULL;
+    observe_if_active();
     return EG_OK;
 }
 
@@ -246,7 +275,7 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
             if (any) {
                 eg__backward_call call = {r->op, r->n_inputs, r->inputs,  r->output,
                                           g,     &r->attrs,   needs_grad, input_grads};
-                status = eg__op_defs[r->op].backward(&call);
+                status = eg__backward_rules[r->op](&call);
                 for (int j = 0; j < r->n_inputs; j++) {
                     if (!input_grads[j]) continue;
                     if (status == EG_OK)

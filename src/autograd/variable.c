@@ -7,15 +7,17 @@
 #include "lazy/internal.h"
 
 typedef struct eg__variable_info {
+    const eg__attachment_ops *ops; /* first: how core frees it with its tensor */
     char *name;
     bool trainable;
 } eg__variable_info;
 
-void eg__variable_info_free(eg__variable_info *info);
-void eg__variable_info_free(eg__variable_info *info) {
+static void variable_info_free(void *attachment) {
+    eg__variable_info *info = attachment;
     free(info->name);
     free(info);
 }
+static const eg__attachment_ops variable_info_ops = {variable_info_free, NULL};
 
 eg_status eg__copy_into(eg_tensor *dst, const eg_tensor *src);
 
@@ -34,6 +36,7 @@ eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "variable: out of host memory");
         return NULL;
     }
+    info->ops = &variable_info_ops;
     info->name = copy;
     info->trainable = true;
     eg__scope_suspend();
@@ -42,7 +45,7 @@ eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name) {
     eg__scope_resume();
     if (!v || eg__copy_into(v, initial_value) != EG_OK) {
         eg__unref(v);
-        eg__variable_info_free(info);
+        variable_info_free(info);
         return NULL;
     }
     v->variable = info;

@@ -19,6 +19,39 @@ typedef struct eg__op_signature {
     bool contiguous;
 } eg__op_signature;
 
+/* ---- optimizer updates: an update is an effect with a kernel per device ---- */
+
+typedef enum eg__update_rule {
+    EG__UPDATE_SGD,
+    EG__UPDATE_ADAM,
+    EG__UPDATE_RMSPROP
+} eg__update_rule;
+
+/* Slots per variable at most (RMSprop: velocity, momentum, average gradient). */
+#define EG__UPDATE_MAX_SLOTS 3
+
+/* The scalars of one update step, computed once in double by the optimizer; the kernels compute
+ * in the variable's dtype (Keras' formulas). alpha: Adam's bias-corrected step size. */
+typedef struct eg__update_params {
+    eg__update_rule rule;
+    double lr;
+    double weight_decay; /* 0: none */
+    double momentum;
+    bool nesterov;
+    double beta_1, beta_2, epsilon, alpha;
+    double rho;
+} eg__update_params;
+
+/* One variable's share of a multi-tensor update: its contiguous data, gradient and slots (NULL
+ * where a slot is unused), as elements [first, first + count) of the concatenation. */
+typedef struct eg__update_piece {
+    eg_dtype dtype; /* f32 or f64 */
+    void *variable;
+    const void *grad;
+    void *slots[EG__UPDATE_MAX_SLOTS];
+    int64_t first, count;
+} eg__update_piece;
+
 /* A consumer of an output's tiles: see tiled_product below. */
 typedef void (*eg__tile_fn)(void *context, int64_t offset, int rows, int cols, int64_t row_length,
                             const void *tile);
@@ -31,6 +64,16 @@ typedef struct eg__backend {
     /* Whether the kernel of sig->op takes these inputs (dtype, layout); false also for ops
      * without a kernel. Never raises an error. */
     bool (*supports)(const eg__op_signature *sig);
+
+    /* Optimizer updates, in place: several variables' whole updates as one piece of work over
+     * their concatenation (total elements), and elements [start, start + n) of one variable
+     * (variable and slots its whole arrays, grad the n gradient elements of the range: graph
+     * replay updates a weight tile by tile as its gradient's product makes it). Every update is
+     * elementwise, so any split gives the same bits. */
+    void (*update_many)(const eg__update_params *params, const eg__update_piece *pieces,
+                        int n_pieces, int64_t total);
+    void (*update_range)(const eg__update_params *params, eg_dtype dtype, void *variable,
+                         void *const *slots, int64_t start, int64_t n, const void *grad);
 
     /* ---- optional hooks (NULL where the backend has none) ---- */
 

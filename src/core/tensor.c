@@ -358,8 +358,10 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
     return t;
 }
 
-void eg__variable_info_free(struct eg__variable_info *info);
-void eg__lazy_node_free(struct eg__lazy_node *node);
+eg_status eg__realize_deferred(const eg_tensor *t) {
+    EG_ASSERT(t->lazy, return EG_ERR_INTERNAL);
+    return eg__attachment_ops_of(t->lazy)->realize(t);
+}
 
 void eg__storage_ref(eg__storage *storage) {
     atomic_fetch_add_explicit(&storage->refcount, 1, memory_order_relaxed);
@@ -394,8 +396,8 @@ void eg__unref(const eg_tensor *ct) {
     if (!drop_reference(&t->refcount)) return;
     if (t->scope) eg__scope_forget(t);
     eg__debug_untrack(t);
-    if (t->variable) eg__variable_info_free(t->variable);
-    if (t->lazy) eg__lazy_node_free(t->lazy);
+    if (t->variable) eg__attachment_ops_of(t->variable)->free(t->variable);
+    if (t->lazy) eg__attachment_ops_of(t->lazy)->free(t->lazy);
     /* A tensor allocated with its storage lives in the storage's block: the block goes when
      * the last view of the storage does. */
     bool in_storage_block = t->storage && t->storage->container == (void *)t;

@@ -56,6 +56,20 @@ struct eg__scope;
 struct eg__variable_info;
 struct eg__lazy_node;
 
+/* What layers above core hang off a tensor (a lazy node: src/lazy; a variable's info:
+ * src/autograd) begins with a pointer to these, so that core, which frees tensors and realizes
+ * them when their data is read, calls into those layers without naming them. */
+typedef struct eg__attachment_ops {
+    void (*free)(void *attachment);
+    /* lazy nodes only (NULL otherwise): computes the storage-less tensor t */
+    eg_status (*realize)(const eg_tensor *t);
+} eg__attachment_ops;
+
+/* The ops an attachment begins with. */
+static inline const eg__attachment_ops *eg__attachment_ops_of(const void *attachment) {
+    return *(const eg__attachment_ops *const *)attachment;
+}
+
 struct eg_tensor {
     atomic_long refcount;
     eg_dtype dtype;
@@ -131,9 +145,14 @@ void eg__unref(const eg_tensor *t);
 void eg__storage_ref(eg__storage *storage);
 void eg__storage_unref(eg__storage *storage);
 
+/* Computes a lazy tensor (lazy/graph modes) through its node's ops; EG_OK at once for a
+ * realized one (or NULL). */
+eg_status eg__realize_deferred(const eg_tensor *t);
+static inline eg_status eg__realize(const eg_tensor *t) {
+    return !t || t->storage ? EG_OK : eg__realize_deferred(t);
+}
+
 /* Pointer to element 0 of t (storage data + offset), typed. */
-/* Computes a lazy tensor (lazy/graph modes); EG_OK at once for a realized one. */
-eg_status eg__realize(const eg_tensor *t);
 
 static inline void *eg__data(const eg_tensor *t) {
     if (!t->storage && eg__realize(t) != EG_OK) return NULL;

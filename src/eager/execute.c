@@ -1,10 +1,10 @@
 /* Eager execution: the path every op call takes. */
-#include "autograd/internal.h"
 #include "dispatch/dispatch.h"
+#include "exec/executor.h"
+#include "exec/observer.h"
 #include "lazy/internal.h"
-#include "profiler/internal.h"
 
-/* Inlined into eg__execute so that the profiler's check is all an op pays while it is off. The
+/* Inlined into eg__execute so that the observers' check is all an op pays while none is on. The
  * argument checks are one pass with the failures out of line: this is the path every small op's
  * overhead is measured on. */
 static inline __attribute__((always_inline)) eg_tensor *
@@ -33,19 +33,14 @@ execute_now(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__a
     meta.device = NULL;
     if (def->infer(op, n_inputs, inputs, attrs, &meta) != EG_OK) return NULL;
     if (__builtin_expect(meta.device != NULL, 0)) device = meta.device; /* to_device */
+    if (eg__lazy_recording()) return eg__lazy_record(op, n_inputs, inputs, attrs, &meta, device);
     eg_tensor *output;
-    if (eg__lazy_recording()) {
-        output = eg__lazy_record(op, n_inputs, inputs, attrs, &meta, device);
-        if (!output) return NULL;
-        goto record;
-    }
     /* An eager op reading a lazy tensor computes it first. */
     if (__builtin_expect(!all_stored, 0))
         for (int i = 0; i < n_inputs; i++)
             if (!inputs[i]->storage && eg__realize(inputs[i]) != EG_OK) return NULL;
     if (meta.is_view) {
         output = eg__tensor_view(inputs[0], meta.n_dims, meta.shape, meta.strides, meta.offset);
-        if (!output) return NULL;
     } else {
         output = eg__tensor_alloc(meta.dtype, meta.n_dims, meta.shape, device);
         if (!output) return NULL;
@@ -55,19 +50,21 @@ execute_now(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__a
             return NULL;
         }
     }
-record:
-    if (eg__tapes_active() && !(def->flags & EG__OPF_NO_GRAD))
-        eg__tape_record(op, n_inputs, inputs, attrs, output);
+    return output;
+}
+
+/* With an observer on (a recording tape, the profiler): they see the op around its run. */
+static __attribute__((noinline)) eg_tensor *
+execute_observed(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__attrs *attrs) {
+    eg__op_span spans[EG__MAX_OBSERVERS];
+    unsigned on = eg__observers_begin(op, n_inputs, inputs, spans);
+    eg_tensor *output = execute_now(op, n_inputs, inputs, attrs);
+    eg__observers_end(on, op, n_inputs, inputs, attrs, output, spans);
     return output;
 }
 
 eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
                        const eg__attrs *attrs) {
-    if (EG__PROFILER_ON()) return eg__profiler_execute(op, n_inputs, inputs, attrs);
-    return execute_now(op, n_inputs, inputs, attrs);
-}
-
-eg_tensor *eg__execute_unprofiled(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                                  const eg__attrs *attrs) {
+    if (__builtin_expect(eg__observing(), 0)) return execute_observed(op, n_inputs, inputs, attrs);
     return execute_now(op, n_inputs, inputs, attrs);
 }

@@ -124,8 +124,8 @@ eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void 
     return EG_OK;
 }
 
-eg_status eg__graph_defer_update(eg_optimizer *optimizer, int n, eg_tensor *const *grads,
-                                 eg_tensor *const *variables) {
+eg_status eg__graph_defer_update(const eg__updater *updater, void *optimizer, int n,
+                                 eg_tensor *const *grads, eg_tensor *const *variables) {
     update_action *u = calloc(1, sizeof *u);
     if (u) {
         u->grads = calloc((size_t)n + 1, sizeof *u->grads);
@@ -137,9 +137,9 @@ eg_status eg__graph_defer_update(eg_optimizer *optimizer, int n, eg_tensor *cons
             free(u->variables);
         }
         free(u);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory",
-                         eg_optimizer_name(optimizer));
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", updater->name(optimizer));
     }
+    u->updater = updater;
     u->optimizer = optimizer;
     u->n = n;
     for (int i = 0; i < n; i++) {
@@ -456,19 +456,18 @@ void eg__graph_tile_to_update(void *context, int64_t offset, int rows, int cols,
                               const void *tile) {
     const update_part *part = context;
     if (cols == row_length) { /* whole rows: one contiguous range */
-        eg__optimizer_step_range(&part->step, offset, (int64_t)rows * cols, tile);
+        eg__update_step_range(&part->step, offset, (int64_t)rows * cols, tile);
         return;
     }
     size_t size = eg_dtype_size(part->step.variable->dtype);
     for (int r = 0; r < rows; r++)
-        eg__optimizer_step_range(&part->step, offset + r * row_length, cols,
-                                 (const char *)tile + (size_t)r * (size_t)cols * size);
+        eg__update_step_range(&part->step, offset + r * row_length, cols,
+                              (const char *)tile + (size_t)r * (size_t)cols * size);
 }
 
 eg_status eg__graph_prepare_part(trace *t, update_part *part) {
     update_action *u = t->actions[part->action].update;
-    return eg__optimizer_step_prepare(&part->step, u->optimizer, u->variables[part->index],
-                                      u->iteration);
+    return u->updater->prepare(u->optimizer, u->variables[part->index], u->iteration, &part->step);
 }
 
 bool eg__graph_part_is_direct(const trace *t, const update_part *part) {
@@ -481,7 +480,7 @@ void eg__graph_run_direct_part(trace *t, const update_part *part) {
     const update_action *u = t->actions[part->action].update;
     const eg_tensor *v = u->variables[part->index];
     if (v->n_elems)
-        eg__optimizer_step_range(&part->step, 0, v->n_elems, eg__data(u->grads[part->index]));
+        eg__update_step_range(&part->step, 0, v->n_elems, eg__data(u->grads[part->index]));
 }
 
 /* One variable's update from its computed gradient. */
@@ -494,8 +493,8 @@ static eg_status run_part(trace *t, update_part *part) {
         return status;
     }
     /* casts, copies of views...: the optimizer's own path, at this step's iteration */
-    eg_status status = eg_optimizer_set_iterations(u->optimizer, u->iteration);
-    if (status == EG_OK) status = eg_optimizer_apply_gradients(u->optimizer, 1, &g, &v);
+    eg_status status = u->updater->set_iterations(u->optimizer, u->iteration);
+    if (status == EG_OK) status = u->updater->apply(u->optimizer, g, v);
     return status;
 }
 
@@ -581,7 +580,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     for (int a = 0; a < t->n_actions; a++) {
         update_action *u = t->actions[a].update;
         if (!u) continue;
-        u->iteration = eg_optimizer_iterations(u->optimizer);
+        u->iteration = u->updater->iterations(u->optimizer);
         for (int b = 0; b < a; b++)
             if (t->actions[b].update && t->actions[b].update->optimizer == u->optimizer)
                 u->iteration++;
@@ -610,8 +609,8 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     }
     for (int a = 0; a < t->n_actions && status == EG_OK; a++)
         if (t->actions[a].update)
-            status = eg_optimizer_set_iterations(t->actions[a].update->optimizer,
-                                                 t->actions[a].update->iteration + 1);
+            status = t->actions[a].update->updater->set_iterations(
+                t->actions[a].update->optimizer, t->actions[a].update->iteration + 1);
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (status == EG_OK) {

@@ -3,10 +3,9 @@
 #ifndef EAGLE_SRC_GRAPH_INTERNAL_H
 #define EAGLE_SRC_GRAPH_INTERNAL_H
 
-#include "eagle/optim.h"
 #include "core/random.h"
 #include "lazy/internal.h"
-#include "optim/internal.h"
+#include "exec/effect.h"
 
 typedef enum {
     ROLE_VIEW,    /* bound to its base's memory, no kernel */
@@ -34,7 +33,8 @@ typedef struct entry {
 
 /* An optimizer step recorded while tracing (eg_optimizer_apply_gradients). */
 typedef struct update_action {
-    eg_optimizer *optimizer;
+    const eg__updater *updater;
+    void *optimizer;
     int n;
     eg_tensor **grads, **variables;
     int64_t iteration; /* this replay's */

@@ -8,6 +8,7 @@
 /* How to compute a storage-less tensor. Inputs are references; each is counted in the input's
  * lazy_consumers while the node exists. */
 typedef struct eg__lazy_node {
+    const eg__attachment_ops *ops; /* first: how core frees and realizes the node's tensor */
     eg__op op;
     int n_inputs;
     eg_tensor **inputs;

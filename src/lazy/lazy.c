@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/idmap.h"
+#include "base/idmap.h"
 #include "dispatch/dispatch.h"
 #include "base/error.h"
 #include "lazy/internal.h"
@@ -76,12 +76,19 @@ void eg__lazy_unpend(eg__lazy_node *node) {
     pending_remove(node);
 }
 
+static void free_attached_node(void *node) {
+    eg__lazy_node_free(node);
+}
+static eg_status realize_one(const eg_tensor *t);
+static const eg__attachment_ops node_ops = {free_attached_node, realize_one};
+
 static eg__lazy_node *node_new(int n_inputs) {
     eg__lazy_node *node = calloc(1, sizeof *node + (size_t)n_inputs * sizeof(eg_tensor *));
     if (!node) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory for a node");
         return NULL;
     }
+    node->ops = &node_ops;
     node->inputs = (eg_tensor **)(node + 1);
     node->n_inputs = n_inputs;
     node->placeholder = -1;
@@ -622,8 +629,7 @@ static eg_status realize_many(int n, const eg_tensor *const *tensors) {
     return status;
 }
 
-eg_status eg__realize(const eg_tensor *t) {
-    if (!t || t->storage) return EG_OK;
+static eg_status realize_one(const eg_tensor *t) {
     return realize_many(1, &t);
 }
 

@@ -5,40 +5,6 @@
 
 #include "nn/internal.h"
 
-/* ---- activations ---- */
-
-static const char *const activation_names[EG_ACTIVATION_COUNT] = {
-    [EG_ACTIVATION_NONE] = "linear",     [EG_ACTIVATION_RELU] = "relu",
-    [EG_ACTIVATION_SIGMOID] = "sigmoid", [EG_ACTIVATION_TANH] = "tanh",
-    [EG_ACTIVATION_GELU] = "gelu",       [EG_ACTIVATION_SOFTMAX] = "softmax",
-};
-
-const char *eg_activation_name(eg_activation activation) {
-    return (unsigned)activation < EG_ACTIVATION_COUNT ? activation_names[activation] : "invalid";
-}
-
-eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x) {
-    if (!eg__check_arg(x, "activation_apply", 1)) return NULL;
-    switch (activation) {
-    case EG_ACTIVATION_NONE:
-        return eg_reshape(x, x->n_dims, x->shape);
-    case EG_ACTIVATION_RELU:
-        return eg_relu(x);
-    case EG_ACTIVATION_SIGMOID:
-        return eg_sigmoid(x);
-    case EG_ACTIVATION_TANH:
-        return eg_tanh(x);
-    case EG_ACTIVATION_GELU:
-        return eg_gelu(x);
-    case EG_ACTIVATION_SOFTMAX:
-        return eg_softmax(x, -1);
-    default:
-        break;
-    }
-    eg__error(EG_ERR_INVALID_ARGUMENT, "activation_apply: invalid activation %d", (int)activation);
-    return NULL;
-}
-
 /* ---- construction ---- */
 
 static const char *const layer_types[EG__LAYER_KIND_COUNT] = {

@@ -840,3 +840,51 @@ eg_status eg__infer_avg_pool2d_backward(eg__op op, int n_in, const eg_tensor *co
     memcpy(meta->shape, attrs->shape, sizeof meta->shape);
     return EG_OK;
 }
+
+/* ---- dense: activation(x · kernel + bias) in one op ---- */
+
+static bool fusable_activation(int64_t activation) {
+    return activation == EG_ACTIVATION_NONE || activation == EG_ACTIVATION_RELU ||
+           activation == EG_ACTIVATION_SIGMOID || activation == EG_ACTIVATION_TANH;
+}
+
+/* x: (M, K), kernel: (K, N), bias: (N,) -> (M, N) */
+eg_status eg__infer_dense(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
+                          eg__meta *meta) {
+    (void)n_in;
+    const eg_tensor *x = in[0], *w = in[1], *b = in[2];
+    /* The shapes are formatted only for an error: six snprintf calls a step were ~1 % of the
+     * seed model's instructions. */
+    char sx[SHAPE_TEXT], sw[SHAPE_TEXT], sb[SHAPE_TEXT];
+#define FORMAT_SHAPES()                                                                            \
+    (eg__shape_format(x->n_dims, x->shape, sx, SHAPE_TEXT),                                        \
+     eg__shape_format(w->n_dims, w->shape, sw, SHAPE_TEXT),                                        \
+     eg__shape_format(b->n_dims, b->shape, sb, SHAPE_TEXT))
+    if (!fusable_activation(attrs->ints[0]))
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT,
+                            "activation %lld is not one of none, relu, sigmoid, tanh",
+                            (long long)attrs->ints[0]);
+    if (x->dtype != EG_DTYPE_F32 && x->dtype != EG_DTYPE_F64)
+        return eg__op_error(op, EG_ERR_DTYPE, "input 0 must be f32 or f64, got %s",
+                            eg_dtype_name(x->dtype));
+    if (w->dtype != x->dtype || b->dtype != x->dtype)
+        return eg__op_error(op, EG_ERR_DTYPE, "dtypes differ: %s, %s, %s", eg_dtype_name(x->dtype),
+                            eg_dtype_name(w->dtype), eg_dtype_name(b->dtype));
+    if (x->n_dims != 2 || w->n_dims != 2 || b->n_dims != 1)
+        return FORMAT_SHAPES(),
+               eg__op_error(op, EG_ERR_SHAPE,
+                            "needs x (M, K), kernel (K, N), bias (N): got %s, %s, %s", sx, sw, sb);
+    if (x->shape[1] != w->shape[0])
+        return FORMAT_SHAPES(),
+               eg__op_error(op, EG_ERR_SHAPE, "inner dimensions differ: %s x %s", sx, sw);
+    if (b->shape[0] != w->shape[1])
+        return FORMAT_SHAPES(),
+               eg__op_error(op, EG_ERR_SHAPE, "bias %s does not match the kernel's %lld units", sb,
+                            (long long)w->shape[1]);
+#undef FORMAT_SHAPES
+    meta->dtype = x->dtype;
+    meta->n_dims = 2;
+    meta->shape[0] = x->shape[0];
+    meta->shape[1] = w->shape[1];
+    return EG_OK;
+}

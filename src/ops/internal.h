@@ -58,18 +58,6 @@ typedef struct eg__kernel_call {
 } eg__kernel_call;
 typedef eg_status (*eg__kernel_fn)(const eg__kernel_call *call);
 
-typedef struct eg__backward_call {
-    eg__op op;
-    int n_inputs;
-    const eg_tensor *const *inputs;
-    const eg_tensor *output;
-    const eg_tensor *grad_output;
-    const eg__attrs *attrs;
-    const bool *needs_grad;  /* per input: whether its gradient is wanted */
-    eg_tensor **grad_inputs; /* per input: set to a new reference, or left NULL (no gradient) */
-} eg__backward_call;
-typedef eg_status (*eg__backward_fn)(const eg__backward_call *call);
-
 typedef eg_status (*eg__infer_fn)(eg__op op, int n_inputs, const eg_tensor *const *inputs,
                                   const eg__attrs *attrs, eg__meta *meta);
 
@@ -77,7 +65,6 @@ typedef struct eg__op_def {
     const char *name;
     int n_inputs;
     eg__infer_fn infer;
-    eg__backward_fn backward;
     unsigned flags;
 } eg__op_def;
 
@@ -85,29 +72,12 @@ extern const eg__op_def eg__op_defs[EG__OP_COUNT];
 
 #define EG_OP(ENUM, name, n_inputs, infer, backward, flags)                                        \
     eg_status eg__infer_##infer(eg__op op, int n_in, const eg_tensor *const *in,                   \
-                                const eg__attrs *attrs, eg__meta *meta);                           \
-    eg_status eg__backward_##backward(const eg__backward_call *call);
+                                const eg__attrs *attrs, eg__meta *meta);
 #include "ops/ops.def"
 #undef EG_OP
-
-/* Runs one op now: checks arguments, infers the result, allocates it (or makes the view), runs
- * the device's kernel, records on the active tapes. The heart of eager mode. */
-eg_tensor *eg__execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                       const eg__attrs *attrs);
 
 /* Raises an error prefixed by the op's name ("matmul: ...") and returns status. */
 eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* attrs->window (and nothing else: the rest zeroed) for a 2-d convolution of an x_shape image
- * (4-d, in options' data format) with a filter_shape filter, or a pooling of an x_shape image:
- * defaults filled in, SAME padding resolved. false with an error naming `name` for bad options. */
-bool eg__conv2d_attrs(eg__attrs *attrs, const eg_conv2d_options *options, const int64_t *x_shape,
-                      const int64_t *filter_shape, const char *name);
-bool eg__pool2d_attrs(eg__attrs *attrs, const eg_pool2d_options *options, const int64_t *x_shape,
-                      const char *name);
-
-/* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
-eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);
 
 #endif

@@ -17,7 +17,7 @@ eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...) {
 
 const eg__op_def eg__op_defs[EG__OP_COUNT] = {
 #define EG_OP(ENUM, name, n_inputs, infer, backward, flags)                                        \
-    [EG__OP_##ENUM] = {#name, n_inputs, eg__infer_##infer, eg__backward_##backward, flags},
+    [EG__OP_##ENUM] = {#name, n_inputs, eg__infer_##infer, flags},
 #include "ops/ops.def"
 #undef EG_OP
 };

@@ -5,23 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/idmap.h"
-#include "base/cpu_features.h"
-#include "base/threadpool.h"
 #include "base/error.h"
-#include "lazy/internal.h"
-#include "core/tensor_internal.h"
+#include "base/idmap.h"
 #include "eagle/autograd.h"
 #include "eagle/ops.h"
+#include "exec/effect.h"
+#include "lazy/internal.h"
 #include "optim/internal.h"
 
-#if defined(__x86_64__) || defined(__SSE2__)
-#include <xmmintrin.h> /* the MXCSR, for flush_subnormals_begin */
-#endif
+typedef eg__update_rule optimizer_kind;
 
-typedef enum { KIND_SGD, KIND_ADAM, KIND_RMSPROP } optimizer_kind;
-
-#define MAX_SLOTS 3
+#define MAX_SLOTS EG__UPDATE_MAX_SLOTS
 
 /* The slots of one variable, at fixed positions per kind (NULL where unused). */
 typedef struct slot_set {
@@ -112,7 +106,7 @@ eg_optimizer *eg_sgd_new(const eg_sgd_options *options) {
     const char *problem = !non_negative(o.momentum)       ? "momentum must be finite and >= 0"
                           : !non_negative(o.weight_decay) ? "weight_decay must be finite and >= 0"
                                                           : NULL;
-    eg_optimizer *opt = optimizer_new(KIND_SGD, "sgd", &o.learning_rate, problem);
+    eg_optimizer *opt = optimizer_new(EG__UPDATE_SGD, "sgd", &o.learning_rate, problem);
     if (!opt) return NULL;
     opt->momentum = o.momentum;
     opt->nesterov = o.nesterov;
@@ -129,7 +123,7 @@ static eg_optimizer *adam_new(const eg_adam_options *options, const char *name,
                           : !positive(o.epsilon)          ? "epsilon must be finite and > 0"
                           : !non_negative(o.weight_decay) ? "weight_decay must be finite and >= 0"
                                                           : NULL;
-    eg_optimizer *opt = optimizer_new(KIND_ADAM, name, &o.learning_rate, problem);
+    eg_optimizer *opt = optimizer_new(EG__UPDATE_ADAM, name, &o.learning_rate, problem);
     if (!opt) return NULL;
     opt->beta_1 = o.beta_1;
     opt->beta_2 = o.beta_2;
@@ -155,7 +149,7 @@ eg_optimizer *eg_rmsprop_new(const eg_rmsprop_options *options) {
                           : !positive(o.epsilon)          ? "epsilon must be finite and > 0"
                           : !non_negative(o.weight_decay) ? "weight_decay must be finite and >= 0"
                                                           : NULL;
-    eg_optimizer *opt = optimizer_new(KIND_RMSPROP, "rmsprop", &o.learning_rate, problem);
+    eg_optimizer *opt = optimizer_new(EG__UPDATE_RMSPROP, "rmsprop", &o.learning_rate, problem);
     if (!opt) return NULL;
     opt->rho = o.rho;
     opt->momentum = o.momentum;
@@ -168,242 +162,29 @@ eg_optimizer *eg_rmsprop_new(const eg_rmsprop_options *options) {
     return opt;
 }
 
-/* ---- the fused update loops ---- */
+static const eg__updater updater; /* graph mode's view of an optimizer (at the end) */
 
-/* The scalars of one step, computed once in double. */
-typedef struct hyper {
-    double lr;
-    double weight_decay; /* 0: none */
-    double momentum;
-    bool nesterov;
-    double beta_1, beta_2, epsilon, alpha; /* alpha: Adam's bias-corrected step size */
-    double rho;
-} hyper;
+/* ---- the update's scalars (the loops are the device's: backend/cpu/update.c) ---- */
 
-/* The hyperparameters of opt's update number `iteration` at learning rate lr (Adam's alpha
+/* The scalars of opt's update number `iteration` at learning rate lr (Adam's alpha
  * bias-corrected for that step). One definition for eg_optimizer_apply_gradients and graph
  * mode's tiled updates, which must give the same bits. */
-static hyper hyper_at(const eg_optimizer *opt, double lr, int64_t iteration);
-
-/* The hyperparameters of an update at learning rate lr with Adam's alpha already known (graph
- * mode's pieces of one update: no pow() per piece). */
-static hyper hyper_with_alpha(const eg_optimizer *opt, double lr, double alpha) {
-    hyper h = hyper_at(opt, lr, -1);
-    h.alpha = alpha;
-    return h;
-}
-
-static hyper hyper_at(const eg_optimizer *opt, double lr, int64_t iteration) {
-    hyper h = {.lr = lr,
-               .weight_decay = opt->weight_decay,
-               .momentum = opt->momentum,
-               .nesterov = opt->nesterov,
-               .beta_1 = opt->beta_1,
-               .beta_2 = opt->beta_2,
-               .epsilon = opt->epsilon,
-               .rho = opt->rho};
-    if (opt->kind == KIND_ADAM && iteration >= 0) {
+static eg__update_params params_at(const eg_optimizer *opt, double lr, int64_t iteration) {
+    eg__update_params h = {.rule = opt->kind,
+                           .lr = lr,
+                           .weight_decay = opt->weight_decay,
+                           .momentum = opt->momentum,
+                           .nesterov = opt->nesterov,
+                           .beta_1 = opt->beta_1,
+                           .beta_2 = opt->beta_2,
+                           .epsilon = opt->epsilon,
+                           .rho = opt->rho};
+    if (opt->kind == EG__UPDATE_ADAM) {
         double t = (double)(iteration + 1);
         h.alpha = lr * sqrt(1.0 - pow(opt->beta_2, t)) / (1.0 - pow(opt->beta_1, t));
     }
     return h;
 }
-
-/* Each loop: v (n,) the variable, g (n,) the gradient, s0..s2 the slots in kind order; all
- * contiguous, same dtype T; computed in T like Keras. */
-#define DEFINE_UPDATES(T, SUFFIX, SQRT)                                                            \
-    static void sgd_##SUFFIX(T *restrict v, const T *restrict g, T *restrict m, int64_t n,         \
-                             const hyper *h) {                                                     \
-        const T lr = (T)h->lr, wd = (T)h->weight_decay, mom = (T)h->momentum;                      \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            T x = v[i];                                                                            \
-            if (wd != 0) x = x - x * wd * lr;                                                      \
-            if (m) {                                                                               \
-                T mi = -g[i] * lr + m[i] * mom;                                                    \
-                m[i] = mi;                                                                         \
-                x = h->nesterov ? x + (-g[i] * lr + mi * mom) : x + mi;                            \
-            } else {                                                                               \
-                x = x - g[i] * lr;                                                                 \
-            }                                                                                      \
-            v[i] = x;                                                                              \
-        }                                                                                          \
-    }                                                                                              \
-    static void rmsprop_##SUFFIX(T *restrict v, const T *restrict g, T *restrict u, T *restrict m, \
-                                 T *restrict a, int64_t n, const hyper *h) {                       \
-        const T lr = (T)h->lr, wd = (T)h->weight_decay, mom = (T)h->momentum;                      \
-        const T rho = (T)h->rho, one_minus_rho = (T)(1.0 - h->rho), eps = (T)h->epsilon;           \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            T x = v[i];                                                                            \
-            if (wd != 0) x = x - x * wd * lr;                                                      \
-            T gi = g[i];                                                                           \
-            T ui = rho * u[i] + one_minus_rho * (gi * gi);                                         \
-            u[i] = ui;                                                                             \
-            T denominator = ui + eps;                                                              \
-            if (a) {                                                                               \
-                T ai = rho * a[i] + one_minus_rho * gi;                                            \
-                a[i] = ai;                                                                         \
-                denominator = ui - ai * ai + eps;                                                  \
-            }                                                                                      \
-            T increment = (lr * gi) / SQRT(denominator);                                           \
-            if (m) {                                                                               \
-                T mi = mom * m[i] + increment;                                                     \
-                m[i] = mi;                                                                         \
-                x = x - mi;                                                                        \
-            } else {                                                                               \
-                x = x - increment;                                                                 \
-            }                                                                                      \
-            v[i] = x;                                                                              \
-        }                                                                                          \
-    }
-
-DEFINE_UPDATES(float, f32, sqrtf)
-DEFINE_UPDATES(double, f64, sqrt)
-#undef DEFINE_UPDATES
-
-/* Adam's loop on its own: it is compiled twice for f32 (see adam_f32). */
-#define DEFINE_ADAM(T, NAME, SQRT, ATTR)                                                           \
-    ATTR static void NAME(T *restrict v, const T *restrict g, T *restrict m, T *restrict u,        \
-                          int64_t n, const hyper *h) {                                             \
-        const T lr = (T)h->lr, wd = (T)h->weight_decay, alpha = (T)h->alpha;                       \
-        const T one_minus_b1 = (T)(1.0 - h->beta_1), one_minus_b2 = (T)(1.0 - h->beta_2);          \
-        const T eps = (T)h->epsilon;                                                               \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            T x = v[i];                                                                            \
-            if (wd != 0) x = x - x * wd * lr;                                                      \
-            T gi = g[i];                                                                           \
-            T mi = m[i] + (gi - m[i]) * one_minus_b1;                                              \
-            T ui = u[i] + (gi * gi - u[i]) * one_minus_b2;                                         \
-            m[i] = mi;                                                                             \
-            u[i] = ui;                                                                             \
-            v[i] = x - (mi * alpha) / (SQRT(ui) + eps);                                            \
-        }                                                                                          \
-    }
-
-DEFINE_ADAM(float, adam_f32_sse2, sqrtf, )
-DEFINE_ADAM(double, adam_f64, sqrt, )
-#if defined(__x86_64__)
-/* The same loop in 8-wide vectors: sqrt, divide, multiply and add are exact in every width, so
- * the bits are those of the SSE2 loop (no "fma" target: a contracted multiply-add would round
- * differently). Adam was 18% of the seed model's step in its 4-wide form. */
-DEFINE_ADAM(float, adam_f32_avx2, sqrtf, __attribute__((target("avx2"))))
-#endif
-#undef DEFINE_ADAM
-
-static void adam_f32(float *restrict v, const float *restrict g, float *restrict m,
-                     float *restrict u, int64_t n, const hyper *h) {
-#if defined(__x86_64__)
-    if (eg__cpu_active_level() >= EG__CPU_AVX2) {
-        adam_f32_avx2(v, g, m, u, n, h);
-        return;
-    }
-#endif
-    adam_f32_sse2(v, g, m, u, n, h);
-}
-
-/* Updates run with subnormals flushed to zero (x86's FTZ and DAZ, as TensorFlow's CPU kernels
- * run), the caller's mode restored after. A parameter whose gradient stays 0 (a pixel that is 0
- * in every image, a dead unit) has its moments decay by beta each step into the subnormal range,
- * where every operation on them takes a microcode assist: after 2,000 Fashion-MNIST steps 2,352
- * of the seed model's 50,176 first-layer momenta were subnormal, in 27 % of the 8-wide vectors,
- * and the assists were 20-25 us of its 47 us update. Flushed, those moments become 0; over 1,500
- * steps the weights stayed bitwise the same. */
-#if defined(__x86_64__) || defined(__SSE2__)
-#define FLUSH_SUBNORMALS_BITS 0x8040u /* FTZ (bit 15) | DAZ (bit 6) */
-typedef unsigned int float_mode;
-static float_mode flush_subnormals_begin(void) {
-    float_mode saved = _mm_getcsr();
-    _mm_setcsr(saved | FLUSH_SUBNORMALS_BITS);
-    return saved;
-}
-static void flush_subnormals_end(float_mode saved) {
-    _mm_setcsr(saved);
-}
-#else
-typedef int float_mode;
-static float_mode flush_subnormals_begin(void) {
-    return 0;
-}
-static void flush_subnormals_end(float_mode saved) {
-    (void)saved;
-}
-#endif
-
-/* Elements [start, start + n) of one variable's update: v and the slots are the variable's
- * whole arrays (NULL where a slot is unused), g the n gradient elements of the range; every
- * pointer already checked. */
-static void update_range(const eg_optimizer *opt, eg_dtype dtype, void *v_base,
-                         void *const slot_base[MAX_SLOTS], int64_t start, int64_t n, const void *g,
-                         const hyper *h) {
-    size_t size = eg_dtype_size(dtype);
-    void *v = (char *)v_base + (size_t)start * size;
-    void *slot[MAX_SLOTS] = {0};
-    for (int k = 0; k < MAX_SLOTS; k++)
-        if (slot_base[k]) slot[k] = (char *)slot_base[k] + (size_t)start * size;
-    bool f32 = dtype == EG_DTYPE_F32;
-    float_mode saved = flush_subnormals_begin();
-    switch (opt->kind) {
-    case KIND_SGD:
-        if (f32)
-            sgd_f32(v, g, slot[0], n, h);
-        else
-            sgd_f64(v, g, slot[0], n, h);
-        break;
-    case KIND_ADAM:
-        if (f32)
-            adam_f32(v, g, slot[0], slot[1], n, h);
-        else
-            adam_f64(v, g, slot[0], slot[1], n, h);
-        break;
-    case KIND_RMSPROP:
-        if (f32)
-            rmsprop_f32(v, g, slot[0], slot[1], slot[2], n, h);
-        else
-            rmsprop_f64(v, g, slot[0], slot[1], slot[2], n, h);
-        break;
-    }
-    flush_subnormals_end(saved);
-}
-
-/* One update of several variables as one piece of parallel work over all their elements
- * together: the updates are elementwise, so any split gives the same bits, and small variables
- * (biases) ride along with big ones instead of each waking the pool. */
-typedef struct update_piece {
-    eg_dtype dtype;
-    void *variable;
-    const void *grad;
-    void *slots[MAX_SLOTS];
-    int64_t first; /* the index of the variable's first element in the concatenation */
-    int64_t count;
-} update_piece;
-
-typedef struct update_job {
-    const eg_optimizer *optimizer;
-    const hyper *h;
-    const update_piece *pieces;
-    int n_pieces;
-} update_job;
-
-static void run_update_job(void *context, int64_t begin, int64_t end) {
-    const update_job *job = context;
-    for (int i = 0; i < job->n_pieces && begin < end; i++) {
-        const update_piece *piece = &job->pieces[i];
-        int64_t piece_end = piece->first + piece->count;
-        if (piece_end <= begin) continue;
-        int64_t stop = end < piece_end ? end : piece_end;
-        int64_t start = begin - piece->first;
-        const char *grad = (const char *)piece->grad + (size_t)start * eg_dtype_size(piece->dtype);
-        update_range(job->optimizer, piece->dtype, piece->variable, piece->slots, start,
-                     stop - begin, grad, job->h);
-        begin = stop;
-    }
-}
-
-/* Elements of an update below which it stays on one thread. Not the wake-up cost alone (Adam
- * takes ~1 ns an element): a variable updated half on each core is then read by the next step's
- * product on one core, from the other core's cache. At 16384 the seed model (50,890 parameters)
- * split its update and its eager step at 2 threads took ~40 us more than at 1 (`eagle bench
- * modes`); the 784-512-512-10 model (669,706) still splits. */
-enum { UPDATE_PARALLEL_GRAIN = 1 << 18 };
 
 /* ---- slots ---- */
 
@@ -504,7 +285,7 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     }
     eg__idmap_clear(&seen);
     if (status != EG_OK) return status;
-    if (eg__graph_tracing()) return eg__graph_defer_update(opt, n, grads, variables);
+    if (eg__graph_tracing()) return eg__graph_defer_update(&updater, opt, n, grads, variables);
     /* Lazy gradients are computed together: one by one they would recompute shared work. */
     const eg_tensor **pending = malloc(sizeof *pending * ((size_t)n + 1));
     if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
@@ -544,27 +325,37 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
         items[i].grad = g->n_elems ? eg_tensor_data(g) : NULL;
         if (g->n_elems && !items[i].grad) status = eg_last_status();
     }
-    update_piece *pieces = n && status == EG_OK ? calloc((size_t)n, sizeof *pieces) : NULL;
+    eg__update_piece *pieces = n && status == EG_OK ? calloc((size_t)n, sizeof *pieces) : NULL;
     if (n && status == EG_OK && !pieces)
         status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     if (status == EG_OK) {
-        hyper h = hyper_at(opt, lr, opt->iterations);
-        update_job job = {.optimizer = opt, .h = &h, .pieces = pieces};
-        int64_t total = 0;
-        for (int i = 0; i < n; i++) {
-            eg_tensor *v = variables[i];
-            if (!grads[i] || v->n_elems == 0) continue;
-            update_piece *piece = &pieces[job.n_pieces++];
-            *piece = (update_piece){.dtype = v->dtype,
-                                    .variable = eg__data(v),
-                                    .grad = items[i].grad,
-                                    .first = total,
-                                    .count = v->n_elems};
-            for (int k = 0; k < MAX_SLOTS; k++)
-                if (items[i].slots->slots[k]) piece->slots[k] = eg__data(items[i].slots->slots[k]);
-            total += v->n_elems;
+        eg__update_params params = params_at(opt, lr, opt->iterations);
+        /* one multi-tensor update per device the variables live on, in the order they first
+         * appear */
+        for (int first = 0; first < n; first++) {
+            const eg_device *device = variables[first]->device;
+            bool seen_before = false;
+            for (int i = 0; i < first && !seen_before; i++)
+                seen_before = grads[i] && variables[i]->device == device;
+            if (!grads[first] || seen_before) continue;
+            int n_pieces = 0;
+            int64_t total = 0;
+            for (int i = first; i < n; i++) {
+                eg_tensor *v = variables[i];
+                if (!grads[i] || v->n_elems == 0 || v->device != device) continue;
+                eg__update_piece *piece = &pieces[n_pieces++];
+                *piece = (eg__update_piece){.dtype = v->dtype,
+                                            .variable = eg__data(v),
+                                            .grad = items[i].grad,
+                                            .first = total,
+                                            .count = v->n_elems};
+                for (int k = 0; k < MAX_SLOTS; k++)
+                    if (items[i].slots->slots[k])
+                        piece->slots[k] = eg__data(items[i].slots->slots[k]);
+                total += v->n_elems;
+            }
+            if (n_pieces) eg__backend_of(device)->update_many(&params, pieces, n_pieces, total);
         }
-        eg__parallel_for(total, UPDATE_PARALLEL_GRAIN, run_update_job, &job);
         opt->iterations++;
     }
     free(pieces);
@@ -698,29 +489,38 @@ void eg_optimizer_free(eg_optimizer *opt) {
     free(opt);
 }
 
-/* ---- graph mode: one step's update applied piecewise (optim/internal.h) ---- */
+/* ---- graph mode: what a replayed step asks of the optimizer (exec/effect.h) ---- */
 
-eg_status eg__optimizer_step_prepare(eg__update_step *step, eg_optimizer *opt, eg_tensor *variable,
-                                     int64_t iteration) {
+static const char *updater_name(const void *opt) {
+    return eg_optimizer_name(opt);
+}
+
+static int64_t updater_iterations(const void *opt) {
+    return eg_optimizer_iterations(opt);
+}
+
+static eg_status updater_set_iterations(void *opt, int64_t iterations) {
+    return eg_optimizer_set_iterations(opt, iterations);
+}
+
+static eg_status updater_prepare(void *optimizer, eg_tensor *variable, int64_t iteration,
+                                 eg__update_step *step) {
+    eg_optimizer *opt = optimizer;
     double lr = eg_schedule_value(&opt->learning_rate, iteration);
     if (isnan(lr)) return eg_last_status();
     eg__scope_suspend();
     slot_set *set = get_slots(opt, variable);
     eg__scope_resume();
     if (!set) return eg_last_status();
-    *step = (eg__update_step){opt, variable, iteration, lr, 0, {NULL, NULL, NULL}};
-    for (int k = 0; k < MAX_SLOTS && k < 3; k++)
+    *step = (eg__update_step){.variable = variable, .params = params_at(opt, lr, iteration)};
+    for (int k = 0; k < MAX_SLOTS; k++)
         if (set->slots[k]) step->slots[k] = eg__data(set->slots[k]);
-    step->alpha = hyper_at(opt, lr, iteration).alpha;
     return EG_OK;
 }
 
-void eg__optimizer_step_range(const eg__update_step *step, int64_t start, int64_t count,
-                              const void *grad) {
-    const eg_optimizer *opt = step->optimizer;
-    hyper h = hyper_with_alpha(opt, step->learning_rate, step->alpha);
-    const eg_tensor *v = step->variable;
-    void *slots[MAX_SLOTS] = {0};
-    for (int k = 0; k < MAX_SLOTS; k++) slots[k] = step->slots[k];
-    update_range(opt, v->dtype, eg__data(v), slots, start, count, grad, &h);
+static eg_status updater_apply(void *opt, eg_tensor *grad, eg_tensor *variable) {
+    return eg_optimizer_apply_gradients(opt, 1, &grad, &variable);
 }
+
+static const eg__updater updater = {updater_name, updater_iterations, updater_set_iterations,
+                                    updater_prepare, updater_apply};

@@ -30,13 +30,6 @@ extern atomic_uint eg__profiler_flags;
         (atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed) & EG_PROFILE_TRACE) != 0, \
         0)
 
-/* eg__execute without the profiler check (src/eager/execute.c). */
-eg_tensor *eg__execute_unprofiled(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                                  const eg__attrs *attrs);
-/* Runs the op through eg__execute_unprofiled, timing and recording it. */
-eg_tensor *eg__profiler_execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                                const eg__attrs *attrs);
-
 /* The thread pool's chunk runner while tracing: runs fn(context, begin, end) and records it as
  * a span. */
 void eg__profiler_run_chunk(void (*fn)(void *, int64_t, int64_t), void *context, int64_t begin,

@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "device/device.h"
+#include "exec/observer.h"
 #include "profiler/internal.h"
 
 atomic_uint eg__profiler_flags;
@@ -240,21 +241,36 @@ static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
     pthread_mutex_unlock(&t->mutex);
 }
 
-eg_tensor *eg__profiler_execute(eg__op op, int n_inputs, const eg_tensor *const *inputs,
-                                const eg__attrs *attrs) {
+/* The profiler as an op observer: it times each op from before it runs to after every
+ * observer inside it (the tape's recording included) has seen it. span: the session generation,
+ * the CPU and wall clocks at the start. */
+static void op_begin(eg__op op, int n_inputs, const eg_tensor *const *inputs, eg__op_span *span) {
+    (void)op;
+    (void)n_inputs;
+    (void)inputs;
     unsigned flags = atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed);
-    uint64_t gen = atomic_load_explicit(&generation, memory_order_relaxed);
-    uint64_t cpu_start = cpu_now_if(flags), start = eg__profiler_now_ns();
-    eg_tensor *output = eg__execute_unprofiled(op, n_inputs, inputs, attrs);
+    span->values[0] = atomic_load_explicit(&generation, memory_order_relaxed);
+    span->values[1] = cpu_now_if(flags);
+    span->values[2] = eg__profiler_now_ns();
+}
+
+static void op_end(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__attrs *attrs,
+                   eg_tensor *output, eg__op_span *span) {
+    (void)attrs;
+    unsigned flags = atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed);
     uint64_t end = eg__profiler_now_ns(), cpu_end = cpu_now_if(flags);
-    if (!flags) return output;
+    if (!flags) return;
     /* A NULL argument passed along a chain ran nothing: not an op call. */
     for (int i = 0; i < n_inputs; i++)
-        if (!inputs[i]) return output;
-    record_op(flags, gen, op, n_inputs, inputs, output, start, end,
-              flags & EG_PROFILE_CPU_TIME ? cpu_end - cpu_start : end - start);
-    return output;
+        if (!inputs[i]) return;
+    uint64_t start = span->values[2];
+    record_op(flags, span->values[0], op, n_inputs, inputs, output, start, end,
+              flags & EG_PROFILE_CPU_TIME ? cpu_end - span->values[1] : end - start);
 }
+
+/* Outermost: what it times encloses every other observer. */
+static const eg__op_observer profiler_observer = {"profiler", 0, op_begin, op_end};
+static int observer_slot = -1;
 
 void eg__profiler_run_chunk(void (*fn)(void *, int64_t, int64_t), void *context, int64_t begin,
                             int64_t end) {
@@ -291,10 +307,12 @@ eg_status eg_profiler_set_thread_name(const char *name) {
 
 /* ---- sessions ------------------------------------------------------------------------------ */
 
-/* The running session's flags, and the thread pool's chunk runner while tracing. */
+/* The running session's flags; the profiler observes every thread's ops while they are set, and
+ * is the thread pool's chunk runner while tracing. */
 static void set_flags(unsigned flags) {
     eg__threadpool_set_chunk_runner(flags & EG_PROFILE_TRACE ? eg__profiler_run_chunk : NULL);
     atomic_store_explicit(&eg__profiler_flags, flags, memory_order_release);
+    if (observer_slot >= 0) eg__observe_everywhere(observer_slot, flags != 0);
 }
 
 eg_status eg_profiler_start(unsigned flags) {
@@ -309,6 +327,10 @@ eg_status eg_profiler_start(unsigned flags) {
     if (eg__profiler.running) {
         pthread_mutex_unlock(&eg__profiler.mutex);
         return eg__error(EG_ERR_STATE, "profiler_start: the profiler is already running");
+    }
+    if (observer_slot < 0 && (observer_slot = eg__observer_add(&profiler_observer)) < 0) {
+        pthread_mutex_unlock(&eg__profiler.mutex);
+        return eg_last_status();
     }
     clear_results_locked();
     eg__profiler.session_flags = flags;

@@ -95,6 +95,11 @@ static inline eg__image eg__image_of(const eg_tensor *t, bool channels_first) {
  * build started at load stopped (matmul.c). Once per process; thread-safe. Every caller of BLAS
  * calls it first. */
 void eg__blas_single_threaded(void);
+/* The CPU backend's optimizer updates (update.c; backend.h: update_many, update_range). */
+void eg__cpu_update_many(const eg__update_params *params, const eg__update_piece *pieces,
+                         int n_pieces, int64_t total);
+void eg__cpu_update_range(const eg__update_params *params, eg_dtype dtype, void *variable,
+                          void *const *slots, int64_t start, int64_t n, const void *grad);
 /* The CPU backend's set_threads hook: BLAS stays single-threaded whatever the count. */
 void eg__blas_set_threads(int n);
 

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "lazy/internal.h"
-#include "ops/internal.h"
+#include "api/internal.h"
 
 static eg_tensor *run1(eg__op op, const eg_tensor *x, const eg__attrs *attrs) {
     const eg_tensor *in[1] = {x};
@@ -18,6 +18,21 @@ static eg_tensor *run2(eg__op op, const eg_tensor *a, const eg_tensor *b, const 
 }
 
 static const eg__attrs no_attrs;
+
+eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape) {
+    if (!g) return NULL;
+    if (g->n_dims == n_dims && memcmp(g->shape, shape, sizeof(int64_t) * (size_t)n_dims) == 0) {
+        eg__ref(g);
+        return (eg_tensor *)g;
+    }
+    int axes[EG_MAX_DIMS], n_axes = 0, lead = g->n_dims - n_dims;
+    for (int d = 0; d < g->n_dims; d++)
+        if (d < lead || (shape[d - lead] == 1 && g->shape[d] != 1)) axes[n_axes++] = d;
+    eg_tensor *summed = n_axes ? eg_sum(g, n_axes, axes, true) : (eg__ref(g), (eg_tensor *)g);
+    eg_tensor *result = eg_reshape(summed, n_dims, shape);
+    eg_release(summed);
+    return result;
+}
 
 #define UNARY(name, OP)                                                                            \
     eg_tensor *eg_##name(const eg_tensor *x) {                                                     \

@@ -4,8 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "eagle/nn.h"
-#include "ops/internal.h"
+#include "api/internal.h"
 
 /* ---- windows ---- */
 

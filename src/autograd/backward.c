@@ -8,8 +8,7 @@
 
 #include "autograd/internal.h"
 #include "base/error.h"
-#include "eagle/nn.h"
-#include "ops/internal.h"
+#include "api/internal.h"
 
 #define IN(i)    (call->inputs[i])
 #define OUT      (call->output)
@@ -38,21 +37,6 @@ static eg_status finish(temps *t) {
 
 static eg_tensor *scalar_like(temps *t, const eg_tensor *x, double value) {
     return tmp(t, eg__full_on(x->device, x->dtype, 0, NULL, value));
-}
-
-eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape) {
-    if (!g) return NULL;
-    if (g->n_dims == n_dims && memcmp(g->shape, shape, sizeof(int64_t) * (size_t)n_dims) == 0) {
-        eg__ref(g);
-        return (eg_tensor *)g;
-    }
-    int axes[EG_MAX_DIMS], n_axes = 0, lead = g->n_dims - n_dims;
-    for (int d = 0; d < g->n_dims; d++)
-        if (d < lead || (shape[d - lead] == 1 && g->shape[d] != 1)) axes[n_axes++] = d;
-    eg_tensor *summed = n_axes ? eg_sum(g, n_axes, axes, true) : (eg__ref(g), (eg_tensor *)g);
-    eg_tensor *result = eg_reshape(summed, n_dims, shape);
-    eg_release(summed);
-    return result;
 }
 
 static eg_tensor *reduce_like(const eg_tensor *g, const eg_tensor *x) {
@@ -631,3 +615,53 @@ eg_status eg__backward_avg_pool2d_backward(const eg__backward_call *call) {
     SET_GRAD(0, run_with_shape(call, EG__OP_AVG_POOL2D, 1, GRAD, NULL, NULL));
     return eg_last_status();
 }
+
+/* The unfused chain's rules in order: the activation's (from the output, as sigmoid's and
+ * tanh's own rules do; relu's mask y > 0 is z > 0), add's (the bias's gradient summed over the
+ * batch), matmul's. */
+eg_status eg__backward_dense(const eg__backward_call *call) {
+    const eg_tensor *x = call->inputs[0], *w = call->inputs[1], *b = call->inputs[2];
+    const eg_tensor *y = call->output, *g = call->grad_output;
+    eg_tensor *items[6] = {0}, *dz = NULL;
+    int n = 0;
+    switch (call->attrs->ints[0]) {
+    case EG_ACTIVATION_RELU: {
+        const eg_tensor *in[2] = {y, g};
+        eg__attrs no_attrs;
+        memset(&no_attrs, 0, sizeof no_attrs);
+        dz = items[n++] = eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs);
+        break;
+    }
+    case EG_ACTIVATION_SIGMOID: { /* g * y * (1 - y) */
+        eg_tensor *one = items[n++] = eg__full_on(y->device, y->dtype, 0, NULL, 1.0);
+        eg_tensor *one_minus = items[n++] = eg_sub(one, y);
+        eg_tensor *gy = items[n++] = eg_mul(g, y);
+        dz = items[n++] = eg_mul(gy, one_minus);
+        break;
+    }
+    case EG_ACTIVATION_TANH: { /* g * (1 - y^2) */
+        eg_tensor *one = items[n++] = eg__full_on(y->device, y->dtype, 0, NULL, 1.0);
+        eg_tensor *square = items[n++] = eg_square(y);
+        eg_tensor *one_minus = items[n++] = eg_sub(one, square);
+        dz = items[n++] = eg_mul(g, one_minus);
+        break;
+    }
+    default:
+        dz = (eg_tensor *)g;
+        break;
+    }
+    if (dz) {
+        if (call->needs_grad[0]) call->grad_inputs[0] = eg_matmul_ex(dz, w, false, true);
+        if (call->needs_grad[1]) call->grad_inputs[1] = eg_matmul_ex(x, dz, true, false);
+        if (call->needs_grad[2]) call->grad_inputs[2] = eg__sum_to_shape(dz, 1, b->shape);
+    }
+    for (int i = 0; i < n; i++) eg_release(items[i]);
+    return eg_last_status();
+}
+
+const eg__backward_fn eg__backward_rules[EG__OP_COUNT] = {
+#define EG_OP(ENUM, name, n_inputs, infer, backward, flags)                                        \
+    [EG__OP_##ENUM] = eg__backward_##backward,
+#include "ops/ops.def"
+#undef EG_OP
+};

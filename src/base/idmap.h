@@ -1,6 +1,7 @@
-/* Internal: an open-addressing map from tensor ids (never 0) to pointers, for tapes. */
-#ifndef EAGLE_SRC_AUTOGRAD_IDMAP_H
-#define EAGLE_SRC_AUTOGRAD_IDMAP_H
+/* Internal: an open-addressing map from tensor ids (never 0) to pointers (tapes, lazy plans,
+ * optimizers). */
+#ifndef EAGLE_SRC_BASE_IDMAP_H
+#define EAGLE_SRC_BASE_IDMAP_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,0 +1,18 @@
+/* Internal: helpers the public op builders share with the backward rules above them. */
+#ifndef EAGLE_SRC_API_INTERNAL_H
+#define EAGLE_SRC_API_INTERNAL_H
+
+#include "exec/executor.h"
+
+/* attrs->window (and nothing else: the rest zeroed) for a 2-d convolution of an x_shape image
+ * (4-d, in options' data format) with a filter_shape filter, or a pooling of an x_shape image:
+ * defaults filled in, SAME padding resolved. false with an error naming `name` for bad options. */
+bool eg__conv2d_attrs(eg__attrs *attrs, const eg_conv2d_options *options, const int64_t *x_shape,
+                      const int64_t *filter_shape, const char *name);
+bool eg__pool2d_attrs(eg__attrs *attrs, const eg_pool2d_options *options, const int64_t *x_shape,
+                      const char *name);
+
+/* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
+eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);
+
+#endif
