@@ -4,6 +4,8 @@
 
 #include "autograd/internal.h"
 #include "base/error.h"
+#include "dispatch/dispatch.h"
+#include "exec/executor.h"
 #include "lazy/internal.h"
 
 typedef struct eg__variable_info {
@@ -12,14 +14,20 @@ typedef struct eg__variable_info {
     bool trainable;
 } eg__variable_info;
 
+/* dst (contiguous, dst's shape) = src, by the device's copy kernel. */
+static eg_status copy_into(eg_tensor *dst, const eg_tensor *src) {
+    if (dst->n_elems == 0) return EG_OK;
+    const eg_tensor *source[1] = {src};
+    eg__kernel_call call = {EG__OP_COPY, 1, source, dst, NULL};
+    return eg__launch(&call);
+}
+
 static void variable_info_free(void *attachment) {
     eg__variable_info *info = attachment;
     free(info->name);
     free(info);
 }
 static const eg__attachment_ops variable_info_ops = {variable_info_free, NULL};
-
-eg_status eg__copy_into(eg_tensor *dst, const eg_tensor *src);
 
 eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name) {
     if (!eg__check_arg(initial_value, "variable", 0)) return NULL;
@@ -43,7 +51,7 @@ eg_tensor *eg_variable(const eg_tensor *initial_value, const char *name) {
     eg_tensor *v = eg__tensor_alloc(initial_value->dtype, initial_value->n_dims,
                                     initial_value->shape, initial_value->device);
     eg__scope_resume();
-    if (!v || eg__copy_into(v, initial_value) != EG_OK) {
+    if (!v || copy_into(v, initial_value) != EG_OK) {
         eg__unref(v);
         variable_info_free(info);
         return NULL;
@@ -77,17 +85,17 @@ static bool broadcasts_to(const eg_tensor *value, const eg_tensor *variable) {
     return true;
 }
 
-/* In a traced function an assign runs at every replay, after the graph. */
+/* An assign waiting for its executor. */
 typedef struct deferred_assign {
     eg_tensor *variable, *value;
     assign_kind kind;
 } deferred_assign;
 
-static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind);
+static eg_status assign_now(eg_tensor *variable, const eg_tensor *value, assign_kind kind);
 
-static void run_deferred_assign(void *context) {
+static eg_status run_deferred_assign(void *context) {
     deferred_assign *d = context;
-    assign(d->variable, d->value, d->kind);
+    return assign_now(d->variable, d->value, d->kind);
 }
 
 static void free_deferred_assign(void *context) {
@@ -97,13 +105,16 @@ static void free_deferred_assign(void *context) {
     free(d);
 }
 
-static eg_status defer_assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
+/* An assign is an effect the executor schedules: now (eager, lazy), or at every replay of a
+ * traced function, after its graph. */
+static eg_status apply_assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
     deferred_assign *d = malloc(sizeof *d);
     if (!d) return eg__error(EG_ERR_OUT_OF_MEMORY, "assign: out of host memory");
     *d = (deferred_assign){variable, (eg_tensor *)value, kind};
     eg__ref(variable);
     eg__ref(value);
-    return eg__graph_defer(run_deferred_assign, free_deferred_assign, d, 1, &value);
+    eg__effect effect = {run_deferred_assign, free_deferred_assign, d, 1, &value};
+    return eg__executor_current()->apply(&effect);
 }
 
 static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
@@ -121,7 +132,11 @@ static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind
                          names[kind], eg__shape_format(value->n_dims, value->shape, a, 160),
                          eg__shape_format(variable->n_dims, variable->shape, b, 160));
     }
-    if (eg__graph_tracing()) return defer_assign(variable, value, kind);
+    return apply_assign(variable, value, kind);
+}
+
+static eg_status assign_now(eg_tensor *variable, const eg_tensor *value, assign_kind kind) {
+    static const char *const names[] = {"assign", "assign_add", "assign_sub"};
     eg_no_grad_begin();
     eg__scope_suspend();
     /* The update runs now, also in lazy mode; pending lazy readers of the variable keep the
@@ -151,7 +166,7 @@ static eg_status assign(eg_tensor *variable, const eg_tensor *value, assign_kind
                                eg__shape_format(variable->n_dims, variable->shape, b, 160));
         } else {
             status = eg__lazy_before_write(variable);
-            if (status == EG_OK) status = eg__copy_into(variable, result);
+            if (status == EG_OK) status = copy_into(variable, result);
         }
     }
     eg__unref(result);

@@ -33,7 +33,9 @@ execute_now(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__a
     meta.device = NULL;
     if (def->infer(op, n_inputs, inputs, attrs, &meta) != EG_OK) return NULL;
     if (__builtin_expect(meta.device != NULL, 0)) device = meta.device; /* to_device */
-    if (eg__lazy_recording()) return eg__lazy_record(op, n_inputs, inputs, attrs, &meta, device);
+    /* lazy and graph executors record the op; eager's path follows, inlined */
+    if (eg__lazy_recording())
+        return eg__executor_current()->run(op, n_inputs, inputs, attrs, &meta, device);
     eg_tensor *output;
     /* An eager op reading a lazy tensor computes it first. */
     if (__builtin_expect(!all_stored, 0))

@@ -27,9 +27,12 @@ typedef struct eg__updater {
      * was checked when the update was traced. */
     eg_status (*prepare)(void *optimizer, eg_tensor *variable, int64_t iteration,
                          eg__update_step *step);
-    /* One variable's whole update by the optimizer's own path (a gradient of another dtype, a
-     * view, one aliasing the variable), at its current step count. */
-    eg_status (*apply)(void *optimizer, eg_tensor *grad, eg_tensor *variable);
+    /* The whole step now, at the optimizer's current step count, by its own path (one
+     * multi-tensor update per device; gradients of another dtype, views and ones aliasing their
+     * variable are converted first): what eager and lazy mode do, and what a replay does for a
+     * variable whose gradient needs such a conversion. The pairs are checked. */
+    eg_status (*apply)(void *optimizer, int n, eg_tensor *const *grads,
+                       eg_tensor *const *variables);
 } eg__updater;
 
 /* Records an optimizer step while a function is traced: its updates run at every replay. The

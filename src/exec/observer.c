@@ -1,6 +1,5 @@
 /* The op observer list (src/exec/observer.h). */
 #include <pthread.h>
-#include <stdlib.h>
 
 #include "base/error.h"
 #include "exec/observer.h"
@@ -9,17 +8,16 @@ atomic_uint eg__observing_everywhere;
 _Thread_local unsigned eg__observing_here;
 
 /* The list readers walk: sorted by order, each entry with its slot (bit). A registration
- * publishes a new list and never changes a published one, so readers need no lock; the few old
- * lists (at most EG__MAX_OBSERVERS registrations per process) are kept, as readers may still
- * be walking them. */
+ * writes the next list (one entry longer; lists[k] holds k observers) and publishes it, never
+ * changing a published one, so readers need no lock and may still walk an older list. */
 typedef struct observer_list {
     int n;
     const eg__op_observer *observers[EG__MAX_OBSERVERS];
     int slots[EG__MAX_OBSERVERS];
 } observer_list;
 
-static const observer_list empty_list;
-static _Atomic(const observer_list *) current_list = &empty_list;
+static observer_list lists[EG__MAX_OBSERVERS + 1];
+static _Atomic(const observer_list *) current_list = &lists[0];
 static pthread_mutex_t observers_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 int eg__observer_add(const eg__op_observer *observer) {
@@ -30,14 +28,13 @@ int eg__observer_add(const eg__op_observer *observer) {
             pthread_mutex_unlock(&observers_mutex);
             return old->slots[i];
         }
-    observer_list *list = old->n < EG__MAX_OBSERVERS ? malloc(sizeof *list) : NULL;
-    if (!list) {
+    if (old->n == EG__MAX_OBSERVERS) {
         pthread_mutex_unlock(&observers_mutex);
-        eg__error(old->n < EG__MAX_OBSERVERS ? EG_ERR_OUT_OF_MEMORY : EG_ERR_INTERNAL,
-                  "observer '%s': no slot for it (%d observers at most)", observer->name,
+        eg__error(EG_ERR_INTERNAL, "observer '%s': all %d observer slots are taken", observer->name,
                   EG__MAX_OBSERVERS);
         return -1;
     }
+    observer_list *list = &lists[old->n + 1];
     int slot = old->n, at = old->n;
     *list = *old;
     for (; at > 0 && list->observers[at - 1]->order > observer->order; at--) {

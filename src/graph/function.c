@@ -103,7 +103,7 @@ static void redraw_random(trace *t) {
     }
 }
 
-eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void *context),
+eg_status eg__graph_defer(eg_status (*run)(void *context), void (*free_context)(void *context),
                           void *context, int n_tensors, const eg_tensor *const *tensors) {
     trace *t = tracing_now;
     if (!t) return eg__error(EG_ERR_INTERNAL, "graph_defer: not tracing");
@@ -494,7 +494,7 @@ static eg_status run_part(trace *t, update_part *part) {
     }
     /* casts, copies of views...: the optimizer's own path, at this step's iteration */
     eg_status status = u->updater->set_iterations(u->optimizer, u->iteration);
-    if (status == EG_OK) status = u->updater->apply(u->optimizer, g, v);
+    if (status == EG_OK) status = u->updater->apply(u->optimizer, 1, &g, &v);
     return status;
 }
 
@@ -600,8 +600,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     /* what could not run earlier, in traced order */
     for (int a = 0; a < t->n_actions && status == EG_OK; a++) {
         if (t->actions[a].run) {
-            t->actions[a].run(t->actions[a].context);
-            if (eg__error_pending()) status = eg_last_status();
+            status = t->actions[a].run(t->actions[a].context);
             continue;
         }
         for (int p = 0; p < t->n_parts && status == EG_OK; p++)

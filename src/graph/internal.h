@@ -50,7 +50,7 @@ typedef struct update_part {
 } update_part;
 
 typedef struct deferred {
-    void (*run)(void *context);
+    eg_status (*run)(void *context);
     void (*free_context)(void *context);
     void *context;
     update_action *update; /* set for optimizer steps (run is NULL) */

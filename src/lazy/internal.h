@@ -54,7 +54,10 @@ eg_status eg__lazy_topo_order(int n_targets, const eg_tensor *const *targets, eg
 /* Whether t's op can run inside a fused elementwise loop. */
 bool eg__lazy_fusable(const eg_tensor *t);
 
-/* ---- graph tracing hooks for code with side effects (optimizer updates, assign) ---- */
+/* Computes the storage-less tensors among tensors[0..n) together (shared work once). */
+eg_status eg__lazy_realize(int n, const eg_tensor *const *tensors);
+
+/* ---- graph tracing (src/graph) ---- */
 bool eg__graph_tracing(void);
 /* Called for every op recorded while tracing (a session's graph keeps them all). */
 void eg__graph_note(eg_tensor *t);
@@ -65,7 +68,7 @@ void eg__graph_note_random(eg_tensor *t, eg_generator *generator);
 /* Defers run(context) to every replay of the function being traced, after its graph has
  * computed `tensors` (which become outputs of the graph). free_context(context) runs when the
  * trace is freed. */
-eg_status eg__graph_defer(void (*run)(void *context), void (*free_context)(void *context),
+eg_status eg__graph_defer(eg_status (*run)(void *context), void (*free_context)(void *context),
                           void *context, int n_tensors, const eg_tensor *const *tensors);
 
 #endif

@@ -593,7 +593,7 @@ static void cache_store(plan *p, const int64_t *key, size_t length) {
     *slot = (cached_schedule){stored_key, length, p->n, roles, keeps, last_uses, ++cache_clock};
 }
 
-static eg_status realize_many(int n, const eg_tensor *const *tensors) {
+eg_status eg__lazy_realize(int n, const eg_tensor *const *tensors) {
     if (eg__graph_tracing())
         return eg__error(EG_ERR_STATE, "a value was read while a function was being traced; "
                                        "return it as an output of the function instead");
@@ -630,7 +630,7 @@ static eg_status realize_many(int n, const eg_tensor *const *tensors) {
 }
 
 static eg_status realize_one(const eg_tensor *t) {
-    return realize_many(1, &t);
+    return eg__lazy_realize(1, &t);
 }
 
 eg_status eg_realize(int n, const eg_tensor *const *tensors) {
@@ -638,5 +638,5 @@ eg_status eg_realize(int n, const eg_tensor *const *tensors) {
         return eg__error(EG_ERR_INVALID_ARGUMENT, "realize: bad tensor list");
     for (int i = 0; i < n; i++)
         if (!eg__check_arg(tensors[i], "realize", i)) return eg_last_status();
-    return realize_many(n, tensors);
+    return eg__lazy_realize(n, tensors);
 }

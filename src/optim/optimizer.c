@@ -9,7 +9,7 @@
 #include "base/idmap.h"
 #include "eagle/autograd.h"
 #include "eagle/ops.h"
-#include "exec/effect.h"
+#include "exec/executor.h"
 #include "lazy/internal.h"
 #include "optim/internal.h"
 
@@ -162,7 +162,9 @@ eg_optimizer *eg_rmsprop_new(const eg_rmsprop_options *options) {
     return opt;
 }
 
-static const eg__updater updater; /* graph mode's view of an optimizer (at the end) */
+static const eg__updater updater; /* the executors' view of an optimizer (at the end) */
+static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
+                           eg_tensor *const *variables);
 
 /* ---- the update's scalars (the loops are the device's: backend/cpu/update.c) ---- */
 
@@ -285,7 +287,14 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     }
     eg__idmap_clear(&seen);
     if (status != EG_OK) return status;
-    if (eg__graph_tracing()) return eg__graph_defer_update(&updater, opt, n, grads, variables);
+    /* now (eager, lazy), or at every replay of the function being traced */
+    return eg__executor_current()->update(&updater, opt, n, grads, variables);
+}
+
+/* The step now, the pairs checked: the updater's apply. */
+static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
+                           eg_tensor *const *variables) {
+    eg_status status = EG_OK;
     /* Lazy gradients are computed together: one by one they would recompute shared work. */
     const eg_tensor **pending = malloc(sizeof *pending * ((size_t)n + 1));
     if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
@@ -518,8 +527,9 @@ static eg_status updater_prepare(void *optimizer, eg_tensor *variable, int64_t i
     return EG_OK;
 }
 
-static eg_status updater_apply(void *opt, eg_tensor *grad, eg_tensor *variable) {
-    return eg_optimizer_apply_gradients(opt, 1, &grad, &variable);
+static eg_status updater_apply(void *opt, int n, eg_tensor *const *grads,
+                               eg_tensor *const *variables) {
+    return apply_now(opt, n, grads, variables);
 }
 
 static const eg__updater updater = {updater_name, updater_iterations, updater_set_iterations,

@@ -1,0 +1,41 @@
+/* The three executors' tables, and which one a thread has now. Eager's op path itself is
+ * inlined in eg__execute (src/eager/execute.c): it is every small op's overhead. */
+#include "exec/executor.h"
+#include "lazy/internal.h"
+
+static eg_status run_now(const eg__effect *effect) {
+    eg_status status = effect->run(effect->context);
+    if (effect->free_context) effect->free_context(effect->context);
+    return status;
+}
+
+static eg_status update_now(const eg__updater *updater, void *optimizer, int n,
+                            eg_tensor *const *grads, eg_tensor *const *variables) {
+    return updater->apply(optimizer, n, grads, variables);
+}
+
+static eg_status realize_tensors(int n, const eg_tensor *const *tensors) {
+    return eg__lazy_realize(n, tensors);
+}
+
+/* Eager's run is reached only through eg__execute's inlined path. */
+const eg__executor eg__eager_executor = {"eager", NULL, run_now, update_now, realize_tensors};
+
+/* Lazy mode computes tensors when they are read; effects happen at once (pending readers of a
+ * variable keep the value they were called with: eg__lazy_before_write). */
+const eg__executor eg__lazy_executor = {"lazy", eg__lazy_record, run_now, update_now,
+                                        realize_tensors};
+
+static eg_status defer(const eg__effect *effect) {
+    return eg__graph_defer(effect->run, effect->free_context, effect->context, effect->n_reads,
+                           effect->reads);
+}
+
+/* A traced function records ops as lazy mode does; its effects run at every replay. */
+const eg__executor eg__graph_executor = {"graph", eg__lazy_record, defer, eg__graph_defer_update,
+                                         realize_tensors};
+
+const eg__executor *eg__executor_current(void) {
+    if (eg__graph_tracing()) return &eg__graph_executor;
+    return eg__lazy_recording() ? &eg__lazy_executor : &eg__eager_executor;
+}
