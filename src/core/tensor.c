@@ -191,6 +191,31 @@ static int64_t contiguous_layout(int n_dims, const int64_t *shape, int64_t *stri
     return n;
 }
 
+/* The one place a storage's fields are set (every constructor below comes here). */
+static void storage_init(eg__storage *storage, void *data, size_t n_bytes, const eg_device *device,
+                         void *allocation, void *container, void (*release)(void *context),
+                         void *context) {
+    atomic_init(&storage->refcount, 1);
+    storage->data = data;
+    storage->n_bytes = n_bytes;
+    storage->device = device;
+    storage->allocation = allocation;
+    storage->container = container;
+    storage->release = release;
+    storage->release_context = context;
+}
+
+/* A storage of n_bytes from device's allocator; false with the allocator's error. */
+static bool storage_init_allocated(eg__storage *storage, const eg_device *device, size_t n_bytes,
+                                   void *container) {
+    eg__allocator *allocator = allocator_of(device);
+    void *allocation = NULL;
+    void *data = allocator ? eg__allocator_alloc(allocator, n_bytes, &allocation) : NULL;
+    if (!data) return false;
+    storage_init(storage, data, n_bytes, device, allocation, container, NULL, NULL);
+    return true;
+}
+
 eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
                             const eg_device *device) {
     if ((unsigned)dtype >= EG_DTYPE_COUNT) {
@@ -217,19 +242,10 @@ eg_tensor *eg__tensor_alloc(eg_dtype dtype, int n_dims, const int64_t *shape,
         return NULL;
     }
     eg__storage *storage = &block->storage;
-    eg__allocator *allocator = allocator_of(device);
-    storage->data =
-        allocator ? eg__allocator_alloc(allocator, n_bytes, &storage->allocation) : NULL;
-    if (!storage->data) {
+    if (!storage_init_allocated(storage, device, n_bytes, block)) {
         block_free(block);
         return NULL;
     }
-    atomic_init(&storage->refcount, 1);
-    storage->n_bytes = n_bytes;
-    storage->device = device;
-    storage->container = block;
-    storage->release = NULL;
-    storage->release_context = NULL;
     eg_tensor *t = &block->tensor;
     tensor_init(t);
     t->dtype = dtype;
@@ -266,25 +282,22 @@ eg_tensor *eg__tensor_lazy(const eg__meta *meta, const eg_device *device) {
     return t;
 }
 
-eg_status eg__tensor_attach_storage(eg_tensor *t) {
-    size_t n_bytes = (size_t)t->n_elems * eg_dtype_size(t->dtype);
+eg__storage *eg__storage_new(const eg_device *device, size_t n_bytes) {
     eg__storage *storage = malloc(sizeof *storage);
-    if (!storage) return eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a storage");
-    eg__allocator *allocator = allocator_of(t->device);
-    storage->data =
-        allocator ? eg__allocator_alloc(allocator, n_bytes, &storage->allocation) : NULL;
-    if (!storage->data) {
-        free(storage);
-        return eg_last_status();
+    if (!storage) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory for a storage");
+        return NULL;
     }
-    atomic_init(&storage->refcount, 1);
-    storage->n_bytes = n_bytes;
-    storage->device = t->device;
-    storage->container = NULL;
-    storage->release = NULL;
-    storage->release_context = NULL;
-    t->storage = storage;
-    return EG_OK;
+    if (!storage_init_allocated(storage, device, n_bytes, NULL)) {
+        free(storage);
+        return NULL;
+    }
+    return storage;
+}
+
+eg_status eg__tensor_attach_storage(eg_tensor *t) {
+    t->storage = eg__storage_new(t->device, (size_t)t->n_elems * eg_dtype_size(t->dtype));
+    return t->storage ? EG_OK : eg_last_status();
 }
 
 void eg__tensor_detach_storage(eg_tensor *t) {
@@ -333,14 +346,8 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
         return NULL;
     }
     eg__storage *storage = &block->storage;
-    atomic_init(&storage->refcount, 1);
-    storage->data = data;
-    storage->n_bytes = n_bytes;
-    storage->device = device ? device : eg__host();
-    storage->allocation = NULL;
-    storage->container = block;
-    storage->release = release;
-    storage->release_context = context;
+    storage_init(storage, data, n_bytes, device ? device : eg__host(), NULL, block, release,
+                 context);
     eg_tensor *t = &block->tensor;
     tensor_init(t);
     t->dtype = dtype;

@@ -134,6 +134,9 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
 /* A tensor with meta's geometry and no storage yet (lazy and graph modes), registered with the
  * scope. */
 eg_tensor *eg__tensor_lazy(const eg__meta *meta, const eg_device *device);
+/* A storage of n_bytes from device's allocator with one reference, not inside a tensor's block
+ * (a graph's arena); freed by its last eg__storage_unref. NULL + error. */
+eg__storage *eg__storage_new(const eg_device *device, size_t n_bytes);
 /* Gives a storage-less, contiguous-laid-out tensor fresh storage from its device's allocator. */
 eg_status eg__tensor_attach_storage(eg_tensor *t);
 /* Drops t's storage reference and leaves it storage-less again. */

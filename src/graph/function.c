@@ -425,20 +425,8 @@ static eg_status ensure_arena(eg_function *f, trace *t) {
     /* First call, or outputs of an earlier call still hold the old arena: a new one. */
     if (t->arena) eg__storage_unref(t->arena);
     t->arena = NULL;
-    eg__storage *arena = malloc(sizeof *arena);
-    if (!arena) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
-    arena->data = eg__allocator_alloc(t->device->get_allocator(t->device),
-                                      t->plan_stats.arena_bytes, &arena->allocation);
-    if (!arena->data) {
-        free(arena);
-        return eg_last_status();
-    }
-    atomic_init(&arena->refcount, 1);
-    arena->n_bytes = t->plan_stats.arena_bytes;
-    arena->device = t->device;
-    arena->container = NULL;
-    arena->release = NULL;
-    arena->release_context = NULL;
+    eg__storage *arena = eg__storage_new(t->device, t->plan_stats.arena_bytes);
+    if (!arena) return eg_last_status();
     t->arena = arena;
     f->stats.n_arena_allocations++;
     return EG_OK;
