@@ -3,6 +3,7 @@
 #define EAGLE_H
 
 #include "eagle/status.h"
+#include "eagle/dtype.h"
 #include "eagle/device.h"
 #include "eagle/tensor.h"
 #include "eagle/memory.h"

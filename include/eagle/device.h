@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 
+#include "eagle/dtype.h"
 #include "eagle/status.h"
 
 #ifdef __cplusplus
@@ -70,6 +71,21 @@ int eg_device_index(const eg_device *device);
 
 /* Waits for the device's queued work; reports an asynchronous kernel fault (EG_OK on the CPU). */
 eg_status eg_device_sync(const eg_device *device);
+
+/* ---- the op table on devices (what `eagle info --ops` prints) ---- */
+
+/* How many ops Eagle's op table has; ops are numbered 0 … eg_op_count() - 1, in the order of
+ * src/ops/ops.def (a number is stable within one build only). */
+int eg_op_count(void);
+/* The op's name ("matmul", "conv2d_backward_input"), static storage; NULL when op is out of
+ * range. */
+const char *eg_op_name(int op);
+/* Whether `device` runs op with its value inputs in `dtype`: the op's schema accepts that
+ * dtype (for an op that also takes bool conditions or indices, those in their own dtypes) and
+ * the device's backend has a kernel for the op on contiguous inputs of those dtypes. A call that
+ * this says no to fails with EG_ERR_DTYPE or EG_ERR_UNSUPPORTED. false for a NULL device or an
+ * op or dtype out of range; never raises an error (a pending one is left as it was). */
+bool eg_device_supports_op(const eg_device *device, int op, eg_dtype dtype);
 
 #if !defined(EG_NO_CALLSITE)
 #define eg_device_get(...)            EG_CALLSITE_(eg_device_get(__VA_ARGS__))

@@ -1,4 +1,4 @@
-/* Eagle — tensors: dtypes, creation, shape queries, host data access, ownership and scopes.
+/* Eagle — tensors: creation, shape queries, host data access, ownership and scopes.
  *
  * Ownership (see DESIGN.md): every function that returns an eg_tensor * returns a NEW reference;
  * arguments are borrowed. Inside eg_scope_begin()/eg_scope_end() every tensor created is owned by
@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "eagle/device.h"
+#include "eagle/dtype.h"
 #include "eagle/status.h"
 
 #ifdef __cplusplus
@@ -22,31 +23,6 @@ extern "C" {
 #endif
 
 #define EG_MAX_DIMS 8
-
-typedef enum eg_dtype {
-    EG_DTYPE_F32 = 0,
-    EG_DTYPE_F64,
-    EG_DTYPE_F16,
-    EG_DTYPE_BF16,
-    EG_DTYPE_I32,
-    EG_DTYPE_I64,
-    EG_DTYPE_U8,
-    EG_DTYPE_BOOL,
-    EG_DTYPE_COUNT
-} eg_dtype;
-
-/* Bytes per element; 0 for an invalid dtype. */
-size_t eg_dtype_size(eg_dtype dtype);
-/* "f32", "bf16", ...; "invalid" for an out-of-range value. Static storage. */
-const char *eg_dtype_name(eg_dtype dtype);
-bool eg_dtype_is_float(eg_dtype dtype);
-
-/* IEEE half and bfloat16 conversions (round to nearest even; NaN stays NaN). Uses F16C when the
- * CPU has it. n may be 0. */
-void eg_f32_to_f16(const float *src, uint16_t *dst, size_t n);
-void eg_f16_to_f32(const uint16_t *src, float *dst, size_t n);
-void eg_f32_to_bf16(const float *src, uint16_t *dst, size_t n);
-void eg_bf16_to_f32(const uint16_t *src, float *dst, size_t n);
 
 typedef struct eg_tensor eg_tensor;
 
@@ -147,27 +123,27 @@ void eg_debug_track_tensors(bool on);
 size_t eg_debug_live_tensors(FILE *out);
 
 #if !defined(EG_NO_CALLSITE)
-#define eg_tensor_from_data(...) EG_CALLSITE_(eg_tensor_from_data(__VA_ARGS__))
-#define eg_empty(...) EG_CALLSITE_(eg_empty(__VA_ARGS__))
-#define eg_zeros(...) EG_CALLSITE_(eg_zeros(__VA_ARGS__))
-#define eg_ones(...) EG_CALLSITE_(eg_ones(__VA_ARGS__))
-#define eg_full(...) EG_CALLSITE_(eg_full(__VA_ARGS__))
-#define eg_scalar(...) EG_CALLSITE_(eg_scalar(__VA_ARGS__))
-#define eg_arange(...) EG_CALLSITE_(eg_arange(__VA_ARGS__))
-#define eg_linspace(...) EG_CALLSITE_(eg_linspace(__VA_ARGS__))
-#define eg_eye(...) EG_CALLSITE_(eg_eye(__VA_ARGS__))
-#define eg_full_like(...) EG_CALLSITE_(eg_full_like(__VA_ARGS__))
-#define eg_random_uniform(...) EG_CALLSITE_(eg_random_uniform(__VA_ARGS__))
-#define eg_random_normal(...) EG_CALLSITE_(eg_random_normal(__VA_ARGS__))
-#define eg_tensor_data(...) EG_CALLSITE_(eg_tensor_data(__VA_ARGS__))
-#define eg_item(...) EG_CALLSITE_(eg_item(__VA_ARGS__))
-#define eg_generator_new(...) EG_CALLSITE_(eg_generator_new(__VA_ARGS__))
-#define eg_tensor_dim(...) EG_CALLSITE_(eg_tensor_dim(__VA_ARGS__))
+#define eg_tensor_from_data(...)    EG_CALLSITE_(eg_tensor_from_data(__VA_ARGS__))
+#define eg_empty(...)               EG_CALLSITE_(eg_empty(__VA_ARGS__))
+#define eg_zeros(...)               EG_CALLSITE_(eg_zeros(__VA_ARGS__))
+#define eg_ones(...)                EG_CALLSITE_(eg_ones(__VA_ARGS__))
+#define eg_full(...)                EG_CALLSITE_(eg_full(__VA_ARGS__))
+#define eg_scalar(...)              EG_CALLSITE_(eg_scalar(__VA_ARGS__))
+#define eg_arange(...)              EG_CALLSITE_(eg_arange(__VA_ARGS__))
+#define eg_linspace(...)            EG_CALLSITE_(eg_linspace(__VA_ARGS__))
+#define eg_eye(...)                 EG_CALLSITE_(eg_eye(__VA_ARGS__))
+#define eg_full_like(...)           EG_CALLSITE_(eg_full_like(__VA_ARGS__))
+#define eg_random_uniform(...)      EG_CALLSITE_(eg_random_uniform(__VA_ARGS__))
+#define eg_random_normal(...)       EG_CALLSITE_(eg_random_normal(__VA_ARGS__))
+#define eg_tensor_data(...)         EG_CALLSITE_(eg_tensor_data(__VA_ARGS__))
+#define eg_item(...)                EG_CALLSITE_(eg_item(__VA_ARGS__))
+#define eg_generator_new(...)       EG_CALLSITE_(eg_generator_new(__VA_ARGS__))
+#define eg_tensor_dim(...)          EG_CALLSITE_(eg_tensor_dim(__VA_ARGS__))
 #define eg_tensor_copy_to_host(...) EG_CALLSITE_(eg_tensor_copy_to_host(__VA_ARGS__))
-#define eg_tensor_get(...) EG_CALLSITE_(eg_tensor_get(__VA_ARGS__))
-#define eg_tensor_print(...) EG_CALLSITE_(eg_tensor_print(__VA_ARGS__))
-#define eg_tensor_to_string(...) EG_CALLSITE_(eg_tensor_to_string(__VA_ARGS__))
-#define eg_scope_end(...) EG_CALLSITE_(eg_scope_end(__VA_ARGS__))
+#define eg_tensor_get(...)          EG_CALLSITE_(eg_tensor_get(__VA_ARGS__))
+#define eg_tensor_print(...)        EG_CALLSITE_(eg_tensor_print(__VA_ARGS__))
+#define eg_tensor_to_string(...)    EG_CALLSITE_(eg_tensor_to_string(__VA_ARGS__))
+#define eg_scope_end(...)           EG_CALLSITE_(eg_scope_end(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

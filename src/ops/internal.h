@@ -80,4 +80,19 @@ extern const eg__op_def eg__op_defs[EG__OP_COUNT];
 eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ---- which dtypes an op's schema takes (ops/schema_dtypes.c) ---- */
+
+/* The most inputs an op's dtype probe gives it. */
+#define EG__OP_PROBE_MAX_INPUTS 6
+
+/* Whether op's schema (its infer function) accepts the op with its value inputs in `dtype`:
+ * asked of eg__op_defs[op].infer on small valid storage-less inputs, the other inputs in their
+ * fixed dtypes (bool conditions, i64 indices). one_hot's value input is its index tensor. Never
+ * raises an error and leaves a pending one as it was; false for an op or dtype out of range. */
+bool eg__op_accepts_dtype(eg__op op, eg_dtype dtype);
+/* The dtypes of the probe's inputs for op with value inputs in value_dtype, into dtypes (room
+ * for EG__OP_PROBE_MAX_INPUTS); returns how many (0 for an op out of range). What a backend's
+ * supports() is asked about for the same question. */
+int eg__op_probe_dtypes(eg__op op, eg_dtype value_dtype, eg_dtype *dtypes);
+
 #endif

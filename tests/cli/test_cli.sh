@@ -38,6 +38,22 @@ for command in train eval info; do
 done
 check "--help -> 0" expect_exit 0 "$eagle" --help
 check "info prints version and BLAS" bash -c 'out=$("$0" info); grep -q "^eagle [0-9]" <<<"$out" && grep -q "BLAS:" <<<"$out"' "$eagle"
+# eagle info --ops: the op x device x dtype table. The matmul row has an x in the column that the
+# header names f32 (the first device's); with EG_CPU_DEVICES=2 both devices head a column group.
+ops_matmul_f32() {
+    local out header row column
+    out=$("$eagle" info --ops) || return 1
+    header=$(grep -m1 ' f32 ' <<<"$out") || return 1
+    row=$(grep -m1 '^matmul ' <<<"$out") || return 1
+    column=$(awk -v h="$header" 'BEGIN { print index(h, " f32 ") }') # 1-based, the blank before f32
+    [ "${row:column:1}" = x ] || { echo "  matmul row '$row' has no x under f32"; return 1; }
+}
+check "info --ops -> 0 with an x for matmul under f32" ops_matmul_f32
+check "info --ops with EG_CPU_DEVICES=2 shows cpu:0 and cpu:1" \
+    bash -c 'out=$(EG_CPU_DEVICES=2 "$0" info --ops); [ $? -eq 0 ] && grep -q "^op .*| cpu:0 .*| cpu:1" <<<"$out"' "$eagle"
+check "info with EG_CPU_DEVICES=2 lists both devices" \
+    bash -c 'out=$(EG_CPU_DEVICES=2 "$0" info); grep -q "^devices: *cpu:0, cpu:1$" <<<"$out"' "$eagle"
+check "info --help mentions --ops" bash -c '"$0" info --help | grep -q -- "--ops"' "$eagle"
 check "missing data set -> 1 naming the package" \
     bash -c 'out=$("$0" train --data /nonexistent/fashion 2>&1); [ $? -eq 1 ] && grep -q "dataset-fashion-mnist" <<<"$out"' "$eagle"
 check "eval of a missing file -> 1" expect_exit 1 "$eagle" eval /nonexistent/w.safetensors

@@ -5,16 +5,18 @@
 #include "cli.h"
 
 static void print_usage(FILE *out) {
-    fprintf(out, "usage: eagle <command> [options]\n"
-                 "\n"
-                 "commands:\n"
-                 "  train   train a model on Fashion-MNIST (the seed model by default)\n"
-                 "  eval    evaluate saved weights on the test split\n"
-                 "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
-                 "  info    version, build options, threads, BLAS and devices\n"
-                 "  profile time each op of training steps on synthetic data\n"
-                 "\n"
-                 "Run 'eagle <command> --help' for the options of a command.\n");
+    fprintf(
+        out,
+        "usage: eagle <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  train   train a model on Fashion-MNIST (the seed model by default)\n"
+        "  eval    evaluate saved weights on the test split\n"
+        "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
+        "  info    version, build, threads, BLAS, devices (--ops: the op x device x dtype table)\n"
+        "  profile time each op of training steps on synthetic data\n"
+        "\n"
+        "Run 'eagle <command> --help' for the options of a command.\n");
 }
 
 int main(int argc, char **argv) {

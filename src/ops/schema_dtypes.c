@@ -1,0 +1,194 @@
+/* Which dtypes each op's schema accepts, asked of the op's own infer function: the schema is the
+ * single source of truth (ops.def, infer.c), so a table of "supported dtypes" written by hand
+ * next to it would drift. eg__op_accepts_dtype builds storage-less input tensors on the stack
+ * (a zeroed eg_tensor with dtype, shape, contiguous strides and n_elems) from a small template
+ * per op and runs the infer function on them.
+ *
+ * That is safe because infer functions read metadata only: dtype, n_dims, shape, strides, offset
+ * and n_elems of their inputs, and the attributes (checked for every eg__infer_* of infer.c and
+ * eg__infer_dense, next to dense's builder: none reads storage, device, lazy or scope fields;
+ * to_device reads attrs->device only to check that it is set). Their errors are raised through the
+ * per-thread error state, which the probe sets aside first and restores afterwards, so a probe
+ * never leaves an error behind nor hides an earlier one.
+ *
+ * Templates: each input is "ROLE SHAPE": v = a value input, in the probed dtype; b = a bool
+ * condition (where); i = i64 indices (gather, scatter_add, labels). one_hot's only input is its
+ * index tensor: it is the value input there (its schema takes i32, i64 and u8). Shapes and
+ * attributes are small and valid for every dtype the op takes, so a rejection can only come from
+ * the dtype. Every op of ops.def must have a row: a missing row (all zeros), a malformed one or
+ * one whose input count is not the op's makes the probe accept no dtype at all, which
+ * tests/test_op_devices.c (test_every_op_has_a_case) reports for each such op. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "device/device.h"
+#include "ops/internal.h"
+
+typedef struct probe {
+    const char *inputs[EG__OP_PROBE_MAX_INPUTS]; /* "ROLE SHAPE", NULL after the last */
+    eg__attrs attrs;
+} probe;
+
+/* to_device only checks that a destination is named; a placeholder keeps the probe from
+ * touching the device registry (which would fix the host's split before the caller's
+ * eg_device_configure_cpus). */
+static const struct eg_device probe_destination;
+
+/* Designators of the window attributes: a 3x3 convolution, stride 1 (the filter gives the
+ * size); a 2x2 pooling, stride 2. */
+#define CONV_WINDOW .window.stride = {1, 1}, .window.dilation = {1, 1}, .window.groups = 1
+#define POOL_WINDOW                                                                                \
+    .window.kernel = {2, 2}, .window.stride = {2, 2}, .window.dilation = {1, 1}, .window.groups = 1
+
+/* One row per op of ops.def: {inputs}, {attributes}. A missing row is all zeros: its probe then
+ * accepts no dtype, which test_op_devices (test_every_op_has_a_case) reports. */
+static const probe probes[EG__OP_COUNT] = {
+    [EG__OP_NEG] = {{"v 2,3"}},
+    [EG__OP_ABS] = {{"v 2,3"}},
+    [EG__OP_EXP] = {{"v 2,3"}},
+    [EG__OP_LOG] = {{"v 2,3"}},
+    [EG__OP_SQRT] = {{"v 2,3"}},
+    [EG__OP_RSQRT] = {{"v 2,3"}},
+    [EG__OP_SIN] = {{"v 2,3"}},
+    [EG__OP_COS] = {{"v 2,3"}},
+    [EG__OP_TANH] = {{"v 2,3"}},
+    [EG__OP_SIGMOID] = {{"v 2,3"}},
+    [EG__OP_RELU] = {{"v 2,3"}},
+    [EG__OP_GELU] = {{"v 2,3"}},
+    [EG__OP_SOFTPLUS] = {{"v 2,3"}},
+    [EG__OP_SIGN] = {{"v 2,3"}},
+    [EG__OP_SQUARE] = {{"v 2,3"}},
+    [EG__OP_RECIPROCAL] = {{"v 2,3"}},
+    [EG__OP_ERF] = {{"v 2,3"}},
+    [EG__OP_ADD] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_SUB] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_MUL] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_DIV] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_POW] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_MAXIMUM] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_MINIMUM] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_EQUAL] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_NOT_EQUAL] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_LESS] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_LESS_EQUAL] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_GREATER] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_GREATER_EQUAL] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_WHERE] = {{"b 2,3", "v 2,3", "v 2,3"}},
+    [EG__OP_CAST] = {{"v 2,3"}, {.dtype = EG_DTYPE_F32}},
+    [EG__OP_CLIP] = {{"v 2,3"}},
+    [EG__OP_SUM] = {{"v 2,3"}, {.n_axes = 1, .axes = {1}}},
+    [EG__OP_MEAN] = {{"v 2,3"}, {.n_axes = 1, .axes = {1}}},
+    [EG__OP_MAX] = {{"v 2,3"}, {.n_axes = 1, .axes = {1}}},
+    [EG__OP_MIN] = {{"v 2,3"}, {.n_axes = 1, .axes = {1}}},
+    [EG__OP_LOGSUMEXP] = {{"v 2,3"}, {.n_axes = 1, .axes = {1}}},
+    [EG__OP_VAR] = {{"v 2,3"}, {.n_axes = 1, .axes = {1}}},
+    [EG__OP_ARGMAX] = {{"v 2,3"}, {.axis = 1}},
+    [EG__OP_ARGMIN] = {{"v 2,3"}, {.axis = 1}},
+    [EG__OP_SOFTMAX] = {{"v 2,3"}, {.axis = 1}},
+    [EG__OP_LOG_SOFTMAX] = {{"v 2,3"}, {.axis = 1}},
+    [EG__OP_MATMUL] = {{"v 2,3", "v 3,4"}},
+    [EG__OP_DENSE] = {{"v 2,3", "v 3,4", "v 4"}},
+    [EG__OP_RESHAPE] = {{"v 2,3"}, {.n_dims = 1, .shape = {6}}},
+    [EG__OP_PERMUTE] = {{"v 2,3"}, {.n_axes = 2, .axes = {1, 0}}},
+    [EG__OP_SLICE] = {{"v 2,3"}, {.axis = 1, .ints = {0, 2, 1}}},
+    [EG__OP_BROADCAST_TO] = {{"v 1,3"}, {.n_dims = 2, .shape = {2, 3}}},
+    [EG__OP_COPY] = {{"v 2,3"}},
+    [EG__OP_TO_DEVICE] = {{"v 2,3"}, {.device = &probe_destination}},
+    [EG__OP_CONCAT] = {{"v 2,3", "v 2,1"}, {.axis = 1}},
+    [EG__OP_GATHER] = {{"v 4,3", "i 5"}},
+    [EG__OP_SCATTER_ADD] = {{"v 5,3", "i 5"}, {.n_dims = 2, .shape = {4, 3}}},
+    [EG__OP_UNSLICE] = {{"v 2,3"}, {.axis = 1, .n_dims = 2, .shape = {2, 6}, .ints = {1, 6, 2}}},
+    [EG__OP_ONE_HOT] = {{"v 2,3"}, {.dtype = EG_DTYPE_F32, .ints = {4}}},
+    [EG__OP_PAD] = {{"v 2,3"}, {.ints = {1, 0, 0, 1}}},
+    [EG__OP_SPARSE_SOFTMAX_CROSS_ENTROPY] = {{"v 4,5", "i 4"}},
+    [EG__OP_DROPOUT] = {{"v 2,3"}},
+    [EG__OP_RELU_BACKWARD] = {{"v 2,3", "v 2,3"}},
+    [EG__OP_MUL_ADD] = {{"v 2,3", "v 3", "v 3"}},
+    [EG__OP_MOMENTS] = {{"v 4,3"}, {.n_axes = 1, .axes = {0}}},
+    [EG__OP_BATCH_NORM] = {{"v 4,3", "v 1,3", "v 1,3", "v 1,3", "v 1,3"},
+                           {.n_axes = 1, .axes = {0}, .scalars = {1e-3}}},
+    [EG__OP_BATCH_NORM_BACKWARD_SUMS] = {{"v 4,3", "v 4,3", "v 1,3"}, {.n_axes = 1, .axes = {0}}},
+    [EG__OP_BATCH_NORM_BACKWARD_INPUT] = {{"v 4,3", "v 4,3", "v 1,3", "v 1,3", "v 1,3", "v 2,1,3"},
+                                          {.n_axes = 1, .axes = {0}, .scalars = {1e-3}}},
+    [EG__OP_CONV2D] = {{"v 1,4,4,2", "v 3,3,2,3"}, {CONV_WINDOW}},
+    [EG__OP_CONV2D_BACKWARD_INPUT] = {{"v 1,2,2,3", "v 3,3,2,3"},
+                                      {CONV_WINDOW, .n_dims = 4, .shape = {1, 4, 4, 2}}},
+    [EG__OP_CONV2D_BACKWARD_FILTER] = {{"v 1,4,4,2", "v 1,2,2,3"},
+                                       {CONV_WINDOW, .n_dims = 4, .shape = {3, 3, 2, 3}}},
+    [EG__OP_MAX_POOL2D] = {{"v 1,4,4,2"}, {POOL_WINDOW}},
+    [EG__OP_MAX_POOL2D_BACKWARD] = {{"v 1,4,4,2", "v 1,2,2,2"}, {POOL_WINDOW}},
+    [EG__OP_MAX_POOL2D_ARGMAX] = {{"v 1,4,4,2"}, {POOL_WINDOW}},
+    [EG__OP_AVG_POOL2D] = {{"v 1,4,4,2"}, {POOL_WINDOW}},
+    [EG__OP_AVG_POOL2D_BACKWARD] = {{"v 1,2,2,2"},
+                                    {POOL_WINDOW, .n_dims = 4, .shape = {1, 4, 4, 2}}},
+};
+
+/* Parses "ROLE SHAPE" into a storage-less tensor; the dtype is `value_dtype` for a value input.
+ * false for a malformed template (a bug in the table above). */
+static bool template_tensor(const char *text, eg_dtype value_dtype, eg_tensor *t) {
+    memset(t, 0, sizeof *t);
+    switch (text[0]) {
+    case 'v':
+        t->dtype = value_dtype;
+        break;
+    case 'b':
+        t->dtype = EG_DTYPE_BOOL;
+        break;
+    case 'i':
+        t->dtype = EG_DTYPE_I64;
+        break;
+    default:
+        return false;
+    }
+    if (text[1] != ' ') return false;
+    for (const char *p = text + 2; *p;) {
+        char *end;
+        long size = strtol(p, &end, 10);
+        if (end == p || size < 0 || t->n_dims == EG_MAX_DIMS) return false;
+        t->shape[t->n_dims++] = size;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return false;
+    }
+    eg__contiguous_strides(t->n_dims, t->shape, t->strides);
+    t->n_elems = eg__shape_n_elems(t->n_dims, t->shape);
+    return true;
+}
+
+/* Builds the op's template inputs; their count, or 0 for a template that does not fit the op
+ * (wrong arity for ops.def, or malformed). */
+static int template_inputs(eg__op op, eg_dtype value_dtype, eg_tensor *tensors) {
+    const probe *p = &probes[op];
+    int n = 0;
+    while (n < EG__OP_PROBE_MAX_INPUTS && p->inputs[n]) {
+        if (!template_tensor(p->inputs[n], value_dtype, &tensors[n])) return 0;
+        n++;
+    }
+    int arity = eg__op_defs[op].n_inputs;
+    return (arity < 0 && n > 0) || arity == n ? n : 0;
+}
+
+int eg__op_probe_dtypes(eg__op op, eg_dtype value_dtype, eg_dtype *dtypes) {
+    if ((unsigned)op >= EG__OP_COUNT) return 0;
+    eg_tensor tensors[EG__OP_PROBE_MAX_INPUTS];
+    int n = template_inputs(op, value_dtype, tensors);
+    for (int i = 0; i < n; i++) dtypes[i] = tensors[i].dtype;
+    return n;
+}
+
+bool eg__op_accepts_dtype(eg__op op, eg_dtype dtype) {
+    if ((unsigned)op >= EG__OP_COUNT || (unsigned)dtype >= EG_DTYPE_COUNT) return false;
+    eg_tensor tensors[EG__OP_PROBE_MAX_INPUTS];
+    const eg_tensor *inputs[EG__OP_PROBE_MAX_INPUTS];
+    int n = template_inputs(op, dtype, tensors);
+    if (n == 0) return false;
+    for (int i = 0; i < n; i++) inputs[i] = &tensors[i];
+    eg__saved_error saved;
+    eg__error_set_aside(&saved);
+    eg__meta meta;
+    memset(&meta, 0, sizeof meta);
+    eg_status status = eg__op_defs[op].infer(op, n, inputs, &probes[op].attrs, &meta);
+    eg_clear_error();
+    eg__error_restore(&saved);
+    return status == EG_OK;
+}
