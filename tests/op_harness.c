@@ -219,6 +219,15 @@ static eg_tensor *tensor_from_values(const spec *s, const double *values, int64_
         case EG_DTYPE_I64:
             *(int64_t *)p = (int64_t)values[i];
             break;
+        case EG_DTYPE_F16:
+        case EG_DTYPE_BF16: { /* both bytes of the element, rounded to nearest even */
+            float f = (float)values[i];
+            if (s->dtype == EG_DTYPE_F16)
+                eg_f32_to_f16(&f, (uint16_t *)p, 1);
+            else
+                eg_f32_to_bf16(&f, (uint16_t *)p, 1);
+            break;
+        }
         default:
             *(uint8_t *)p = (uint8_t)values[i];
             break;

@@ -295,6 +295,9 @@ static void test_dtype_mismatch(void **state) {
     assert_null(eg_exp(i)); /* float math only */
     check_error(EG_ERR_DTYPE, "exp", "i32", NULL);
     check_program_continues();
+    assert_null(eg_one_hot(i, 4, (eg_dtype)99)); /* named at the op, not by the allocator */
+    check_error(EG_ERR_DTYPE, "one_hot", "invalid result dtype 99", NULL);
+    check_program_continues();
     assert_int_equal(eg_scope_end(), EG_OK);
 }
 

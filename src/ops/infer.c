@@ -474,6 +474,8 @@ eg_status eg__infer_one_hot(eg__op op, int n_in, const eg_tensor *const *in, con
         return eg__op_error(op, EG_ERR_DTYPE, "indices must be i32, i64 or u8, got %s",
                             eg_dtype_name(in[0]->dtype));
     if (attrs->ints[0] < 0) return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "negative depth");
+    if ((unsigned)attrs->dtype >= EG_DTYPE_COUNT)
+        return eg__op_error(op, EG_ERR_DTYPE, "invalid result dtype %d", (int)attrs->dtype);
     if (in[0]->n_dims >= EG_MAX_DIMS)
         return eg__op_error(op, EG_ERR_SHAPE, "result would have more than %d dims", EG_MAX_DIMS);
     same_as(meta, in[0]);
