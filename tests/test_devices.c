@@ -295,6 +295,29 @@ static void test_lazy_and_graph_modes_on_another_device(void **state) {
     eg_function_free(f);
 }
 
+static eg_status traced_across_devices(const eg_tensor *const *inputs, eg_tensor **outputs,
+                                       void *data) {
+    outputs[0] = eg_exp(eg_tensor_to(eg_exp(inputs[0]), data));
+    return outputs[0] ? EG_OK : eg_last_status();
+}
+
+/* One arena on one device holds a trace's buffers: a trace over two devices is refused clearly
+ * instead of putting cpu:1's tensors in cpu:0's memory. */
+static void test_a_trace_over_two_devices_is_refused(void **state) {
+    (void)state;
+    const float values[2] = {1, 2};
+    const eg_tensor *x = vector_on(cpu0, values, 2);
+    eg_function *f = eg_function_new("across", traced_across_devices, 1, 1, (void *)cpu1);
+    eg_tensor *y = NULL;
+    assert_int_equal(eg_function_call(f, &x, &y), EG_ERR_UNSUPPORTED);
+    check_error(EG_ERR_UNSUPPORTED, "computes on one device", "cpu:0", "cpu:1", NULL);
+    assert_null(y);
+    eg_function_free(f);
+    /* eagerly the same steps run, on both devices */
+    assert_int_equal(traced_across_devices(&x, &y, (void *)cpu1), EG_OK);
+    assert_ptr_equal(eg_tensor_device(y), cpu1);
+}
+
 static void test_visible_devices(void **state) {
     (void)state;
     const eg_device *chosen[2] = {cpu0, cpu2};
@@ -341,6 +364,7 @@ int main(void) {
                                         teardown),
         cmocka_unit_test_setup_teardown(test_lazy_and_graph_modes_on_another_device, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_a_trace_over_two_devices_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_visible_devices, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -63,6 +63,11 @@ eg_status eg_device_scope_end(void);
 /* The device new tensors go to on this thread now (never NULL). */
 const eg_device *eg_device_current(void);
 
+/* Why a device setting of the environment was ignored (EG_CPU_DEVICES not a count,
+ * EG_VISIBLE_DEVICES naming no device or leaving out cpu:0), or NULL when none was. Static
+ * storage; the settings are read once, at first use. */
+const char *eg_device_setting_problem(void);
+
 /* Printable name ("cpu", "cpu:1", "cuda:0"); static storage. "(null)" for NULL. */
 const char *eg_device_name(const eg_device *device);
 eg_device_type eg_device_kind(const eg_device *device);

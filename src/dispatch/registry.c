@@ -178,6 +178,24 @@ static void settings_notes(char *buf, size_t size) {
              visible_setting_error[0] ? "; " : "", visible_setting_error);
 }
 
+/* Both settings' problems in one line (they are fixed once read). */
+static char both_problems[512];
+static pthread_once_t both_problems_once = PTHREAD_ONCE_INIT;
+static void join_setting_problems(void) {
+    snprintf(both_problems, sizeof both_problems, "%s; %s", eg__host_device_setting_error(),
+             visible_setting_error);
+}
+
+const char *eg_device_setting_problem(void) {
+    registry_init();
+    const char *count_error = eg__host_device_setting_error();
+    if (count_error && visible_setting_error[0]) {
+        pthread_once(&both_problems_once, join_setting_problems);
+        return both_problems;
+    }
+    return count_error ? count_error : visible_setting_error[0] ? visible_setting_error : NULL;
+}
+
 const eg_device *eg_device_get(const char *name) {
     if (!name) {
         eg__error(EG_ERR_NULL_ARGUMENT, "device_get: name is NULL");

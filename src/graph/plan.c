@@ -796,6 +796,16 @@ static eg_status order_and_layout(trace *t, const entry *traced, int n_traced, b
 eg_status eg__graph_plan(trace *t) {
     eg_function_stats *s = &t->plan_stats;
     memset(s, 0, sizeof *s);
+    /* One arena on one device holds every buffer: a trace whose ops ran on two devices (through
+     * eg_tensor_to) would put one device's tensors in the other's memory. */
+    for (int i = 0; i < t->n_entries; i++)
+        if (t->entries[i].tensor->device != t->device)
+            return eg__error(EG_ERR_UNSUPPORTED,
+                             "function: a traced function computes on one device, and this one "
+                             "has tensors on %s and %s; copy the inputs to one device before the "
+                             "call, or run these steps eagerly or lazily",
+                             eg_device_name(t->device),
+                             eg_device_name(t->entries[i].tensor->device));
     /* one update part per (step, variable with a gradient) */
     for (int a = 0; a < t->n_actions; a++) {
         const update_action *u = t->actions[a].update;

@@ -53,6 +53,12 @@ check "info --ops with EG_CPU_DEVICES=2 shows cpu:0 and cpu:1" \
     bash -c 'out=$(EG_CPU_DEVICES=2 "$0" info --ops); [ $? -eq 0 ] && grep -q "^op .*| cpu:0 .*| cpu:1" <<<"$out"' "$eagle"
 check "info with EG_CPU_DEVICES=2 lists both devices" \
     bash -c 'out=$(EG_CPU_DEVICES=2 "$0" info); grep -q "^devices: *cpu:0, cpu:1$" <<<"$out"' "$eagle"
+check "EG_VISIBLE_DEVICES hides cpu:1 of three" \
+    bash -c 'out=$(EG_CPU_DEVICES=3 EG_VISIBLE_DEVICES=cpu:0,cpu:2 "$0" info); grep -q "^devices: *cpu:0, cpu:2$" <<<"$out"' "$eagle"
+check "an unusable EG_VISIBLE_DEVICES (no host) is ignored, with a warning" \
+    bash -c 'out=$(EG_CPU_DEVICES=2 EG_VISIBLE_DEVICES=cpu:1 "$0" info); grep -q "^devices: *cpu:0, cpu:1$" <<<"$out" && grep -q "^warning: .*EG_VISIBLE_DEVICES=.cpu:1. leaves out cpu:0" <<<"$out"' "$eagle"
+check "an unusable EG_CPU_DEVICES leaves one device, with a warning" \
+    bash -c 'out=$(EG_CPU_DEVICES=many "$0" info); grep -q "^devices: *cpu$" <<<"$out" && grep -q "^warning: .*EG_CPU_DEVICES=.many. is not a count" <<<"$out"' "$eagle"
 check "info --help mentions --ops" bash -c '"$0" info --help | grep -q -- "--ops"' "$eagle"
 check "missing data set -> 1 naming the package" \
     bash -c 'out=$("$0" train --data /nonexistent/fashion 2>&1); [ $? -eq 1 ] && grep -q "dataset-fashion-mnist" <<<"$out"' "$eagle"

@@ -77,6 +77,8 @@ static void print_devices(void) {
     for (int d = 0; d < eg_device_count(); d++)
         printf("%s%s", d ? ", " : "", eg_device_name(eg_device_at(d)));
     printf("\n");
+    const char *problem = eg_device_setting_problem();
+    if (problem) printf("warning:    %s\n", problem);
 }
 
 int cli_info(int argc, char **argv) {
