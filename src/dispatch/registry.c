@@ -15,7 +15,7 @@ const eg__backend *const eg__backends[2] = {
 /* Why a kind has no usable device: NULL when it has (or may have) devices. */
 static const char *kind_unavailable(eg_device_type type) {
     if (type == EG_DEVICE_CUDA && !eg__backends[EG_DEVICE_CUDA])
-        return "this build has no CUDA backend (it is built where nvcc is found)";
+        return "this build has no CUDA backend";
     return NULL;
 }
 
