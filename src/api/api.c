@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "lazy/internal.h"
 #include "api/internal.h"
 
 static eg_tensor *run1(eg__op op, const eg_tensor *x, const eg__attrs *attrs) {
@@ -474,7 +473,7 @@ eg_tensor *eg_dropout_random(const eg_tensor *x, double rate, eg_generator *gene
     if (!eg__check_arg(x, "dropout", 0)) return NULL;
     if (rate == 0) return eg_reshape(x, x->n_dims, x->shape);
     eg_tensor *y = eg_dropout(x, rate, eg_generator_next_seed(generator), true);
-    if (y && eg__graph_tracing()) eg__graph_note_random(y, generator);
+    if (y) eg__executor_current()->random_drawn(y, generator);
     return y;
 }
 

@@ -18,13 +18,27 @@ static eg_status realize_tensors(int n, const eg_tensor *const *tensors) {
     return eg__lazy_realize(n, tensors);
 }
 
+/* A seed drawn now stays drawn. */
+static void random_drawn_now(eg_tensor *t, eg_generator *generator) {
+    (void)t;
+    (void)generator;
+}
+
 /* Eager's run is reached only through eg__execute's inlined path. */
-const eg__executor eg__eager_executor = {"eager", NULL, run_now, update_now, realize_tensors};
+const eg__executor eg__eager_executor = {.name = "eager",
+                                         .apply = run_now,
+                                         .update = update_now,
+                                         .random_drawn = random_drawn_now,
+                                         .realize = realize_tensors};
 
 /* Lazy mode computes tensors when they are read; effects happen at once (pending readers of a
  * variable keep the value they were called with: eg__lazy_before_write). */
-const eg__executor eg__lazy_executor = {"lazy", eg__lazy_record, run_now, update_now,
-                                        realize_tensors};
+const eg__executor eg__lazy_executor = {.name = "lazy",
+                                        .run = eg__lazy_record,
+                                        .apply = run_now,
+                                        .update = update_now,
+                                        .random_drawn = random_drawn_now,
+                                        .realize = realize_tensors};
 
 static eg_status defer(const eg__effect *effect) {
     return eg__graph_defer(effect->run, effect->free_context, effect->context, effect->n_reads,
@@ -32,8 +46,12 @@ static eg_status defer(const eg__effect *effect) {
 }
 
 /* A traced function records ops as lazy mode does; its effects run at every replay. */
-const eg__executor eg__graph_executor = {"graph", eg__lazy_record, defer, eg__graph_defer_update,
-                                         realize_tensors};
+const eg__executor eg__graph_executor = {.name = "graph",
+                                         .run = eg__lazy_record,
+                                         .apply = defer,
+                                         .update = eg__graph_defer_update,
+                                         .random_drawn = eg__graph_note_random,
+                                         .realize = realize_tensors};
 
 const eg__executor *eg__executor_current(void) {
     if (eg__graph_tracing()) return &eg__graph_executor;

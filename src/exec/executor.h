@@ -5,8 +5,9 @@
  * on the inputs' device, launch through src/dispatch); lazy (inside eg_lazy_begin/end) and
  * graph (while a function is traced) record it. Observers (exec/observer.h: the tape, the
  * profiler) see it either way. What an op call does besides making a tensor — an assign, an
- * optimizer step — is an effect the executor receives and schedules: now (eager, lazy) or at
- * every replay (graph). Random draws reach a traced function through core's random observer. */
+ * optimizer step, a random draw — is an effect the executor receives and schedules: now (eager,
+ * lazy) or at every replay (graph). (Random tensors made in core, eg_random_uniform and
+ * friends, reach a traced function through core's random observer, which tracing sets.) */
 #ifndef EAGLE_SRC_EXEC_EXECUTOR_H
 #define EAGLE_SRC_EXEC_EXECUTOR_H
 
@@ -41,6 +42,10 @@ typedef struct eg__executor {
      * variable's update as soon as its gradient exists (exec/effect.h). */
     eg_status (*update)(const eg__updater *updater, void *optimizer, int n, eg_tensor *const *grads,
                         eg_tensor *const *variables);
+    /* A random op's result t drew its seed from generator (NULL: the default one): nothing to do
+     * now (eager, lazy); a traced function draws a fresh seed from it at every replay instead
+     * of reusing the traced one. */
+    void (*random_drawn)(eg_tensor *t, eg_generator *generator);
     /* Computes the tensors (NULL entries and realized ones are skipped). */
     eg_status (*realize)(int n, const eg_tensor *const *tensors);
 } eg__executor;
