@@ -259,6 +259,16 @@ static void test_variables_and_optimizers_on_another_device(void **state) {
     assert_int_equal(eg_optimizer_apply_gradients(sgd, 1, &grad, &variable), EG_ERR_DEVICE);
     check_error(EG_ERR_DEVICE, "cpu:1", "cpu:0", NULL);
     eg_optimizer_free(sgd);
+
+    /* an assign from another device copies the value over first, in every form */
+    const float other[2] = {10, 20};
+    assert_int_equal(eg_assign(variable, vector_on(cpu2, other, 2)), EG_OK);
+    assert_int_equal(eg_assign_add(variable, vector_on(cpu1, values, 2)), EG_OK);
+    assert_int_equal(eg_assign_sub(variable, vector_on(cpu2, values, 2)), EG_OK);
+    assert_ptr_equal(eg_tensor_device(variable), cpu0);
+    float now[2];
+    assert_int_equal(eg_tensor_copy_to_host(variable, now, sizeof now), EG_OK);
+    assert_true(now[0] == 10 && now[1] == 20);
     eg_release(variable);
 }
 

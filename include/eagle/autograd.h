@@ -62,8 +62,8 @@ bool eg_is_variable(const eg_tensor *t);
 const char *eg_variable_name(const eg_tensor *variable);
 bool eg_variable_trainable(const eg_tensor *variable);
 void eg_variable_set_trainable(eg_tensor *variable, bool trainable);
-/* In-place updates; value must have the variable's shape (or broadcast to it) and dtype. The
- * update is not recorded on tapes. */
+/* In-place updates; value must have the variable's shape (or broadcast to it) and dtype. A value
+ * on another device is copied to the variable's first. The update is not recorded on tapes. */
 eg_status eg_assign(eg_tensor *variable, const eg_tensor *value);
 eg_status eg_assign_add(eg_tensor *variable, const eg_tensor *value);
 eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);

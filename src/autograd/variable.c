@@ -143,8 +143,12 @@ static eg_status assign_now(eg_tensor *variable, const eg_tensor *value, assign_
      * value they saw. */
     int lazy_depth = eg__lazy_depth;
     eg__lazy_depth = 0;
-    eg_tensor *result = NULL;
-    if (kind == ASSIGN_SET) {
+    eg_tensor *result = NULL, *moved = NULL;
+    /* A value from another device is copied to the variable's first (as TensorFlow does). */
+    if (value->device != variable->device) value = moved = eg_tensor_to(value, variable->device);
+    if (!value) {
+        /* the copy's error is pending */
+    } else if (kind == ASSIGN_SET) {
         result = eg_broadcast_to(value, variable->n_dims, variable->shape);
         if (result && eg_tensor_shares_storage(result, variable)) {
             /* value views the variable itself (v = v^T): copying in place would read elements
@@ -170,6 +174,7 @@ static eg_status assign_now(eg_tensor *variable, const eg_tensor *value, assign_
         }
     }
     eg__unref(result);
+    eg__unref(moved);
     eg__lazy_depth = lazy_depth;
     eg__scope_resume();
     eg_no_grad_end();
