@@ -118,7 +118,7 @@ static void stream_body(void *arg) {
 }
 
 /* A STREAM array on the same kind of pages as Eagle's tensors (huge pages unless EG_HUGEPAGES=0,
- * src/backend/cpu/device.c), so that the ratios compare like with like. */
+ * src/device/host.c), so that the ratios compare like with like. */
 static double *stream_array(long n) {
     size_t huge = (size_t)2 << 20, bytes = (sizeof(double) * (size_t)n + huge - 1) & ~(huge - 1);
     double *p = aligned_alloc(huge, bytes);

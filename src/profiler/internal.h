@@ -1,11 +1,12 @@
-/* Internal: the profiler's hooks (the op executor, the thread pool) and its recording buffers.
+/* Internal: the profiler's recording buffers; it sees ops as an observer (src/exec/observer.h)
+ * and the thread pool's chunks as its chunk runner, both only while it runs.
  *
- * Cost when off: eg__execute loads eg__profiler_flags (relaxed) and branches; nothing else.
- * When on, eg__execute hands the op to eg__profiler_execute, which times it and records it in the
- * calling thread's buffer. Each buffer has its own mutex, taken by its thread once per record
- * (uncontended) and by readers (stats, report, trace) while they merge; the global mutex guards
- * the list of buffers, the range names and the session's times. Lock order: global, then a
- * buffer; the allocator's mutex is never held together with either. */
+ * Cost when off: nothing but the executor's one check for any observer. When on, its observer
+ * times each op and records it in the calling thread's buffer. Each buffer has its own mutex,
+ * taken by its thread once per record (uncontended) and by readers (stats, report, trace) while
+ * they merge; the global mutex guards the list of buffers, the range names and the session's
+ * times. Lock order: global, then a buffer; the allocator's mutex is never held together with
+ * either. */
 #ifndef EAGLE_SRC_PROFILER_INTERNAL_H
 #define EAGLE_SRC_PROFILER_INTERNAL_H
 
@@ -17,18 +18,14 @@
 #include "eagle/profiler.h"
 #include "ops/internal.h"
 
-/* ---- hooks --------------------------------------------------------------------------------- */
+/* ---- state shared by profiler.c and output.c ------------------------------------------------- */
 
 /* EG_PROFILE_* of the running profiler, 0 while off. */
 extern atomic_uint eg__profiler_flags;
 
-/* True (rarely) while the profiler records: the one check on the hot path. */
+/* True while the profiler records. */
 #define EG__PROFILER_ON()                                                                          \
     __builtin_expect(atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed) != 0, 0)
-#define EG__PROFILER_TRACING()                                                                     \
-    __builtin_expect(                                                                              \
-        (atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed) & EG_PROFILE_TRACE) != 0, \
-        0)
 
 /* The thread pool's chunk runner while tracing: runs fn(context, begin, end) and records it as
  * a span. */
