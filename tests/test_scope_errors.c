@@ -454,15 +454,16 @@ static void test_status_strings(void **state) {
     count++;
     EG_STATUS_TABLE(CHECK_STATUS_)
 #undef CHECK_STATUS_
-    assert_int_equal(count, 13);
+    assert_int_equal(count, 14);
     assert_string_equal(eg_status_string(EG_OK), "ok");
     assert_string_equal(eg_status_string(EG_ERR_SHAPE), "shape mismatch");
     assert_string_equal(eg_status_string(EG_ERR_OUT_OF_MEMORY), "out of memory");
+    assert_string_equal(eg_status_string(EG_ERR_NUMERICS), "non-finite value");
     assert_string_equal(eg_status_string((eg_status)-1000), "unknown status");
     assert_string_equal(eg_status_string((eg_status)5), "unknown status");
     /* texts are distinct */
-    for (int i = 0; i >= -12; i--)
-        for (int j = i - 1; j >= -12; j--)
+    for (int i = 0; i >= -13; i--)
+        for (int j = i - 1; j >= -13; j--)
             assert_string_not_equal(eg_status_string((eg_status)i), eg_status_string((eg_status)j));
 }
 

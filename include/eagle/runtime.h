@@ -2,6 +2,7 @@
 #ifndef EAGLE_RUNTIME_H
 #define EAGLE_RUNTIME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "eagle/status.h"
@@ -32,6 +33,15 @@ const char *eg_blas_info(void);
  * another without a wake-up each; an idle program's cores go quiet after that. */
 eg_status eg_set_num_threads(int n);
 int eg_get_num_threads(void);
+
+/* Check numerics (like tf.debugging.enable_check_numerics): while on, the first op whose float
+ * result holds a NaN or an infinity fails with EG_ERR_NUMERICS, naming the op, the element, its
+ * inputs and the call site — in eager mode at the call, in lazy mode when the value is computed,
+ * in a traced function at the replay (which then runs its ops one by one). Off by default;
+ * EG_CHECK_NUMERICS=1 in the environment turns it on from the start. Each op's result is read
+ * once more while it is on. */
+void eg_set_check_numerics(bool on);
+bool eg_check_numerics(void);
 
 /* Joins the worker threads and gives all cached memory back. Live tensors stay valid (their
  * memory is freed when they are released). Optional; useful before leak checkers run. */

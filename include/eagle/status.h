@@ -25,7 +25,8 @@ extern "C" {
     X(EG_ERR_STATE, -9, "invalid state")                                                           \
     X(EG_ERR_IO, -10, "input/output error")                                                        \
     X(EG_ERR_FORMAT, -11, "malformed data")                                                        \
-    X(EG_ERR_INTERNAL, -12, "internal error")
+    X(EG_ERR_INTERNAL, -12, "internal error")                                                     \
+    X(EG_ERR_NUMERICS, -13, "non-finite value")
 
 typedef enum eg_status {
 #define EG_STATUS_ENUM_(name, value, text) name = value,

@@ -111,6 +111,10 @@ typedef struct eg__backend {
     /* The host thread count changed (eg_set_num_threads): the CPU backend keeps its BLAS
      * single-threaded under Eagle's pool. */
     void (*set_threads)(int n);
+    /* The index of t's first element that is NaN or infinite (t a float tensor on one of this
+     * backend's devices, any layout, in row-major order), -1 when every element is finite: what
+     * check numerics asks of every result. */
+    int64_t (*first_nonfinite)(const eg_tensor *t);
     /* Frees what the backend holds (eg_shutdown). */
     void (*shutdown)(void);
 } eg__backend;

@@ -4,6 +4,8 @@
 #ifndef EAGLE_SRC_DISPATCH_DISPATCH_H
 #define EAGLE_SRC_DISPATCH_DISPATCH_H
 
+#include <stdatomic.h>
+
 #include "backend/backend.h"
 
 /* Indexed by eg_device_type: the backend that computes for every device of that kind (NULL where
@@ -24,6 +26,18 @@ static inline const eg_device *eg__launch_device(const eg__kernel_call *call) {
 }
 
 eg_status eg__launch_missing(const eg__kernel_call *call, const eg_device *device);
+
+/* Check numerics: 0 off, 1 on, -1 not read from the environment yet (so that the launch path's
+ * check is one load while it is off). */
+extern atomic_int eg__check_numerics_state;
+/* With check numerics on (or unknown yet): EG_ERR_NUMERICS when call's float output holds a
+ * NaN or an infinity. */
+eg_status eg__check_numerics_slow(const eg__kernel_call *call);
+static inline eg_status eg__check_output(const eg__kernel_call *call) {
+    if (__builtin_expect(atomic_load_explicit(&eg__check_numerics_state, memory_order_relaxed), 0))
+        return eg__check_numerics_slow(call);
+    return EG_OK;
+}
 eg_status eg__launch_failed(const eg__kernel_call *call, const eg_device *device, eg_status status);
 
 /* Runs call's kernel on its device: the one path from every executor (eager, lazy, graph) to a
@@ -35,7 +49,7 @@ static inline eg_status eg__launch(const eg__kernel_call *call) {
     if (__builtin_expect(!kernel, 0)) return eg__launch_missing(call, device);
     eg_status status = kernel(call);
     if (__builtin_expect(status != EG_OK, 0)) return eg__launch_failed(call, device, status);
-    return EG_OK;
+    return eg__check_output(call);
 }
 
 /* The same in a replayed graph: the backend's replay kernel where it has one (the same bits,

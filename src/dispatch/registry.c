@@ -250,7 +250,7 @@ eg_status eg__launch_replay(const eg__kernel_call *call) {
     eg__kernel_fn kernel = backend->replay_kernels ? backend->replay_kernels[call->op] : NULL;
     if (!kernel) return eg__launch(call);
     eg_status status = kernel(call);
-    return status == EG_OK ? EG_OK : eg__launch_failed(call, device, status);
+    return status == EG_OK ? eg__check_output(call) : eg__launch_failed(call, device, status);
 }
 
 eg_tensor *eg__contiguous_on_device(const eg_tensor *x) {

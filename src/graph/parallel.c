@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "dispatch/dispatch.h"
+#include "eagle/runtime.h"
 #include "base/threadpool.h"
 #include "base/error.h"
 #include "graph/internal.h"
@@ -168,7 +169,9 @@ void eg__graph_parallel_free(eg__parallel_plan *plan) {
 static bool static_allows(const trace *t) {
     /* parallel replay splits products through the backend's part and tile hooks */
     const eg__backend *backend = eg__backend_of(t->device);
-    if (!backend->product_part_count || !backend->product_tile || getenv("EG_GRAPH_SEQUENTIAL"))
+    /* check numerics scans each result after its kernel: the sequential replay's one path */
+    if (!backend->product_part_count || !backend->product_tile || getenv("EG_GRAPH_SEQUENTIAL") ||
+        eg_check_numerics())
         return false;
     for (int i = 0; i < t->n_entries; i++)
         if (t->entries[i].recompute_of >= 0) return false;

@@ -199,5 +199,11 @@ eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *m
         free(plan.operands);
         free(plan.leaves);
     }
+    if (status == EG_OK) { /* check numerics sees the group's result as its last op's */
+        const eg__lazy_node *node = root->lazy;
+        eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs,
+                                root, &node->attrs};
+        status = eg__check_output(&call);
+    }
     return status;
 }

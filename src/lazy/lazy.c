@@ -16,6 +16,7 @@
 
 #include "base/idmap.h"
 #include "dispatch/dispatch.h"
+#include "eagle/runtime.h"
 #include "base/error.h"
 #include "lazy/internal.h"
 
@@ -311,7 +312,8 @@ static eg_status collect_ex(plan *p, int n_targets, const eg_tensor *const *targ
 }
 
 bool eg__lazy_fusable(const eg_tensor *t) {
-    return t->lazy && !t->lazy->is_view && t->lazy->placeholder < 0 &&
+    /* check numerics names the op that made a NaN: each op runs on its own while it is on */
+    return t->lazy && !t->lazy->is_view && t->lazy->placeholder < 0 && !eg_check_numerics() &&
            eg__backend_of(t->device)->fusable && eg__backend_of(t->device)->fusable(t->lazy->op) &&
            t->lazy->n_inputs <= 3;
 }

@@ -37,5 +37,6 @@ const eg__backend eg__cpu_backend = {
     .product_part_count = eg__cpu_matmul_part_count,
     .product_part = eg__cpu_matmul_part,
     .set_threads = eg__blas_set_threads,
+    .first_nonfinite = eg__cpu_first_nonfinite,
     .shutdown = cpu_shutdown,
 };

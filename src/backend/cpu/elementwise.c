@@ -66,7 +66,7 @@ typedef struct unary_context {
         UNARY_LOOP(T, (T)1 / ((T)1 + EXP(-x)));                                                    \
         break;                                                                                     \
     case EG__OP_RELU:                                                                              \
-        UNARY_LOOP(T, x > (T)0 ? x : (T)0);                                                        \
+        UNARY_LOOP(T, EG__RELU(x, (T)0));                                                        \
         break;                                                                                     \
     case EG__OP_GELU:                                                                              \
         UNARY_LOOP(T, (T)0.5 * x * ((T)1 + ERF(x * (T)M_SQRT1_2)));                                \

@@ -34,7 +34,7 @@
 #define DIRECT_A_MAX_COLS 128 /* columns of C up to which op(A) is used unpacked */
 
 /* f32 C += bias and then relu (or no activation), in one pass over each row: the same IEEE
- * additions and the same select as the elementwise add and relu kernels (x > 0 ? x : +0), so the
+ * additions and the same select as the elementwise add and relu kernels (EG__RELU), so the
  * same bits, without their two calls per row. The seed model's first layer is 32 rows of 64: those
  * calls were most of its epilogue. */
 static inline __attribute__((always_inline)) void
@@ -44,12 +44,12 @@ bias_relu_rows(float *c, int64_t ldc, int64_t rows, int64_t cols, const float *b
         if (bias && relu) {
             for (int64_t j = 0; j < cols; j++) {
                 float v = row[j] + bias[j];
-                row[j] = v > 0.0f ? v : 0.0f;
+                row[j] = EG__RELU(v, 0.0f);
             }
         } else if (bias) {
             for (int64_t j = 0; j < cols; j++) row[j] = row[j] + bias[j];
         } else if (relu) {
-            for (int64_t j = 0; j < cols; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+            for (int64_t j = 0; j < cols; j++) row[j] = EG__RELU(row[j], 0.0f);
         }
     }
 }

@@ -5,6 +5,12 @@
 #include "backend/backend.h"
 #include "base/threadpool.h"
 
+/* relu's select, x if x > 0 or x is NaN, else +0: NaN propagates (as TensorFlow and PyTorch do,
+ * so NaN weights do not train on behind a finite loss) and every other input gives the bits of
+ * x > 0 ? x : +0. x is evaluated twice: pass a plain value. Every relu kernel and fused relu uses
+ * it, so their bits stay equal. */
+#define EG__RELU(x, zero) (!((x) <= (zero)) ? (x) : (zero))
+
 /* The kernel table (kernel_table.c). */
 extern const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT];
 
@@ -100,6 +106,8 @@ void eg__cpu_update_many(const eg__update_params *params, const eg__update_piece
                          int n_pieces, int64_t total);
 void eg__cpu_update_range(const eg__update_params *params, eg_dtype dtype, void *variable,
                           void *const *slots, int64_t start, int64_t n, const void *grad);
+/* The CPU backend's check-numerics scan (numerics.c; backend.h: first_nonfinite). */
+int64_t eg__cpu_first_nonfinite(const eg_tensor *t);
 /* The CPU backend's set_threads hook: BLAS stays single-threaded whatever the count. */
 void eg__blas_set_threads(int n);
 

@@ -235,7 +235,7 @@ typedef struct norm_job {
                     if (j->relu) {                                                                 \
                         for (int64_t i = 0; i < inner; i++) {                                      \
                             T z = xrow[i] * a[i] + b[i];                                           \
-                            orow[i] = z > (T)0 ? z : (T)0;                                         \
+                            orow[i] = EG__RELU(z, (T)0);                                           \
                         }                                                                          \
                     } else {                                                                       \
                         for (int64_t i = 0; i < inner; i++) orow[i] = xrow[i] * a[i] + b[i];       \
@@ -422,10 +422,10 @@ static eg_status run_affine(const eg__kernel_call *call, const norm_plan *plan, 
         int64_t n = call->output->n_elems;
         if (f32) {
             float *y = eg__data(call->output);
-            for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+            for (int64_t i = 0; i < n; i++) y[i] = EG__RELU(y[i], 0.0f);
         } else {
             double *y = eg__data(call->output);
-            for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0 ? y[i] : 0.0;
+            for (int64_t i = 0; i < n; i++) y[i] = EG__RELU(y[i], 0.0);
         }
     }
     return EG_OK;
