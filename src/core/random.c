@@ -55,6 +55,16 @@ void eg_manual_seed(uint64_t seed) {
     atomic_store(&default_generator.next_counter, 0);
 }
 
+uint64_t eg__generator_position(const eg_generator *generator) {
+    if (!generator) generator = &default_generator;
+    return atomic_load(&((eg_generator *)generator)->next_counter);
+}
+
+void eg__generator_set_position(eg_generator *generator, uint64_t position) {
+    if (!generator) generator = &default_generator;
+    atomic_store(&generator->next_counter, position);
+}
+
 /* Claims n_blocks consecutive Philox counters from the generator. */
 static uint64_t claim_blocks(eg_generator *generator, uint64_t n_blocks) {
     if (!generator) generator = &default_generator;

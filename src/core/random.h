@@ -33,6 +33,12 @@ typedef struct eg__random_fill {
 typedef void (*eg__random_observer)(eg_tensor *t, eg_generator *generator, eg__random_fill fill);
 void eg__random_set_observer(eg__random_observer observer);
 
+/* Where generator's stream is (NULL: the default generator), and putting it back there: a
+ * model whose build failed leaves the stream as it found it, so that a retry draws the same
+ * initial weights as a first build would. */
+uint64_t eg__generator_position(const eg_generator *generator);
+void eg__generator_set_position(eg_generator *generator, uint64_t position);
+
 /* Fills t (made by eg_random_uniform/normal with `fill`) with the next values of generator's
  * stream (NULL: the default generator), as a new call would. */
 void eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fill);

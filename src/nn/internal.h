@@ -71,6 +71,10 @@ eg_tensor *eg__layer_make_variable(eg_layer *layer, const char *what, const eg_i
 eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape);
 eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x, bool training);
 
+/* Undoes a build: releases the layer's variables and marks it unbuilt (a model build that failed
+ * after it). */
+void eg__layer_unbuild(eg_layer *layer);
+
 /* Replaces the variables of a built layer by copies named after its current name. */
 eg_status eg__layer_rename_variables(eg_layer *layer);
 /* Frees the layer and releases its variables, whoever owns it. */

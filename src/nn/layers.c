@@ -225,6 +225,16 @@ static eg_status build_flatten(eg_layer *layer, int n_dims, const int64_t *input
     return EG_OK;
 }
 
+void eg__layer_unbuild(eg_layer *layer) {
+    for (int i = 0; i < layer->n_variables; i++) {
+        eg_release(layer->variables[i]);
+        layer->variables[i] = NULL;
+    }
+    layer->n_variables = 0;
+    layer->input_dim = 0;
+    layer->built = false;
+}
+
 eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape) {
     if (!layer) return eg__error(EG_ERR_NULL_ARGUMENT, "layer_build: layer is NULL");
     if (n_dims < 0 || n_dims > EG_MAX_DIMS || (n_dims > 0 && !input_shape))

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/random.h"
 #include "nn/internal.h"
 
 struct eg_model {
@@ -128,15 +129,35 @@ eg_status eg_model_build(eg_model *model, int n_dims, const int64_t *input_shape
     if (!model) return eg__error(EG_ERR_NULL_ARGUMENT, "model_build: model is NULL");
     if (n_dims < 0 || n_dims > EG_MAX_DIMS || (n_dims > 0 && !input_shape))
         return eg__error(EG_ERR_SHAPE, "model_build: invalid input shape (%d dims)", n_dims);
+    /* A build that fails part way (out of memory at the third layer, say) is undone: the layers
+     * it built lose their variables again and every generator goes back to where it was, so that
+     * a retry draws the same initial weights as a build that succeeded the first time. */
+    typedef struct undo {
+        bool was_built;
+        uint64_t position;
+    } undo;
+    undo *undos = model->n_layers ? malloc(sizeof *undos * (size_t)model->n_layers) : NULL;
+    if (model->n_layers && !undos)
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "model_build: out of host memory");
+    for (int i = 0; i < model->n_layers; i++)
+        undos[i] =
+            (undo){model->layers[i]->built, eg__generator_position(model->layers[i]->generator)};
     const int64_t *shape = input_shape;
     int n = n_dims;
-    for (int i = 0; i < model->n_layers; i++) {
+    eg_status status = EG_OK;
+    for (int i = 0; i < model->n_layers && status == EG_OK; i++) {
         eg_layer *layer = model->layers[i];
-        eg_status status = eg_layer_build(layer, n, shape);
-        if (status != EG_OK) return status;
+        status = eg_layer_build(layer, n, shape);
         n = layer->output_n_dims;
         shape = layer->output_shape;
     }
+    if (status != EG_OK)
+        for (int i = model->n_layers - 1; i >= 0; i--) {
+            if (!undos[i].was_built && model->layers[i]->built) eg__layer_unbuild(model->layers[i]);
+            eg__generator_set_position(model->layers[i]->generator, undos[i].position);
+        }
+    free(undos);
+    if (status != EG_OK) return status;
     if (!model->built) {
         model->input_n_dims = n_dims;
         if (n_dims) memcpy(model->input_shape, input_shape, (size_t)n_dims * sizeof(int64_t));
