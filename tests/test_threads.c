@@ -313,6 +313,89 @@ static void test_concurrent_user_threads(void **state) {
     }
 }
 
+/* ---- two models trained side by side ----------------------------------------------------- */
+
+/* One training run of a small MLP (its own generator, synthetic data from the seed, Adam, 12
+ * steps) into weights (the first layer's kernel, 12 x 16 floats). */
+typedef struct training_run {
+    uint64_t seed;
+    float weights[12 * 16];
+    bool ok;
+} training_run;
+
+static void train_small_model(training_run *run) {
+    run->ok = false;
+    eg_generator *generator = eg_generator_new(run->seed);
+    eg_model *model = eg_sequential_new("side_by_side");
+    eg_dense_options hidden = eg_dense_options_default();
+    hidden.activation = EG_ACTIVATION_RELU;
+    hidden.generator = generator;
+    eg_dense_options logits = eg_dense_options_default();
+    logits.generator = generator;
+    if (!generator || !model || eg_sequential_add(model, eg_dense_new_ex(16, &hidden)) != EG_OK ||
+        eg_sequential_add(model, eg_dense_new_ex(3, &logits)) != EG_OK)
+        return;
+    eg_adam_options adam_options = eg_adam_options_default();
+    eg_optimizer *adam = eg_adam_new(&adam_options);
+    int64_t x_shape[2] = {8, 12}, y_shape[1] = {8};
+    bool ok = adam != NULL;
+    for (int step = 0; step < 12 && ok; step++) {
+        eg_scope_begin();
+        eg_tensor *x = eg_random_normal(generator, EG_DTYPE_F32, 2, x_shape, 0.0, 1.0);
+        /* labels 0, 1, 2: uniform in [0, 2.99) truncated */
+        eg_tensor *y = eg_cast(eg_random_uniform(generator, EG_DTYPE_F32, 1, y_shape, 0.0, 2.99),
+                               EG_DTYPE_I64);
+        eg_tape *tape = eg_tape_begin(false);
+        eg_tensor *loss = eg_loss_sparse_categorical_crossentropy(y, eg_model_call(model, x, true),
+                                                                  true, EG_REDUCTION_MEAN);
+        int n = 0;
+        eg_tensor *const *variables = eg_model_trainable_variables(model, &n);
+        eg_tensor *grads[4] = {0};
+        ok = loss && n == 4 &&
+             eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)variables, grads,
+                              EG_UNCONNECTED_ZERO) == EG_OK &&
+             eg_optimizer_apply_gradients(adam, n, grads, variables) == EG_OK;
+        eg_tape_free(tape);
+        eg_scope_end();
+    }
+    int n = 0;
+    eg_tensor *const *variables = eg_model_trainable_variables(model, &n);
+    run->ok = ok && n == 4 &&
+              eg_tensor_copy_to_host(variables[0], run->weights, sizeof run->weights) == EG_OK;
+    eg_optimizer_free(adam);
+    eg_model_free(model);
+    eg_generator_free(generator);
+}
+
+static void *training_main(void *arg) {
+    train_small_model(arg);
+    return NULL;
+}
+
+/* Two user threads each training their own model at once give, bit for bit, the weights of the
+ * same two runs made one after the other on one thread (under ThreadSanitizer too). */
+static void test_two_models_trained_side_by_side(void **state) {
+    (void)state;
+    training_run sequential[2] = {{.seed = 11}, {.seed = 12}};
+    for (int i = 0; i < 2; i++) {
+        train_small_model(&sequential[i]);
+        assert_true(sequential[i].ok);
+    }
+    training_run side_by_side[2] = {{.seed = 11}, {.seed = 12}};
+    pthread_t ids[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&ids[i], NULL, training_main, &side_by_side[i]), 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_join(ids[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_true(side_by_side[i].ok);
+        assert_memory_equal(side_by_side[i].weights, sequential[i].weights,
+                            sizeof sequential[i].weights);
+    }
+    /* the two runs differ from each other: the comparison above can fail */
+    assert_memory_not_equal(sequential[0].weights, sequential[1].weights,
+                            sizeof sequential[0].weights);
+}
+
 /* ---- settings --------------------------------------------------------------------------- */
 
 /* The first half-precision conversions of the process happen on several threads at once (the
@@ -422,6 +505,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_parallel_results_correct, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_user_threads, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_two_models_trained_side_by_side, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_bad_thread_counts, fresh_scope_setup,
                                         strict_scope_teardown),
