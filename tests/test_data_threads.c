@@ -505,6 +505,37 @@ static void test_autotune(void **state) {
     eg_dataset_free(ds);
 }
 
+/* Under a host memory limit AUTOTUNE measures nothing: the same fixed sizes (the map at its CPU
+ * budget, the prefetch buffer at 2) however fast or slow the consumer is, so the memory the
+ * pipeline holds does not depend on timing. */
+static void test_autotune_under_a_memory_limit(void **state) {
+    (void)state;
+    assert_int_equal(eg_memory_set_limit(NULL, (size_t)1 << 30), EG_OK);
+    eg_dataset_options options = {.cpu_budget = 2};
+    for (int slow = 0; slow < 2; slow++) {
+        eg_dataset *ds =
+            eg_dataset_map(eg_dataset_range(0, 200, 1), expensive, NULL, EG_AUTOTUNE, true);
+        ds = eg_dataset_prefetch(eg_dataset_with_options(ds, &options), EG_AUTOTUNE);
+        eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
+        for (;;) {
+            eg_scope_begin();
+            eg_element e;
+            bool end;
+            assert_int_equal(eg_dataset_iterator_next(it, &e, &end), EG_OK);
+            eg_scope_end();
+            if (end) break;
+            if (slow) burn_cpu(300); /* a consumer slower than the map: prefetch would grow */
+            eg_dataset_stage_stats stats[3];
+            assert_int_equal(eg_dataset_stats(it, stats, 3), 3); /* prefetch, map, range */
+            assert_int_equal(stats[0].buffer_size, 2);
+            assert_int_equal(stats[1].parallelism, 2);
+        }
+        eg_dataset_iterator_free(it);
+        eg_dataset_free(ds);
+    }
+    assert_int_equal(eg_memory_set_limit(NULL, 0), EG_OK);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
 #define CASE(name) cmocka_unit_test_setup_teardown(name, fresh_scope_setup, case_teardown)
@@ -515,6 +546,7 @@ int main(void) {
         CASE(test_concurrent_iterators),
         CASE(test_nested_parallel_stages),
         CASE(test_autotune),
+        CASE(test_autotune_under_a_memory_limit),
 #undef CASE
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,7 @@
 #include "core/random.h"
 #include "data/internal.h"
 #include "eagle/autograd.h"
+#include "eagle/memory.h"
 
 /* ---- time ---- */
 
@@ -320,6 +321,9 @@ eg_dataset_iterator *eg_dataset_iterator_new(eg_dataset *ds) {
     }
     it->context.cpu_budget = eg__cpu_cores();
     it->context.ram_budget = (int64_t)1 << 30;
+    eg_memory_stats host;
+    it->context.memory_limited =
+        eg_memory_stats_get(eg_device_cpu(), &host) == EG_OK && host.limit != 0;
     eg__iter_params params = {.context = &it->context, .stats = true, .depth = 0};
     eg__scope_suspend();
     eg_status status = eg__iter_create(ds, &params, &it->root);

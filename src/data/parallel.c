@@ -24,7 +24,10 @@
  * a row agree; after two reversals of direction it stays (settled). A prefetch buffer starts at 1
  * and doubles each time the consumer finds it empty after the producer had filled it (bursts of
  * demand the buffer was too small to absorb); it never shrinks, and stays within 64 elements and
- * the iterator's memory budget (largest element seen times capacity). */
+ * the iterator's memory budget (largest element seen times capacity).
+ *
+ * Under a host memory limit AUTOTUNE measures nothing: a map gets the parallel calls its CPU budget
+ * grants, a prefetch buffer 2 elements, so what the pipeline holds does not depend on timing. */
 
 #ifndef EG_NO_CALLSITE
 #define EG_NO_CALLSITE
@@ -38,8 +41,11 @@
 #include "data/internal.h"
 
 #define PREFETCH_AUTOTUNE_MAX 64
-#define WINDOW_MIN_NS         20000000LL
-#define WINDOW_MAX_NS         200000000LL
+/* AUTOTUNE's prefetch buffer under a memory limit: fixed, one element being taken while the
+ * next is made. */
+#define PREFETCH_LIMITED_CAPACITY 2
+#define WINDOW_MIN_NS             20000000LL
+#define WINDOW_MAX_NS             200000000LL
 
 /* ---- CPU budget of the autotuned maps of one iterator ---- */
 
@@ -527,8 +533,12 @@ static eg_status map_iterator_new(eg_dataset *base, const eg__iter_params *param
     m->input = input;
     m->context = params->context;
     m->epoch = epoch;
-    m->autotune = ds->parallelism == EG_AUTOTUNE && m->context;
-    if (m->autotune) {
+    m->autotune = ds->parallelism == EG_AUTOTUNE && m->context && !m->context->memory_limited;
+    if (ds->parallelism == EG_AUTOTUNE && m->context && m->context->memory_limited) {
+        /* under a memory limit: as many calls as the budget grants, fixed */
+        m->claimed = budget_claim(m->context, m->context->cpu_budget);
+        m->parallelism = m->claimed > 0 ? m->claimed : 1;
+    } else if (m->autotune) {
         m->claimed = budget_claim(m->context, 1);
         m->parallelism = 1; /* at least one call even when the budget is spent */
     } else {
@@ -765,8 +775,11 @@ static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *
     (void)epoch;
     const prefetch_dataset *ds = (const prefetch_dataset *)base;
     prefetch_iter *p = calloc(1, sizeof *p);
-    bool autotune = ds->buffer_size == EG_AUTOTUNE && params->context;
-    int limit = ds->buffer_size == EG_AUTOTUNE ? PREFETCH_AUTOTUNE_MAX : ds->buffer_size;
+    bool limited = params->context && params->context->memory_limited;
+    bool autotune = ds->buffer_size == EG_AUTOTUNE && params->context && !limited;
+    int limit = ds->buffer_size != EG_AUTOTUNE ? ds->buffer_size
+                : limited                      ? PREFETCH_LIMITED_CAPACITY
+                                               : PREFETCH_AUTOTUNE_MAX;
     int ring_size = limit < 4 ? limit : 4;
     eg_element *ring = p ? calloc((size_t)ring_size, sizeof *ring) : NULL;
     if (!ring) {
@@ -789,7 +802,7 @@ static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *
     p->ring_size = ring_size;
     p->limit = limit;
     p->autotune = autotune;
-    p->capacity = autotune || ds->buffer_size == EG_AUTOTUNE ? 1 : ds->buffer_size;
+    p->capacity = autotune ? 1 : limit;
     *out = &p->base;
     return EG_OK;
 }
