@@ -1,7 +1,8 @@
 /* libFuzzer target for the IDX reader: every input goes through the parser (and, when accepted,
  * the byte-order conversion); inputs that start with the gzip magic also go through the file
  * reader's decompression, from an in-memory file, with a small size limit so that bombs are
- * cheap. Seeds: tests/fuzz_corpus/idx/.
+ * cheap; what the reader accepts must be a well-formed IDX file (it validates as it reads, and
+ * stops at the size the header announces). Seeds: tests/fuzz_corpus/idx/.
  *
  *   fuzz_idx -max_total_time=60 tests/fuzz_corpus/idx */
 #include <stdint.h>
@@ -73,11 +74,13 @@ static void decompress(const uint8_t *data, size_t size) {
     eg_status status = eg__idx_load_file(path, FUZZ_MAX_DECOMPRESSED, &bytes, &n_bytes);
     if (status == EG_OK) {
         FUZZ_CHECK(n_bytes <= FUZZ_MAX_DECOMPRESSED);
+        FUZZ_CHECK(eg__idx_well_formed(bytes, n_bytes));
         parse_and_convert(bytes, n_bytes);
         free(bytes);
     } else {
         FUZZ_CHECK(bytes == NULL && n_bytes == 0);
         FUZZ_CHECK(eg_last_status() == status);
+        FUZZ_CHECK(strncmp(eg_last_error(), path, strlen(path)) == 0);
     }
     close(fd);
 }

@@ -22,6 +22,7 @@
 #include "io/internal.h"
 
 static char temp_dir[PATH_MAX];
+static char cache_dir[PATH_MAX + 16];
 
 /* ---- helpers ---- */
 
@@ -136,7 +137,10 @@ static int group_setup(void **state) {
     (void)state;
     const char *base = getenv("TMPDIR");
     snprintf(temp_dir, sizeof temp_dir, "%s/eagle_test_idx_XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(temp_dir) ? 0 : -1;
+    if (!mkdtemp(temp_dir)) return -1;
+    /* gzip files read here must not leave entries in the user's cache */
+    snprintf(cache_dir, sizeof cache_dir, "%s/cache", temp_dir);
+    return setenv("EG_IDX_CACHE", cache_dir, 1);
 }
 
 static int group_teardown(void **state) {
@@ -449,35 +453,187 @@ static void test_truncated_gzip(void **state) {
     free(gz);
 }
 
-static void test_gzip_bomb(void **state) {
+/* A gzip member holding data[0, n) (zlib reads concatenated members as one stream, so bombs are
+ * built from one member repeated: cheap to make, however much they inflate to). Caller frees. */
+static uint8_t *gzip_member(const void *data, size_t n, size_t *out_n) {
+    z_stream z = {0};
+    assert_int_equal(deflateInit2(&z, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY), Z_OK);
+    size_t capacity = deflateBound(&z, (uLong)n);
+    uint8_t *out = malloc(capacity);
+    assert_non_null(out);
+    z.next_in = (Bytef *)data;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = (uInt)capacity;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    *out_n = z.total_out;
+    deflateEnd(&z);
+    return out;
+}
+
+/* A hostile .gz: a member with an IDX u8 header for dims and `data_bytes` zero bytes of data,
+ * then `mebibytes` members of 1 MiB of zeros each (~1 KiB apiece), then, when corrupt_tail, a
+ * member whose deflate data is invalid: a reader that went on to the end would fail on it. */
+static void write_bomb(const char *path, int n_dims, const uint32_t *dims, size_t data_bytes,
+                       size_t mebibytes, bool corrupt_tail) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint8_t *zeros = calloc(data_bytes > (1 << 20) ? data_bytes : 1 << 20, 1);
+    assert_non_null(zeros);
+    size_t n;
+    uint8_t *head = make_idx(0x08, n_dims, dims, zeros, data_bytes, &n);
+    size_t member_n;
+    uint8_t *member = gzip_member(head, n, &member_n);
+    assert_int_equal(fwrite(member, 1, member_n, f), member_n);
+    free(member);
+    free(head);
+    member = gzip_member(zeros, 1 << 20, &member_n);
+    for (size_t i = 0; i < mebibytes; i++)
+        assert_int_equal(fwrite(member, 1, member_n, f), member_n);
+    free(member);
+    free(zeros);
+    if (corrupt_tail) {
+        /* a gzip header, then a final deflate block of the reserved type 3 */
+        const uint8_t bad[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0x07, 0xff, 0xff, 0xff};
+        assert_int_equal(fwrite(bad, 1, sizeof bad, f), sizeof bad);
+    }
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A line of /proc/self/status in KiB ("VmRSS:", "VmHWM:"), -1 when unavailable. */
+static long status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long value = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, strlen(field))) value = atol(line + strlen(field));
+    fclose(f);
+    return value;
+}
+
+/* Resets the peak resident size (VmHWM) to the current one; false where Linux does not let us. */
+static bool reset_peak_rss(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok && status_kib("VmHWM:") > 0;
+}
+
+static bool is_empty_or_absent_dir(const char *path) {
+    char command[PATH_MAX + 64];
+    snprintf(command, sizeof command, "test -z \"$(ls -A '%s' 2>/dev/null)\"", path);
+    return system(command) == 0;
+}
+
+/* The issue's bomb: ~1 MB of gzip whose IDX header announces 60000x28x28 (47 MB) but which
+ * inflates to 1 GiB. It used to be refused only after inflating all of it (1.05 GB resident,
+ * 4.5 s) and was then stored as a 1 GiB cache entry. Now the reader stops one chunk past the
+ * announced size: the corrupt member at the very end is never reached, the peak memory is the
+ * announced 47 MB plus little, and no cache entry is written. */
+static void test_gzip_bomb_stops_at_announced_size(void **state) {
+    (void)state;
+    char path[PATH_MAX], cache[PATH_MAX];
+    join(path, sizeof path, "bomb-images-idx3-ubyte.gz");
+    join(cache, sizeof cache, "bomb-cache");
+    write_bomb(path, 3, (const uint32_t[]){60000, 28, 28}, 0, 1024, true);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size < (2 << 20));
+    setenv("EG_IDX_CACHE", cache, 1);
+
+    bool measured = reset_peak_rss();
+    long before = status_kib("VmRSS:");
+    eg_tensor *t = eg_idx_read(path);
+    long peak = status_kib("VmHWM:");
+    setenv("EG_IDX_CACHE", cache_dir, 1);
+    assert_null(t);
+    check_error(EG_ERR_FORMAT, path, "decompresses to more than its IDX header announces",
+                "60000x28x28 = 47040000 bytes of data after the 16-byte header",
+                "stopped reading there", "gzip bomb", NULL);
+    if (measured) {
+        print_message("bomb: peak %ld KiB over the %ld KiB before\n", peak - before, before);
+        assert_true(peak - before < 47040016 / 1024 + 32 * 1024);
+    }
+    assert_true(is_empty_or_absent_dir(cache));
+}
+
+/* A header announcing one image, then 1 GiB: the reader holds and inflates one chunk past it. */
+static void test_gzip_bomb_small_header(void **state) {
     (void)state;
     char path[PATH_MAX];
-    join(path, sizeof path, "bomb.gz");
-    enum { SIZE = 8 << 20 };
-    uint8_t *zeros = calloc(SIZE, 1);
-    assert_non_null(zeros);
-    write_gz(path, zeros, SIZE);
-    free(zeros);
+    join(path, sizeof path, "bomb-small.gz");
+    write_bomb(path, 3, (const uint32_t[]){1, 28, 28}, 784, 1024, true);
+    bool measured = reset_peak_rss();
+    long before = status_kib("VmRSS:");
+    uint8_t *bytes = (uint8_t *)1;
+    size_t n = 1;
+    assert_int_equal(eg__idx_load_file(path, EG__IDX_MAX_BYTES, &bytes, &n), EG_ERR_FORMAT);
+    long peak = status_kib("VmHWM:");
+    assert_null(bytes);
+    assert_int_equal(n, 0);
+    check_error(EG_ERR_FORMAT, path, "decompresses to more than its IDX header announces",
+                "1x28x28 = 784 bytes", NULL);
+    if (measured) {
+        print_message("small bomb: peak %ld KiB over the %ld KiB before\n", peak - before, before);
+        assert_true(peak - before < 16 * 1024);
+    }
+}
+
+/* The limit applies to what the header announces, before any data is inflated. */
+static void test_size_limit(void **state) {
+    (void)state;
+    char path[PATH_MAX];
+    join(path, sizeof path, "limit.gz");
+    write_bomb(path, 3, (const uint32_t[]){60000, 28, 28}, 0, 1024, true);
     uint8_t *bytes = (uint8_t *)1;
     size_t n = 1;
     assert_int_equal(eg__idx_load_file(path, 1 << 20, &bytes, &n), EG_ERR_FORMAT);
     assert_null(bytes);
     assert_int_equal(n, 0);
-    check_error(EG_ERR_FORMAT, path, "decompresses to more than the 1048576-byte limit",
-                "gzip bomb", NULL);
+    check_error(EG_ERR_FORMAT, path, "IDX header says 60000x28x28 = 47040000 bytes",
+                "more than the 1048576-byte limit", "gzip bomb", NULL);
 
-    /* exactly at the limit is fine */
+    /* exactly at the limit is fine, one byte under is not */
+    enum { SIZE = 1 << 20 };
+    uint8_t *ones = malloc(SIZE);
+    assert_non_null(ones);
+    memset(ones, 1, SIZE);
+    write_idx(path, sizeof path, "at-limit.gz", true, 0x08, 1, (const uint32_t[]){SIZE - 8}, ones,
+              SIZE - 8);
     assert_int_equal(eg__idx_load_file(path, SIZE, &bytes, &n), EG_OK);
     assert_int_equal(n, SIZE);
+    eg__idx_view view;
+    assert_int_equal(eg__idx_parse(bytes, n, path, &view), EG_OK);
     free(bytes);
+    assert_int_equal(eg__idx_load_file(path, SIZE - 1, &bytes, &n), EG_ERR_FORMAT);
+    check_error(EG_ERR_FORMAT, path, "more than the 1048575-byte limit", NULL);
 
     /* plain files obey the same limit */
     char plain[PATH_MAX];
-    join(plain, sizeof plain, "big.raw");
-    uint8_t junk[4096] = {0};
-    write_plain(plain, junk, sizeof junk);
+    write_idx(plain, sizeof plain, "big.raw", false, 0x08, 1, (const uint32_t[]){4088}, ones, 4088);
     assert_int_equal(eg__idx_load_file(plain, 4095, &bytes, &n), EG_ERR_FORMAT);
-    check_error(EG_ERR_FORMAT, plain, "holds more than the 4095-byte limit", NULL);
+    check_error(EG_ERR_FORMAT, plain, "4088 bytes of data", "more than the 4095-byte limit", NULL);
+    free(ones);
+
+    /* a tiny file announcing 1 GiB is truncated, and costs what it holds */
+    write_idx(path, sizeof path, "claims-much.gz", true, 0x08, 2, (const uint32_t[]){32768, 32768},
+              "abc", 3);
+    assert_int_equal(eg__idx_load_file(path, EG__IDX_MAX_BYTES, &bytes, &n), EG_ERR_FORMAT);
+    check_error(EG_ERR_FORMAT, path, "truncated", "32768x32768 = 1073741824 bytes", "file has 3",
+                NULL);
+}
+
+/* Content that is not IDX is refused at its header, before its data is inflated. */
+static void test_bad_header_stops_early(void **state) {
+    (void)state;
+    char path[PATH_MAX];
+    join(path, sizeof path, "zeros.gz");
+    write_bomb(path, 0, NULL, 0, 64, true); /* "00 00 08 00": 0 dimensions */
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    assert_int_equal(eg__idx_load_file(path, EG__IDX_MAX_BYTES, &bytes, &n), EG_ERR_FORMAT);
+    check_error(EG_ERR_FORMAT, path, "0 dimensions", NULL);
 }
 
 /* ---- files that are not there ---- */
@@ -629,6 +785,62 @@ static void test_mnist_missing_directory(void **state) {
                 NULL);
 }
 
+/* A name that exists but cannot be read is reported as what it is, naming the path; "not
+ * found" only when nothing is there. */
+static void test_unreadable_names_say_why(void **state) {
+    (void)state;
+    char dir[PATH_MAX], images[PATH_MAX + 64], gz[PATH_MAX + 64];
+    eg_tensor *images_t = NULL, *labels_t = NULL;
+
+    /* a symlink loop where the images should be */
+    make_mnist_dir("mnist_loop", dir, sizeof dir, "train", 2, 28, 2, -1, false, false);
+    snprintf(images, sizeof images, "%s/train-images-idx3-ubyte", dir);
+    assert_int_equal(unlink(images), 0);
+    assert_int_equal(symlink("train-images-idx3-ubyte", images), 0);
+    assert_int_equal(eg_mnist_load(dir, true, &images_t, &labels_t), EG_ERR_IO);
+    assert_null(images_t);
+    check_error(EG_ERR_IO, images, "symlink loop", NULL);
+    EXPECT_READ_FAILS(images, EG_ERR_IO, images, "cannot open", "symlink loop");
+
+    /* a directory */
+    make_mnist_dir("mnist_isdir", dir, sizeof dir, "train", 2, 28, 2, -1, false, false);
+    snprintf(images, sizeof images, "%s/train-images-idx3-ubyte", dir);
+    assert_int_equal(unlink(images), 0);
+    assert_int_equal(mkdir(images, 0700), 0);
+    assert_int_equal(eg_mnist_load(dir, true, &images_t, &labels_t), EG_ERR_IO);
+    check_error(EG_ERR_IO, images, "is a directory", NULL);
+    /* ... unless the .gz beside it can be used */
+    snprintf(gz, sizeof gz, "%s/train-images-idx3-ubyte.gz", dir);
+    write_idx(gz, sizeof gz, "mnist_isdir/train-images-idx3-ubyte.gz", true, 0x08, 3,
+              (const uint32_t[]){2, 28, 28}, (uint8_t[2 * 28 * 28]){0}, 2 * 28 * 28);
+    assert_int_equal(eg_mnist_load(dir, true, &images_t, &labels_t), EG_OK);
+    eg_release(images_t);
+    eg_release(labels_t);
+
+    /* a dangling symlink */
+    make_mnist_dir("mnist_dangling", dir, sizeof dir, "train", 2, 28, 2, -1, false, false);
+    snprintf(images, sizeof images, "%s/train-labels-idx1-ubyte", dir);
+    assert_int_equal(unlink(images), 0);
+    assert_int_equal(symlink("/nonexistent/eagle/labels", images), 0);
+    assert_int_equal(eg_mnist_load(dir, true, &images_t, &labels_t), EG_ERR_IO);
+    check_error(EG_ERR_IO, images, "dangling symlink", NULL);
+
+    /* the data directory itself a symlink loop */
+    join(dir, sizeof dir, "dir_loop");
+    assert_int_equal(symlink("dir_loop", dir), 0);
+    assert_int_equal(eg_mnist_load(dir, true, &images_t, &labels_t), EG_ERR_IO);
+    check_error(EG_ERR_IO, dir, "cannot use the data directory", "symlink loop", NULL);
+
+    /* no permission to look into the directory (root may look anyway) */
+    if (geteuid() != 0) {
+        make_mnist_dir("mnist_noperm", dir, sizeof dir, "train", 2, 28, 2, -1, false, false);
+        assert_int_equal(chmod(dir, 0600), 0); /* readable, not searchable */
+        assert_int_equal(eg_mnist_load(dir, true, &images_t, &labels_t), EG_ERR_IO);
+        check_error(EG_ERR_IO, "train-images-idx3-ubyte", "Permission denied", NULL);
+        assert_int_equal(chmod(dir, 0700), 0);
+    }
+}
+
 /* ---- the real data set ---- */
 
 static void test_real_fashion_mnist_test_split(void **state) {
@@ -685,9 +897,13 @@ int main(void) {
         cmocka_unit_test_setup(test_corrupt_gzip, case_setup),
         cmocka_unit_test_setup(test_gzip_crc_mismatch, case_setup),
         cmocka_unit_test_setup(test_truncated_gzip, case_setup),
-        cmocka_unit_test_setup(test_gzip_bomb, case_setup),
+        cmocka_unit_test_setup(test_gzip_bomb_stops_at_announced_size, case_setup),
+        cmocka_unit_test_setup(test_gzip_bomb_small_header, case_setup),
+        cmocka_unit_test_setup(test_size_limit, case_setup),
+        cmocka_unit_test_setup(test_bad_header_stops_early, case_setup),
         cmocka_unit_test_setup(test_missing_file, case_setup),
         cmocka_unit_test_setup(test_error_names_call_site, case_setup),
+        cmocka_unit_test_setup(test_unreadable_names_say_why, case_setup),
         cmocka_unit_test_setup(test_mnist_synthetic, case_setup),
         cmocka_unit_test_setup(test_mnist_count_mismatch, case_setup),
         cmocka_unit_test_setup(test_mnist_label_out_of_range, case_setup),

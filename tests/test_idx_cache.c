@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -255,6 +256,192 @@ static void test_idx_read_wide_type(void **state) {
     assert_true(entry_of("wide-", entry, sizeof entry));
 }
 
+/* Whether the cache directory holds any file at all (entries, temporary files). */
+static int count_files(void) {
+    DIR *dir = opendir(cache_dir);
+    if (!dir) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir));) n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Content that fails validation never becomes an entry: a valid IDX file with a label out of
+ * range (refused by the MNIST loader), an IDX file with trailing bytes. */
+static void test_no_entry_for_refused_content(void **state) {
+    (void)state;
+    make_split(10, 8);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", data_dir);
+    uint8_t labels[8 + 10] = {0, 0, 8, 1, 0, 0, 0, 10};
+    labels[8 + 9] = 10; /* not a class */
+    write_gz(path, labels, sizeof labels);
+    eg_tensor *images = NULL, *classes = NULL;
+    assert_int_equal(eg_mnist_load(data_dir, true, &images, &classes), EG_ERR_FORMAT);
+    eg_clear_error();
+    assert_int_equal(count_files(), 0);
+
+    snprintf(path, sizeof path, "%s/trailing.gz", data_dir);
+    const uint8_t trailing[8 + 3] = {0, 0, 8, 1, 0, 0, 0, 2, 1, 2, 3};
+    write_gz(path, trailing, sizeof trailing);
+    assert_null(eg_idx_read(path));
+    eg_clear_error();
+    assert_int_equal(count_files(), 0);
+}
+
+/* An entry that older versions wrote for refused content (its bytes match the source's CRC, but
+ * are not a well-formed IDX file) is removed, and the source's own error reported. */
+static void test_malformed_entry_removed(void **state) {
+    (void)state;
+    make_split(5, 9);
+    load_and_check(5, 9); /* a valid entry, to learn its name and layout */
+    char entry[PATH_MAX + 300];
+    assert_true(entry_of("train-labels-idx1-ubyte-", entry, sizeof entry));
+    /* the source becomes 5 labels and 3 trailing bytes; the entry gets the same bytes, with a
+     * header saying what the source now is (as an older version would have written it) */
+    char source[PATH_MAX + 64];
+    snprintf(source, sizeof source, "%s/train-labels-idx1-ubyte.gz", data_dir);
+    const uint8_t content[8 + 8] = {0, 0, 8, 1, 0, 0, 0, 5, 0, 1, 2, 3, 4, 7, 7, 7};
+    write_gz(source, content, sizeof content);
+    struct stat st;
+    assert_int_equal(stat(source, &st), 0);
+    uint64_t header_bytes;
+    FILE *f = fopen(entry, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 8, SEEK_SET), 0);
+    assert_int_equal(fread(&header_bytes, 8, 1, f), 1);
+    uint64_t fields[4] = {sizeof content, (uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec,
+                          (uint64_t)st.st_mtim.tv_nsec};
+    uint32_t crc = (uint32_t)crc32(0, content, sizeof content);
+    assert_int_equal(fseek(f, 16, SEEK_SET), 0);
+    assert_int_equal(fwrite(fields, 8, 4, f), 4);
+    assert_int_equal(fwrite(&crc, 4, 1, f), 1);
+    assert_int_equal(fseek(f, (long)header_bytes, SEEK_SET), 0);
+    assert_int_equal(fwrite(content, 1, sizeof content, f), sizeof content);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(truncate(entry, (off_t)(header_bytes + sizeof content)), 0);
+
+    eg_tensor *images = NULL, *labels = NULL;
+    assert_int_equal(eg_mnist_load(data_dir, true, &images, &labels), EG_ERR_FORMAT);
+    assert_non_null(strstr(eg_last_error(), "decompresses to more than its IDX header"));
+    eg_clear_error();
+    assert_false(exists(entry));
+}
+
+/* A pid that no process has: a child's, once it has exited and been waited for. */
+static pid_t dead_pid(void) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static void touch(const char *path) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs("partial", f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A writer killed mid-store leaves "<entry>.<pid>.<n>.tmp": the next store removes those of dead
+ * processes, of any entry, and nothing else. */
+static void test_stale_temporary_files_removed(void **state) {
+    (void)state;
+    make_split(6, 10);
+    load_and_check(6, 10);
+    char entry[PATH_MAX + 300];
+    assert_true(entry_of("train-images-idx3-ubyte-", entry, sizeof entry));
+    const char *name = strrchr(entry, '/') + 1;
+    /* a child that dies while writing an entry, as `kill -9` would leave it */
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        char temp[PATH_MAX + 400];
+        snprintf(temp, sizeof temp, "%s.%ld.0.tmp", entry, (long)getpid());
+        FILE *f = fopen(temp, "w");
+        _exit(f && fputs("half an entry", f) >= 0 && fclose(f) == 0 ? 0 : 1);
+    }
+    int child_status;
+    assert_int_equal(waitpid(child, &child_status, 0), child);
+    assert_int_equal(child_status, 0);
+    long dead = (long)dead_pid();
+    char killed[PATH_MAX + 400], other[PATH_MAX + 400], live[PATH_MAX + 400],
+        foreign[PATH_MAX + 400], inexact[PATH_MAX + 400];
+    snprintf(killed, sizeof killed, "%s.%ld.0.tmp", entry, (long)child);
+    snprintf(other, sizeof other, "%s/gone-0123456789abcdef.idx.%ld.7.tmp", cache_dir, dead);
+    snprintf(live, sizeof live, "%s.%ld.3.tmp", entry, (long)getpid());
+    snprintf(foreign, sizeof foreign, "%s/notes.%ld.0.tmp", cache_dir, dead);
+    snprintf(inexact, sizeof inexact, "%s/%s.%ld.tmp", cache_dir, name, dead);
+    assert_true(exists(killed));
+    touch(other);
+    touch(live);
+    touch(foreign);
+    touch(inexact);
+
+    make_split(6, 11); /* new content: the next load stores entries again */
+    load_and_check(6, 11);
+    assert_false(exists(killed));
+    assert_false(exists(other));
+    assert_true(exists(live)); /* its writer (this process) is alive */
+    assert_true(exists(foreign));
+    assert_true(exists(inexact));
+    unlink(live);
+}
+
+/* The cache's size stays under EG_IDX_CACHE_LIMIT: the least recently used entries go first
+ * (using an entry makes it recent), and content larger than the limit is not stored. */
+static void test_size_limit_evicts_least_recently_used(void **state) {
+    (void)state;
+    uint8_t bytes[8 + 10000] = {0, 0, 8, 1, 0, 0, 0x27, 0x10};
+    char a[PATH_MAX + 16], b[PATH_MAX + 16], c[PATH_MAX + 16];
+    snprintf(a, sizeof a, "%s/a.gz", data_dir);
+    snprintf(b, sizeof b, "%s/b.gz", data_dir);
+    snprintf(c, sizeof c, "%s/c.gz", data_dir);
+    const char *sources[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        memset(bytes + 8, i + 1, 10000);
+        write_gz(sources[i], bytes, sizeof bytes);
+    }
+    setenv("EG_IDX_CACHE_LIMIT", "25000", 1); /* two entries of ~10 KB fit, three do not */
+    eg_tensor *t;
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(t = eg_idx_read(sources[i]));
+        eg_release(t);
+    }
+    char entry_a[PATH_MAX + 300], entry_b[PATH_MAX + 300], entry_c[PATH_MAX + 300];
+    assert_true(entry_of("a-", entry_a, sizeof entry_a));
+    assert_true(entry_of("b-", entry_b, sizeof entry_b));
+    /* a is older, but then used again: b is the least recently used */
+    struct timespec old_a[2] = {{0, UTIME_OMIT}, {1000, 0}},
+                    old_b[2] = {{0, UTIME_OMIT}, {2000, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, entry_a, old_a, 0), 0);
+    assert_int_equal(utimensat(AT_FDCWD, entry_b, old_b, 0), 0);
+    assert_non_null(t = eg_idx_read(a));
+    assert_int_equal(((const uint8_t *)eg_tensor_data(t))[9999], 1);
+    eg_release(t);
+    assert_non_null(t = eg_idx_read(c));
+    eg_release(t);
+    assert_true(entry_of("c-", entry_c, sizeof entry_c));
+    assert_true(exists(entry_a));
+    assert_false(exists(entry_b));
+    assert_int_equal(count_files(), 2);
+
+    /* larger than the limit: read, not stored; nothing else evicted for it */
+    setenv("EG_IDX_CACHE_LIMIT", "9K", 1);
+    assert_non_null(t = eg_idx_read(b));
+    eg_release(t);
+    assert_false(entry_of("b-", entry_b, sizeof entry_b));
+    assert_int_equal(count_files(), 2);
+    unsetenv("EG_IDX_CACHE_LIMIT");
+    assert_false(eg__error_pending());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_entry_written_then_used, case_setup),
@@ -263,6 +450,10 @@ int main(void) {
         cmocka_unit_test_setup(test_entry_of_another_source, case_setup),
         cmocka_unit_test_setup(test_cache_off_or_unwritable, case_setup),
         cmocka_unit_test_setup(test_idx_read_wide_type, case_setup),
+        cmocka_unit_test_setup(test_no_entry_for_refused_content, case_setup),
+        cmocka_unit_test_setup(test_malformed_entry_removed, case_setup),
+        cmocka_unit_test_setup(test_stale_temporary_files_removed, case_setup),
+        cmocka_unit_test_setup(test_size_limit_evicts_least_recently_used, case_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,11 +1,13 @@
 /* Eagle — checkpoints in the safetensors format, and NumPy .npy arrays.
  *
- * Both formats are written ATOMICALLY: the bytes go to "<path>.tmp.<pid>.<n>" in the same
- * directory, which is flushed, fsync'ed and renamed over `path`, and then the directory is
+ * Both formats are written ATOMICALLY: the bytes go to "<target>.tmp.<pid>.<n>" in the target's
+ * directory, which is flushed, fsync'ed and renamed over the target, and then the directory is
  * fsync'ed. A crash or a failure at any point (a full disk, a missing directory, a tensor that
- * cannot be read) leaves the previous file at `path` intact and removes the temporary file. The
- * new file gets mode 0666 minus the umask; when `path` is a symbolic link, the link itself is
- * replaced.
+ * cannot be read) leaves the previous file intact and removes the temporary file; temporary files
+ * that killed writers left behind (their process is gone) are removed by the next save of the same
+ * target. When `path` is a symbolic link the file it points to is written (the link stays; a
+ * link loop is an error); an existing file keeps its permission bits, a new one gets 0666 minus
+ * the umask. A target that is not a regular file (a FIFO, a device) is refused.
  *
  * Files read are never trusted: every malformed input gives EG_ERR_FORMAT with a message that
  * names the file and the problem, never a crash, and no allocation is sized by a header before the

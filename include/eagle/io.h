@@ -27,8 +27,10 @@ extern "C" {
  * Returns NULL with an error when:
  *   - path is NULL (EG_ERR_NULL_ARGUMENT);
  *   - the file cannot be opened or read (EG_ERR_IO, with the system's reason);
- *   - the gzip stream is corrupt, fails its CRC, is truncated, or decompresses to more than
- *     2 GiB (EG_ERR_FORMAT);
+ *   - the gzip stream is corrupt, fails its CRC, is truncated, or decompresses to more than its
+ *     IDX header announces (EG_ERR_FORMAT): the header is read first and decompression stops as
+ *     soon as the stream passes that size, so a small "bomb" costs no more memory than the data
+ *     it claims to hold (2 GiB at most);
  *   - the content is not a well-formed IDX file: bad magic, unknown type code, 0 or more than
  *     EG_MAX_DIMS dimensions, fewer or more data bytes than the header announces (EG_ERR_FORMAT,
  *     e.g. "train-images-idx3-ubyte.gz: truncated: header says 60000x28x28 = 47040000 bytes of
@@ -43,7 +45,9 @@ eg_tensor *eg_idx_read(const char *path);
  * tensor's memory is not counted by the allocator's statistics). An entry is used only when the
  * source's size, mtime and gzip CRC-32 match it and its bytes have that CRC; otherwise the
  * source is read and the entry rewritten. A cache that cannot be read or written only costs
- * speed. EG_IDX_CACHE=0 turns it off, EG_IDX_CACHE=DIR moves it to DIR. */
+ * speed. EG_IDX_CACHE=0 turns it off, EG_IDX_CACHE=DIR moves it to DIR. Only a file that passed
+ * every check is cached; the cache stays under EG_IDX_CACHE_LIMIT (default 1 GiB; "512M" etc.) by
+ * dropping the least recently used entries, and temporary files of killed writers are removed. */
 
 /* Loads the MNIST or Fashion-MNIST training split (train == true: train-images-idx3-ubyte and
  * train-labels-idx1-ubyte) or test split (t10k-...) from `directory`; each file may be stored

@@ -78,59 +78,74 @@ static void format_expected(const int64_t *shape, int n_dims, const idx_type_inf
                  info->size, info->size == 1 ? "" : "s", data_bytes);
 }
 
-eg_status eg__idx_parse(const uint8_t *bytes, size_t n_bytes, const char *name_for_errors,
-                        eg__idx_view *out) {
-    const char *name = name_for_errors ? name_for_errors : "IDX data";
-    if (!out) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_parse: out is NULL", name);
-    memset(out, 0, sizeof *out);
-    if (!bytes && n_bytes > 0)
-        return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_parse: bytes is NULL", name);
+/* A header that passed check_header. */
+typedef struct idx_header {
+    const idx_type_info *info;
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS];
+    uint64_t n_elems;
+    size_t header_bytes;
+    size_t data_bytes;
+} idx_header;
 
-    if (n_bytes < 4)
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: not an IDX file: %zu byte%s, the IDX header alone needs at least 4",
-                         name, n_bytes, n_bytes == 1 ? "" : "s");
+/* The content's length when it is not known yet (a gzip stream read so far). */
+#define CONTENT_UNKNOWN SIZE_MAX
+
+/* Raises EG_ERR_FORMAT unless quiet: the well-formedness check of cache entries must not touch
+ * the caller's error state. */
+#define FORMAT_ERROR(quiet, ...) ((quiet) ? EG_ERR_FORMAT : eg__error(EG_ERR_FORMAT, __VA_ARGS__))
+
+/* Validates the header at the start of bytes[0, have). content_bytes is the content's whole
+ * length when known, else CONTENT_UNKNOWN; a header that does not fit in `have` is only ever
+ * checked by a reader that has reached the end, so `have` is then the content's length. */
+static eg_status check_header(const uint8_t *bytes, size_t have, size_t content_bytes,
+                              const char *name, bool quiet, idx_header *h) {
+    if (have < 4)
+        return FORMAT_ERROR(
+            quiet, "%s: not an IDX file: %zu byte%s, the IDX header alone needs at least 4", name,
+            have, have == 1 ? "" : "s");
     if (bytes[0] == 0x1f && bytes[1] == 0x8b)
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: not an IDX file: still starts with the gzip magic 1f 8b after "
-                         "decompression (compressed twice?)",
-                         name);
+        return FORMAT_ERROR(quiet,
+                            "%s: not an IDX file: still starts with the gzip magic 1f 8b after "
+                            "decompression (compressed twice?)",
+                            name);
     if (bytes[0] != 0 || bytes[1] != 0)
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: not an IDX file: bad magic %02x %02x %02x %02x, an IDX file starts "
-                         "with 00 00 <type code> <number of dimensions>",
-                         name, bytes[0], bytes[1], bytes[2], bytes[3]);
+        return FORMAT_ERROR(quiet,
+                            "%s: not an IDX file: bad magic %02x %02x %02x %02x, an IDX file "
+                            "starts with 00 00 <type code> <number of dimensions>",
+                            name, bytes[0], bytes[1], bytes[2], bytes[3]);
     const idx_type_info *info = find_type(bytes[2]);
     if (!info)
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: unknown IDX type code 0x%02x; known: 0x08 u8, 0x09 i8, 0x0b i16, "
-                         "0x0c i32, 0x0d f32, 0x0e f64",
-                         name, bytes[2]);
+        return FORMAT_ERROR(quiet,
+                            "%s: unknown IDX type code 0x%02x; known: 0x08 u8, 0x09 i8, 0x0b "
+                            "i16, 0x0c i32, 0x0d f32, 0x0e f64",
+                            name, bytes[2]);
     int n_dims = bytes[3];
     if (n_dims < 1 || n_dims > EG_MAX_DIMS)
-        return eg__error(EG_ERR_FORMAT, "%s: IDX header has %d dimensions; supported: 1 to %d",
-                         name, n_dims, EG_MAX_DIMS);
+        return FORMAT_ERROR(quiet, "%s: IDX header has %d dimensions; supported: 1 to %d", name,
+                            n_dims, EG_MAX_DIMS);
     size_t header_bytes = 4 + 4 * (size_t)n_dims;
-    if (n_bytes < header_bytes)
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: truncated header: %d dimensions need a %zu-byte header, file has "
-                         "%zu bytes",
-                         name, n_dims, header_bytes, n_bytes);
+    if (have < header_bytes)
+        return FORMAT_ERROR(quiet,
+                            "%s: truncated header: %d dimensions need a %zu-byte header, file "
+                            "has %zu bytes",
+                            name, n_dims, header_bytes, have);
 
-    int64_t shape[EG_MAX_DIMS] = {0};
+    *h = (idx_header){.info = info, .n_dims = n_dims, .header_bytes = header_bytes};
     bool any_zero = false;
     for (int i = 0; i < n_dims; i++) {
-        shape[i] = read_be32(bytes + 4 + 4 * (size_t)i);
-        if (shape[i] == 0) any_zero = true;
+        h->shape[i] = read_be32(bytes + 4 + 4 * (size_t)i);
+        if (h->shape[i] == 0) any_zero = true;
     }
     /* With a zero dimension the product is 0 however large the others are, so overflow is only
      * checked when every factor is nonzero. The limit keeps n_elems representable both as size_t
-     * and as the int64_t element counts tensors use. */
-    const uint64_t limit = SIZE_MAX < INT64_MAX ? (uint64_t)SIZE_MAX : (uint64_t)INT64_MAX;
+     * and as the int64_t element counts tensors use, and leaves room for the header. */
+    const uint64_t limit =
+        (SIZE_MAX < INT64_MAX ? (uint64_t)SIZE_MAX : (uint64_t)INT64_MAX) - header_bytes;
     uint64_t n_elems = any_zero ? 0 : 1;
     bool overflow = false;
     for (int i = 0; i < n_dims && !any_zero; i++) {
-        uint64_t dim = (uint64_t)shape[i];
+        uint64_t dim = (uint64_t)h->shape[i];
         if (n_elems > limit / dim) {
             overflow = true;
             break;
@@ -139,38 +154,63 @@ eg_status eg__idx_parse(const uint8_t *bytes, size_t n_bytes, const char *name_f
     }
     if (!overflow && n_elems > limit / info->size) overflow = true;
     if (overflow) {
-        char dims[128];
-        format_dims(shape, n_dims, dims, sizeof dims);
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: IDX header says %s elements of %s, which overflows (file has %zu "
-                         "bytes)",
-                         name, dims, info->name, n_bytes);
+        char dims[128], size[64] = "";
+        format_dims(h->shape, n_dims, dims, sizeof dims);
+        if (content_bytes != CONTENT_UNKNOWN)
+            snprintf(size, sizeof size, " (file has %zu bytes)", content_bytes);
+        return FORMAT_ERROR(quiet, "%s: IDX header says %s elements of %s, which overflows%s", name,
+                            dims, info->name, size);
     }
-    size_t data_bytes = (size_t)n_elems * info->size;
-    size_t available = n_bytes - header_bytes;
-    if (available != data_bytes) {
-        char expected[256];
-        format_expected(shape, n_dims, info, data_bytes, expected, sizeof expected);
-        if (available < data_bytes)
-            return eg__error(EG_ERR_FORMAT,
-                             "%s: truncated: header says %s, file has %zu after the %zu-byte "
-                             "header",
-                             name, expected, available, header_bytes);
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: %zu unexpected trailing bytes: header says %s, file has %zu after "
-                         "the %zu-byte header",
-                         name, available - data_bytes, expected, available, header_bytes);
-    }
-
-    out->type = info->type;
-    out->n_dims = n_dims;
-    memcpy(out->shape, shape, sizeof shape);
-    out->n_elems = (size_t)n_elems;
-    out->elem_size = info->size;
-    out->header_bytes = header_bytes;
-    out->data = bytes + header_bytes;
-    out->data_bytes = data_bytes;
+    h->n_elems = n_elems;
+    h->data_bytes = (size_t)n_elems * info->size;
     return EG_OK;
+}
+
+/* The data must be exactly as long as the header says: content_bytes is the whole length. */
+static eg_status check_length(const idx_header *h, size_t content_bytes, const char *name,
+                              bool quiet) {
+    size_t available = content_bytes - h->header_bytes;
+    if (available == h->data_bytes) return EG_OK;
+    if (quiet) return EG_ERR_FORMAT;
+    char expected[256];
+    format_expected(h->shape, h->n_dims, h->info, h->data_bytes, expected, sizeof expected);
+    if (available < h->data_bytes)
+        return eg__error(EG_ERR_FORMAT,
+                         "%s: truncated: header says %s, file has %zu after the %zu-byte header",
+                         name, expected, available, h->header_bytes);
+    return eg__error(EG_ERR_FORMAT,
+                     "%s: %zu unexpected trailing bytes: header says %s, file has %zu after the "
+                     "%zu-byte header",
+                     name, available - h->data_bytes, expected, available, h->header_bytes);
+}
+
+eg_status eg__idx_parse(const uint8_t *bytes, size_t n_bytes, const char *name_for_errors,
+                        eg__idx_view *out) {
+    const char *name = name_for_errors ? name_for_errors : "IDX data";
+    if (!out) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_parse: out is NULL", name);
+    memset(out, 0, sizeof *out);
+    if (!bytes && n_bytes > 0)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_parse: bytes is NULL", name);
+    idx_header h;
+    eg_status status = check_header(bytes, n_bytes, n_bytes, name, false, &h);
+    if (status == EG_OK) status = check_length(&h, n_bytes, name, false);
+    if (status != EG_OK) return status;
+    out->type = h.info->type;
+    out->n_dims = h.n_dims;
+    memcpy(out->shape, h.shape, sizeof h.shape);
+    out->n_elems = (size_t)h.n_elems;
+    out->elem_size = h.info->size;
+    out->header_bytes = h.header_bytes;
+    out->data = bytes + h.header_bytes;
+    out->data_bytes = h.data_bytes;
+    return EG_OK;
+}
+
+bool eg__idx_well_formed(const uint8_t *bytes, size_t n_bytes) {
+    idx_header h;
+    return (bytes || n_bytes == 0) &&
+           check_header(bytes, n_bytes, n_bytes, "", true, &h) == EG_OK &&
+           check_length(&h, n_bytes, "", true) == EG_OK;
 }
 
 eg_dtype eg__idx_dtype(eg__idx_type type) {
@@ -229,8 +269,11 @@ void eg__idx_convert(const eg__idx_view *view, void *dst) {
  * is a lie and must not drive the first allocation. */
 #define DEFLATE_MAX_RATIO 1032u
 
-/* A first buffer size that usually avoids any reallocation: the file size for plain files, the
- * gzip trailer's ISIZE (uncompressed size mod 2^32) for gzip files. */
+/* The first buffer's size when neither the header nor the file says better. */
+#define FIRST_BUFFER_BYTES ((size_t)64 << 10)
+
+/* A size the content probably has, to make the first buffer big enough: the file size for plain
+ * files, the gzip trailer's ISIZE (uncompressed size mod 2^32) for gzip files. 0 when unknown. */
 static size_t size_hint(int fd, off_t file_size, bool is_gzip) {
     if (file_size <= 0) return 0;
     if (!is_gzip) return (size_t)file_size;
@@ -278,45 +321,83 @@ static eg_status gzip_status(gzFile gz, const char *path, bool is_gzip, size_t t
     }
 }
 
-static eg_status read_all(gzFile gz, const char *path, bool is_gzip, size_t hint, size_t max_bytes,
-                          uint8_t **bytes, size_t *n_bytes) {
-    /* One spare byte past the limit is what tells "exactly at the limit" from "over it". */
-    size_t capacity_limit = max_bytes + 1;
-    size_t capacity = hint < max_bytes ? hint + 1 : capacity_limit;
-    if (capacity < 4096) capacity = capacity_limit < 4096 ? capacity_limit : 4096;
+/* One open IDX file being read. */
+typedef struct idx_stream {
+    gzFile gz;
+    const char *path;
+    bool is_gzip;
+    size_t total; /* content bytes read so far */
+} idx_stream;
+
+/* Reads up to n content bytes into dst; *got < n only at the end of the content, which must then
+ * be a clean one (a truncated or corrupt gzip stream, a read error are errors). */
+static eg_status read_up_to(idx_stream *s, uint8_t *dst, size_t n, size_t *got) {
+    *got = 0;
+    while (*got < n) {
+        size_t want = n - *got;
+        if (want > (size_t)1 << 30) want = (size_t)1 << 30; /* gzread counts in int */
+        int r = gzread(s->gz, dst + *got, (unsigned)want);
+        if (r <= 0) {
+            eg_status status = gzip_status(s->gz, s->path, s->is_gzip, s->total);
+            if (status == EG_OK && r < 0) status = eg__error(EG_ERR_IO, "%s: read error", s->path);
+            return status;
+        }
+        *got += (size_t)r;
+        s->total += (size_t)r;
+    }
+    return EG_OK;
+}
+
+/* The content past the header, into a buffer grown towards (never beyond) the h->header_bytes +
+ * h->data_bytes the header announces, then a check that the content ends there. Nothing past
+ * that size is ever decompressed but the one chunk that shows it is there: a small file whose
+ * header announces little cannot make the reader inflate (or hold) more. */
+static eg_status read_body(idx_stream *s, const uint8_t *head, const idx_header *h, size_t hint,
+                           uint8_t **bytes, size_t *n_bytes) {
+    size_t total = h->header_bytes + h->data_bytes;
+    /* The header's size is a claim: memory follows the data actually there (hint, then doubling),
+     * so a tiny file announcing 2 GiB costs what it holds. */
+    size_t capacity = hint > FIRST_BUFFER_BYTES ? hint : FIRST_BUFFER_BYTES;
+    if (capacity > total) capacity = total;
     uint8_t *buffer = malloc(capacity);
     if (!buffer)
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory: %zu bytes requested", path,
-                         capacity);
-    size_t total = 0;
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory: %zu bytes requested",
+                         s->path, capacity);
+    memcpy(buffer, head, h->header_bytes);
+    size_t have = h->header_bytes;
     eg_status status = EG_OK;
-    for (;;) {
-        if (total == capacity) {
-            if (capacity >= capacity_limit) {
-                status = eg__error(EG_ERR_FORMAT, "%s: %s more than the %zu-byte limit%s", path,
-                                   is_gzip ? "decompresses to" : "holds", max_bytes,
-                                   is_gzip ? " (a gzip bomb, or not an IDX file)" : "");
-                break;
-            }
-            size_t next = capacity <= capacity_limit / 2 ? capacity * 2 : capacity_limit;
+    while (status == EG_OK && have < total) {
+        if (have == capacity) {
+            size_t next = capacity <= total / 2 ? capacity * 2 : total;
             uint8_t *grown = realloc(buffer, next);
             if (!grown) {
                 status = eg__error(EG_ERR_OUT_OF_MEMORY,
-                                   "%s: out of host memory: %zu bytes requested", path, next);
+                                   "%s: out of host memory: %zu bytes requested", s->path, next);
                 break;
             }
             buffer = grown;
             capacity = next;
         }
-        size_t want = capacity - total;
-        if (want > (size_t)1 << 30) want = (size_t)1 << 30; /* gzread counts in int */
-        int got = gzread(gz, buffer + total, (unsigned)want);
-        if (got <= 0) {
-            status = gzip_status(gz, path, is_gzip, total);
-            if (status == EG_OK && got < 0) status = eg__error(EG_ERR_IO, "%s: read error", path);
-            break;
+        size_t got;
+        status = read_up_to(s, buffer + have, capacity - have, &got);
+        have += got;
+        if (status == EG_OK && have < capacity) status = check_length(h, have, s->path, false);
+    }
+    if (status == EG_OK) {
+        /* One byte more: this also makes zlib read the gzip trailer and check its CRC. */
+        uint8_t extra;
+        size_t got;
+        status = read_up_to(s, &extra, 1, &got);
+        if (status == EG_OK && got) {
+            char expected[256];
+            format_expected(h->shape, h->n_dims, h->info, h->data_bytes, expected, sizeof expected);
+            status =
+                eg__error(EG_ERR_FORMAT,
+                          "%s: %s more than its IDX header announces (%s after the %zu-byte "
+                          "header); stopped reading there%s",
+                          s->path, s->is_gzip ? "decompresses to" : "holds", expected,
+                          h->header_bytes, s->is_gzip ? " (trailing data, or a gzip bomb)" : "");
         }
-        total += (size_t)got;
     }
     if (status != EG_OK) {
         free(buffer);
@@ -327,16 +408,54 @@ static eg_status read_all(gzFile gz, const char *path, bool is_gzip, size_t hint
     return EG_OK;
 }
 
+/* Reads the header, validates it, then the body. content_bytes: the content's length when the
+ * file system knows it (a plain regular file), else CONTENT_UNKNOWN. */
+static eg_status read_idx(idx_stream *s, size_t content_bytes, size_t hint, size_t max_bytes,
+                          uint8_t **bytes, size_t *n_bytes) {
+    uint8_t head[4 + 4 * EG_MAX_DIMS];
+    size_t have;
+    eg_status status = read_up_to(s, head, 4, &have);
+    size_t want = have == 4 && head[3] >= 1 && head[3] <= EG_MAX_DIMS ? 4 + 4 * (size_t)head[3] : 4;
+    if (status == EG_OK && have == 4 && want > 4) {
+        size_t got;
+        status = read_up_to(s, head + 4, want - 4, &got);
+        have += got;
+    }
+    if (status != EG_OK) return status;
+    if (have < want) content_bytes = have; /* the content ended inside the header */
+    idx_header h;
+    status = check_header(head, have, content_bytes, s->path, false, &h);
+    if (status != EG_OK) return status;
+    /* A plain file's size says at once whether the data is all there. */
+    if (content_bytes != CONTENT_UNKNOWN) {
+        status = check_length(&h, content_bytes, s->path, false);
+        if (status != EG_OK) return status;
+    }
+    if (h.data_bytes > max_bytes || h.header_bytes + h.data_bytes > max_bytes) {
+        char expected[256];
+        format_expected(h.shape, h.n_dims, h.info, h.data_bytes, expected, sizeof expected);
+        return eg__error(
+            EG_ERR_FORMAT, "%s: IDX header says %s, more than the %zu-byte limit of this reader%s",
+            s->path, expected, max_bytes, s->is_gzip ? " (a gzip bomb, or not an IDX file)" : "");
+    }
+    return read_body(s, head, &h, hint, bytes, n_bytes);
+}
+
+/* strerror, but saying what a user can act on where its wording does not. */
+static const char *open_reason(int err) {
+    if (err == ELOOP) return "symlink loop (too many levels of symbolic links)";
+    return strerror(err);
+}
+
 eg_status eg__idx_load_file(const char *path, size_t max_bytes, uint8_t **bytes, size_t *n_bytes) {
     if (!bytes || !n_bytes)
         return eg__error(EG_ERR_NULL_ARGUMENT, "idx_load_file: output pointer is NULL");
     *bytes = NULL;
     *n_bytes = 0;
     if (!path) return eg__error(EG_ERR_NULL_ARGUMENT, "idx_read: path is NULL");
-    if (max_bytes >= SIZE_MAX) max_bytes = SIZE_MAX - 1;
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return eg__error(EG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return eg__error(EG_ERR_IO, "%s: cannot open: %s", path, open_reason(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int saved = errno;
@@ -349,16 +468,21 @@ eg_status eg__idx_load_file(const char *path, size_t max_bytes, uint8_t **bytes,
     }
     uint8_t magic[2];
     bool is_gzip = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-    size_t hint = S_ISREG(st.st_mode) ? size_hint(fd, st.st_size, is_gzip) : 0;
+    bool regular = S_ISREG(st.st_mode);
+    size_t hint = regular ? size_hint(fd, st.st_size, is_gzip) : 0;
 
-    /* gzread reads non-gzip files through unchanged, so one loop serves both cases. */
+    /* gzread reads non-gzip files through unchanged, so one reader serves both cases. */
     gzFile gz = gzdopen(fd, "rb");
     if (!gz) {
         close(fd);
         return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory opening the file", path);
     }
     gzbuffer(gz, 1 << 17); /* the 8 KiB default costs a syscall per 8 KiB of input */
-    eg_status status = read_all(gz, path, is_gzip, hint, max_bytes, bytes, n_bytes);
+    idx_stream s = {.gz = gz, .path = path, .is_gzip = is_gzip};
+    size_t content = regular && !is_gzip && st.st_size >= 0 && (uintmax_t)st.st_size < SIZE_MAX
+                         ? (size_t)st.st_size
+                         : CONTENT_UNKNOWN;
+    eg_status status = read_idx(&s, content, hint, max_bytes, bytes, n_bytes);
     gzclose(gz); /* closes fd; its result repeats what gzread already reported */
     return status;
 }
@@ -386,8 +510,7 @@ eg_status eg__idx_to_tensor(const eg__idx_view *view, const char *name_for_error
 }
 
 /* One IDX file's bytes: from the decompressed cache when it has a valid entry (*mapping set),
- * else read (and decompressed) from path (*mapping NULL, *bytes malloc'd), leaving a cache entry
- * behind for a gzip file. */
+ * else read (and decompressed) from path (*mapping NULL, *bytes malloc'd). */
 typedef struct loaded_file {
     uint8_t *bytes;
     size_t n_bytes;
@@ -407,10 +530,14 @@ static eg_status load_bytes(const char *path, loaded_file *file) {
         file->bytes = (uint8_t *)cached;
         return EG_OK;
     }
-    eg_status status = eg__idx_load_file(path, EG__IDX_MAX_BYTES, &file->bytes, &file->n_bytes);
-    if (status == EG_OK && is_gzip_name(path))
+    return eg__idx_load_file(path, EG__IDX_MAX_BYTES, &file->bytes, &file->n_bytes);
+}
+
+/* Makes a gzip file's content, read from the source, its cache entry. Only called once the
+ * content passed every check its reader makes: an entry never holds what was refused. */
+static void remember(const char *path, const loaded_file *file) {
+    if (!file->mapping && file->bytes && is_gzip_name(path))
         eg__idx_cache_store(path, file->bytes, file->n_bytes);
-    return status;
 }
 
 static void loaded_file_free(loaded_file *file) {
@@ -445,7 +572,10 @@ static eg_status read_tensor(const char *path, eg_tensor **out) {
     if (status != EG_OK) return status;
     eg__idx_view view;
     status = eg__idx_parse(file.bytes, file.n_bytes, path, &view);
-    if (status == EG_OK) status = file_to_tensor(&file, &view, path, out);
+    if (status == EG_OK) {
+        remember(path, &file);
+        status = file_to_tensor(&file, &view, path, out);
+    }
     loaded_file_free(&file);
     return status;
 }
@@ -465,19 +595,34 @@ eg_tensor *eg_idx_read(const char *path) {
     "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) "    \
     "or pass the data directory"
 
-/* Picks "<dir>/<stem>" or "<dir>/<stem>.gz", whichever exists (the uncompressed one first: it
- * loads faster). */
+/* Picks "<dir>/<stem>" or "<dir>/<stem>.gz", whichever is there (the uncompressed one first: it
+ * loads faster). "Not found" only when neither name exists: a name that exists but cannot be
+ * read (a directory, a symlink loop, a dangling symlink, no permission) is reported as what it
+ * is, unless the other name can be used. */
 static eg_status find_mnist_file(const char *directory, const char *stem, char *path,
                                  size_t path_size) {
     static const char *const suffixes[] = {"", ".gz"};
+    char unusable[4096 + 128] = ""; /* the first existing name that cannot be used, and why */
     for (size_t i = 0; i < 2; i++) {
         int n = snprintf(path, path_size, "%s/%s%s", directory, stem, suffixes[i]);
         if (n < 0 || (size_t)n >= path_size)
             return eg__error(EG_ERR_INVALID_ARGUMENT, "mnist_load: directory name too long: %s",
                              directory);
         struct stat st;
-        if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) return EG_OK;
+        const char *reason;
+        if (stat(path, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) return EG_OK;
+            reason = "is a directory, not an IDX file";
+        } else if (errno == ENOENT) {
+            struct stat link;
+            if (lstat(path, &link) != 0 || !S_ISLNK(link.st_mode)) continue;
+            reason = "is a dangling symlink (what it points to does not exist)";
+        } else {
+            reason = open_reason(errno);
+        }
+        if (!*unusable) snprintf(unusable, sizeof unusable, "%s: %s", path, reason);
     }
+    if (*unusable) return eg__error(EG_ERR_IO, "%s", unusable);
     return eg__error(EG_ERR_IO, "%s/%s[.gz] not found; " MNIST_INSTALL_HINT, directory, stem);
 }
 
@@ -523,9 +668,14 @@ eg_status eg_mnist_load(const char *directory, bool train, eg_tensor **images, e
     if (!directory || !*directory) directory = EG_FASHION_MNIST_DIR;
 
     struct stat st;
-    if (stat(directory, &st) != 0)
-        return eg__error(EG_ERR_IO, "%s: data directory not found (%s); " MNIST_INSTALL_HINT,
-                         directory, strerror(errno));
+    if (stat(directory, &st) != 0) {
+        int saved = errno;
+        if (saved == ENOENT)
+            return eg__error(EG_ERR_IO, "%s: data directory not found (%s); " MNIST_INSTALL_HINT,
+                             directory, strerror(saved));
+        return eg__error(EG_ERR_IO, "%s: cannot use the data directory: %s", directory,
+                         open_reason(saved));
+    }
     if (!S_ISDIR(st.st_mode))
         return eg__error(EG_ERR_IO, "%s: not a directory; " MNIST_INSTALL_HINT, directory);
 
@@ -551,7 +701,11 @@ eg_status eg_mnist_load(const char *directory, bool train, eg_tensor **images, e
         status = eg__idx_parse(label_file.bytes, label_file.n_bytes, labels_path, &label_view);
     if (status == EG_OK)
         status = check_labels(&label_view, labels_path, image_view.shape[0], images_path);
-    if (status == EG_OK) status = file_to_tensor(&image_file, &image_view, images_path, images);
+    if (status == EG_OK) {
+        remember(images_path, &image_file);
+        remember(labels_path, &label_file);
+        status = file_to_tensor(&image_file, &image_view, images_path, images);
+    }
     if (status == EG_OK) {
         status = file_to_tensor(&label_file, &label_view, labels_path, labels);
         if (status != EG_OK) {

@@ -11,7 +11,15 @@
  * bytes. header_bytes is chosen so that the IDX elements start 64-byte aligned: u8 data can then
  * be used in place, as the storage of a tensor (eg__idx_mapping_release unmaps it).
  *
- * EG_IDX_CACHE=0 turns the cache off; EG_IDX_CACHE=DIR puts it in DIR. */
+ * EG_IDX_CACHE=0 turns the cache off; EG_IDX_CACHE=DIR puts it in DIR.
+ *
+ * Size: every store first removes the temporary files that writers killed mid-write left behind
+ * ("<entry>.<pid>.<n>.tmp" of a pid no longer alive), then, oldest first, the entries that would
+ * make the cache's entries (and live temporary files) exceed its limit together with the new
+ * one: EG__IDX_CACHE_DEFAULT_LIMIT (1 GiB), or EG_IDX_CACHE_LIMIT=<bytes>[K|M|G] (0: store
+ * nothing). "Oldest" is the entry's mtime, which every use of an entry sets to now, so this is
+ * least recently used. An entry evicted while mapped stays readable until unmapped. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,6 +32,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "io/atomic_file.h"
 #include "io/internal.h"
 
 #define CACHE_MAGIC    "EGIDXC1\n"
@@ -142,20 +151,166 @@ bool eg__idx_cache_open(const char *source, const uint8_t **bytes, size_t *n_byt
      * system time for the training images), while the CRC pass below faults them in read-only,
      * sharing the page cache, in ~7 ms. */
     void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED) return false;
+    if (base == MAP_FAILED) {
+        close(fd);
+        return false;
+    }
     const uint8_t *data = (const uint8_t *)base + h.header_bytes;
+    /* Older versions stored content their reader refused afterwards (a gzip bomb's gigabyte of
+     * trailing zeros): such an entry could never be used, only take space. Checking the header
+     * against the length is cheap; the CRC pass would read it all. */
+    if (!eg__idx_well_formed(data, (size_t)h.data_bytes)) {
+        close(fd);
+        munmap(base, (size_t)st.st_size);
+        unlink(path);
+        return false;
+    }
     eg__idx_mapping *m = malloc(sizeof *m);
     if (!m || (uint32_t)crc32_z(0, data, (size_t)h.data_bytes) != h.crc32) {
+        close(fd);
         free(m);
         munmap(base, (size_t)st.st_size);
         return false;
     }
+    futimens(fd, NULL); /* used now: the size limit evicts the least recently used first */
+    close(fd);
     m->base = base;
     m->length = (size_t)st.st_size;
     *bytes = data;
     *n_bytes = (size_t)h.data_bytes;
     *mapping = m;
+    return true;
+}
+
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The size limit: EG_IDX_CACHE_LIMIT=<bytes>[K|M|G], else (unset or not a size)
+ * EG__IDX_CACHE_DEFAULT_LIMIT. */
+static uint64_t cache_limit(void) {
+    const char *text = getenv("EG_IDX_CACHE_LIMIT");
+    if (!text || !*text) return EG__IDX_CACHE_DEFAULT_LIMIT;
+    char *end;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (end == text || errno || strchr(text, '-')) return EG__IDX_CACHE_DEFAULT_LIMIT;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    case '\0':
+        break;
+    default:
+        return EG__IDX_CACHE_DEFAULT_LIMIT;
+    }
+    if (shift && end[1]) return EG__IDX_CACHE_DEFAULT_LIMIT;
+    if (value > (UINT64_MAX >> shift)) return UINT64_MAX;
+    return (uint64_t)value << shift;
+}
+
+/* "<stem>-<16 hex digits>.idx", the name entry_path gives an entry. */
+static bool is_entry_name(const char *name, size_t n) {
+    if (n < 22 || memcmp(name + n - 4, ".idx", 4) != 0 || name[n - 21] != '-') return false;
+    for (size_t i = n - 20; i < n - 4; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/* Whether name is an entry's temporary file, "<entry>.<pid>.<n>.tmp"; *stale: its writer is gone.
+ */
+static bool is_temp_name(const char *name, bool *stale) {
+    size_t n = strlen(name);
+    if (n < 8 || strcmp(name + n - 4, ".tmp") != 0) return false;
+    const char *idx = NULL; /* the last ".idx." (pid and n have no dots to confuse it) */
+    for (const char *p = strstr(name, ".idx."); p; p = strstr(p + 1, ".idx.")) idx = p;
+    if (!idx) return false;
+    size_t prefix = (size_t)(idx - name) + 5;
+    char head[NAME_MAX + 1];
+    if (prefix > NAME_MAX || !is_entry_name(name, prefix - 1)) return false;
+    memcpy(head, name, prefix);
+    head[prefix] = '\0';
+    /* the same name rule as the atomic writer's: "<head><digits>.<digits><suffix>" */
+    const char *p = name + prefix;
+    size_t digits = strspn(p, "0123456789");
+    if (!digits || p[digits] != '.') return false;
+    p += digits + 1;
+    digits = strspn(p, "0123456789");
+    if (!digits || strcmp(p + digits, ".tmp") != 0) return false;
+    *stale = eg__temp_name_is_stale(name, head, ".tmp");
+    return true;
+}
+
+typedef struct cache_file {
+    char name[NAME_MAX + 1];
+    uint64_t bytes;
+    struct timespec used;
+} cache_file;
+
+static int by_use(const void *a, const void *b) {
+    const struct timespec *x = &((const cache_file *)a)->used, *y = &((const cache_file *)b)->used;
+    if (x->tv_sec != y->tv_sec) return x->tv_sec < y->tv_sec ? -1 : 1;
+    return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
+}
+
+/* Before an entry named `name` of `needed` bytes is written into dir: removes the temporary files
+ * of dead writers, then the least recently used other entries until everything fits under the
+ * limit. False when the entry alone exceeds the limit (it is then not written) or the directory
+ * cannot be read. */
+static bool make_room(const char *dir, const char *name, uint64_t needed) {
+    uint64_t limit = cache_limit();
+    if (needed > limit) return false;
+    DIR *d = opendir(dir);
+    if (!d) return false;
+    int fd = dirfd(d);
+    cache_file *files = NULL;
+    size_t n = 0, capacity = 0;
+    uint64_t total = needed;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        size_t length = strlen(e->d_name);
+        bool stale;
+        if (is_temp_name(e->d_name, &stale)) {
+            /* a live writer's temporary file counts, but is not ours to remove */
+            if (!stale || st.st_uid != geteuid() || unlinkat(fd, e->d_name, 0) != 0)
+                total += (uint64_t)st.st_size;
+            continue;
+        }
+        if (length > NAME_MAX || !is_entry_name(e->d_name, length)) continue;
+        if (!strcmp(e->d_name, name)) continue; /* about to be replaced */
+        if (n == capacity) {
+            size_t next = capacity ? 2 * capacity : 16;
+            cache_file *grown = realloc(files, next * sizeof *files);
+            if (!grown) break; /* out of memory: evict among those seen so far */
+            files = grown;
+            capacity = next;
+        }
+        memcpy(files[n].name, e->d_name, length + 1);
+        files[n].bytes = (uint64_t)st.st_size;
+        files[n].used = st.st_mtim;
+        total += files[n].bytes;
+        n++;
+    }
+    if (total > limit && n) {
+        qsort(files, n, sizeof *files, by_use);
+        for (size_t i = 0; i < n && total > limit; i++)
+            if (unlinkat(fd, files[i].name, 0) == 0 || errno == ENOENT) total -= files[i].bytes;
+    }
+    free(files);
+    closedir(d);
     return true;
 }
 
@@ -189,6 +344,7 @@ void eg__idx_cache_store(const char *source, const uint8_t *bytes, size_t n_byte
     }
     mkdir(dir, 0755);
     size_t idx_header = 4 + 4 * (size_t)bytes[3];
+    if (!make_room(dir, base_name(path), HEADER_BYTES + DATA_ALIGNMENT + n_bytes)) return;
     size_t header_bytes =
         (HEADER_BYTES + idx_header + DATA_ALIGNMENT - 1) / DATA_ALIGNMENT * DATA_ALIGNMENT -
         idx_header;

@@ -55,12 +55,26 @@ size_t eg__idx_host_bytes(const eg__idx_view *view);
  * values of eg__idx_dtype(view->type), widening i8/i16 to i32. */
 void eg__idx_convert(const eg__idx_view *view, void *dst);
 
-/* Reads a whole file into a new malloc'd buffer (*bytes, freed by the caller; not NUL-terminated),
- * gunzipping it when it starts with the gzip magic. At most max_bytes of (decompressed) content
- * are accepted. EG_ERR_IO when the file cannot be opened or read (with strerror), EG_ERR_FORMAT
- * for a corrupt, truncated or over-limit gzip stream, EG_ERR_OUT_OF_MEMORY; messages name path.
- * On failure *bytes is NULL and *n_bytes 0. */
+/* Reads an IDX file into a new malloc'd buffer (*bytes, freed by the caller; not NUL-terminated),
+ * gunzipping it when it starts with the gzip magic, and validates it as it goes: the header is
+ * read and checked first (as by eg__idx_parse), and the reader stops as soon as the content is
+ * shown not to be what the header announces. It never decompresses more than the announced
+ * size plus one chunk of zlib's buffer (~256 KiB), and never allocates more than the announced
+ * size (a buffer grown as the data arrives, so a header announcing more than the file holds
+ * costs only what it holds). On success the buffer is exactly header + data, which
+ * eg__idx_parse accepts.
+ * Errors (the message names path; on failure *bytes is NULL and *n_bytes 0):
+ *   EG_ERR_IO: cannot be opened (the system's reason, "symlink loop" for ELOOP), is a directory,
+ *     a read error;
+ *   EG_ERR_FORMAT: a bad header, a header announcing more than max_bytes (header included),
+ *     content shorter or longer than announced ("decompresses to more than its IDX header
+ *     announces ... stopped reading there"), a corrupt, truncated or CRC-failing gzip stream;
+ *   EG_ERR_OUT_OF_MEMORY. */
 eg_status eg__idx_load_file(const char *path, size_t max_bytes, uint8_t **bytes, size_t *n_bytes);
+
+/* True when eg__idx_parse would accept bytes[0, n_bytes); raises nothing (for checking cache
+ * entries without disturbing the caller's error state). */
+bool eg__idx_well_formed(const uint8_t *bytes, size_t n_bytes);
 
 /* A new CPU tensor holding view's elements converted to host form (see eg__idx_convert). On
  * failure *out is NULL and the error names name_for_errors. */
@@ -72,11 +86,21 @@ typedef struct eg__idx_mapping eg__idx_mapping;
 void eg__idx_mapping_release(void *mapping);
 /* When source (a gzip IDX file) has a valid cache entry: *bytes and *n_bytes are its IDX bytes
  * (what eg__idx_load_file would give, the elements 64-byte aligned) inside a private writable
- * mapping owned by *mapping, and true. False (nothing raised) for no or an invalid entry. */
+ * mapping owned by *mapping, and true; the entry's mtime is set to now (it is what the size
+ * limit's least-recently-used order goes by). False (nothing raised) for no or an invalid entry;
+ * an entry whose bytes are not a well-formed IDX file is removed. */
 bool eg__idx_cache_open(const char *source, const uint8_t **bytes, size_t *n_bytes,
                         eg__idx_mapping **mapping);
 /* Best effort, nothing raised: makes bytes (source's decompressed content, checked against its
- * gzip CRC) source's cache entry, atomically. */
+ * gzip CRC; call it only for content that passed validation) source's cache entry, atomically.
+ * First removes the temporary files that writers of this cache killed mid-write left behind
+ * (those whose process is gone), and afterwards the least recently used entries beyond the
+ * cache's size limit (EG__IDX_CACHE_DEFAULT_LIMIT, or EG_IDX_CACHE_LIMIT=<bytes>[K|M|G]); content
+ * larger than the limit is not stored. */
 void eg__idx_cache_store(const char *source, const uint8_t *bytes, size_t n_bytes);
+
+/* The cache's default size limit: a few copies of the largest data set this reader is meant for
+ * (Fashion-MNIST's four files decompress to 55 MB). */
+#define EG__IDX_CACHE_DEFAULT_LIMIT ((uint64_t)1 << 30)
 
 #endif

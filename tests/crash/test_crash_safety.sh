@@ -4,8 +4,11 @@
 # writing) is killed with SIGKILL at a random moment, many times. Each time FILE must either not
 # exist yet or be a complete checkpoint: it opens, every tensor reads back, the metadata and the
 # optimizer slots are all there — whether read while the writer is still running or after the
-# kill. Half-written data may only ever sit in temporary files, never under FILE's name. Last,
-# the run is resumed from what the final kill left behind.
+# kill. Half-written data may only ever sit in temporary files, never under FILE's name. Then
+# the run is resumed from what the final kill left behind. Last, one more save into the
+# directories of killed runs: it must remove every temporary file a killed writer left there
+# (one of a dead process is planted too, so this is tested even when no kill landed mid-write),
+# keep a live process's, and leave a complete checkpoint.
 #   test_crash_safety.sh EAGLE_BINARY CRASH_HELPER [TRIALS]
 set -uo pipefail
 eagle=$1
@@ -18,7 +21,7 @@ fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 
 mkdir -p "$tmp/data" && "$helper" data "$tmp/data" 96 || { echo "FAIL cannot write the data set"; exit 1; }
 
-existed=0 live_checks=0 leftovers=0
+existed=0 live_checks=0 leftovers=0 left_dirs=()
 for trial in $(seq 1 "$trials"); do
     dir=$tmp/trial$trial
     mkdir -p "$dir"
@@ -50,7 +53,10 @@ for trial in $(seq 1 "$trials"); do
         existed=$((existed + 1))
         "$helper" check "$file" || fail "trial $trial: $file after kill -9"
     fi
-    compgen -G "$file.tmp.*" >/dev/null && leftovers=$((leftovers + 1))
+    if compgen -G "$file.tmp.*" >/dev/null; then
+        leftovers=$((leftovers + 1))
+        left_dirs+=("$dir")
+    fi
     last_dir=$dir
 done
 echo "$trials kills: checkpoint present after $existed, read live $live_checks times," \
@@ -67,5 +73,32 @@ if [ -n "${last_dir:-}" ] && [ -e "$last_dir/checkpoint.safetensors" ]; then
     grep -q "^resumed from" <<<"$out" || fail "resume did not say where it continued"
     "$helper" check "$tmp/resumed.safetensors" || fail "checkpoint of the resumed run"
 fi
+# One more save where kills left temporary files (at most 4 of those, to stay fast), and in the
+# last trial's directory with planted ones: a dead process's (a subshell that has exited) must go,
+# the live one (this script's pid) must stay.
+cleaned=0
+if [ -n "${last_dir:-}" ]; then
+    (exit 0) &
+    dead_pid=$!
+    wait "$dead_pid"
+    touch "$last_dir/checkpoint.safetensors.tmp.$dead_pid.0" \
+        "$last_dir/checkpoint.safetensors.tmp.$$.0"
+    for dir in "${left_dirs[@]:0:4}" "$last_dir"; do
+        file=$dir/checkpoint.safetensors
+        "$eagle" train --data "$tmp/data" --hidden 384,384 --batch-size 32 --epochs 1 \
+            --threads 1 --save "$file" >"$dir/log.final" 2>&1 ||
+            fail "final save in $dir: $(tail -3 "$dir/log.final")"
+        "$helper" check "$file" || fail "$file after the final save"
+        for temp in "$file".tmp.*; do
+            [ -e "$temp" ] || continue
+            [ "$temp" = "$file.tmp.$$.0" ] || fail "left after the final save: $temp"
+        done
+        cleaned=$((cleaned + 1))
+    done
+    [ -e "$last_dir/checkpoint.safetensors.tmp.$$.0" ] ||
+        fail "the final save removed a live process's temporary file"
+    rm -f "$last_dir/checkpoint.safetensors.tmp.$$.0"
+fi
+echo "one more save in $cleaned directories of killed runs"
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
