@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CLI tests: usage errors exit 2 with a usage message, a missing data set names the Debian
 # package, --help works everywhere, a short training run on a Fashion-MNIST subset converges
-# to a stated accuracy and is deterministic for a seed (two runs print identical numbers), and a
-# run resumed from its epoch-1 checkpoint (--resume) is exactly the uninterrupted run.
+# to a stated accuracy and is deterministic for a seed (two runs print identical numbers), a run
+# resumed from its epoch-1 checkpoint (--resume) is exactly the uninterrupted run (with --augment
+# too), and what --resume and eval read is checked first (settings, data, hostile metadata).
+# Ctrl-C and lost outputs: test_cli_interrupt.sh.
 #   test_cli.sh EAGLE_BINARY
 set -uo pipefail
 eagle=$1
@@ -65,11 +67,40 @@ check "missing data set -> 1 naming the package" \
 check "eval of a missing file -> 1" expect_exit 1 "$eagle" eval /nonexistent/w.safetensors
 check "--save-every-epoch without --save -> 2" expect_exit 2 "$eagle" train --save-every-epoch
 check "--resume of a missing file -> 1" expect_exit 1 "$eagle" train --resume /nonexistent/c.safetensors
+# --hidden's mistakes are named: a trailing comma is no size, nine layers are one too many.
+hidden_error() { # list, what the message must say
+    out=$("$eagle" train --data /nonexistent/fashion --hidden "$1" 2>&1) # no training if accepted
+    local rc=$?
+    [ "$rc" -eq 2 ] && grep -q -- "$2" <<<"$out" || { echo "  exit $rc: $out"; return 1; }
+}
+check "--hidden 64, (trailing comma) -> 2, saying so" hidden_error 64, "missing after the last ','"
+check "--hidden with 9 layers -> 2, naming the limit" hidden_error 1,2,3,4,5,6,7,8,9 "9 hidden layers, at most 8"
+check "--hidden 64x -> 2, naming the character" hidden_error 64x "'x' at position 3"
+check "--hidden ' 64' -> 2" hidden_error " 64" "position 1"
+# Output paths are checked before anything else (here before the missing data set would be
+# noticed), so a run cannot end with its result unwritable; exit 1 like an unusable --logdir.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+touch "$tmp/regular"
+output_error() { # flag, path, what the message must say
+    out=$("$eagle" train --data /nonexistent/fashion "$1" "$2" 2>&1)
+    local rc=$?
+    [ "$rc" -eq 1 ] && grep -q -- "$1 '$2': .*$3.*the run was not started" <<<"$out" &&
+        ! grep -q "data directory" <<<"$out" || { echo "  exit $rc: $out"; return 1; }
+}
+check "--save under a missing directory -> 1 before any work" \
+    output_error --save /nonexistent/dir/w.safetensors "No such file or directory"
+check "--save under a regular file -> 1" output_error --save "$tmp/regular/w.safetensors" "is not a directory"
+check "--save naming a directory -> 1" output_error --save "$tmp" "is a directory"
+check "--profile under a missing directory -> 1" output_error --profile /nonexistent/dir/trace.json "No such file"
+check "--save in an existing directory leaves no probe file behind" \
+    bash -c '"$0" train --data /nonexistent/fashion --save "$1/w.safetensors" >/dev/null 2>&1; [ -z "$(ls -A "$1" | grep -v regular)" ]' "$eagle" "$tmp"
+# A data error is printed once, not once by the loader and again by the command.
+check "missing data set: the error printed once" \
+    bash -c 'out=$("$0" train --data /nonexistent/fashion 2>&1); [ "$(grep -c "data directory not found" <<<"$out")" -eq 1 ]' "$eagle"
 
 data=/usr/share/datasets/fashion-mnist
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     run() { "$eagle" train --limit 6000 --epochs 2 --seed 7 --threads "$1" --save "$tmp/w$1.safetensors" 2>&1; }
     first=$(run 1)
     second=$(run 2)
@@ -123,6 +154,61 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
         expect_exit 2 "$eagle" train --limit 3000 --hidden 32 --resume "$tmp/half-kept.safetensors"
     check "--resume with a different --limit -> 1" \
         expect_exit 1 "$eagle" train --limit 2000 --resume "$tmp/half-kept.safetensors"
+    check "eval: a data error printed once" \
+        bash -c 'out=$("$0" eval --data /nonexistent/fashion "$1" 2>&1); [ $? -eq 1 ] && [ "$(grep -c "data directory not found" <<<"$out")" -eq 1 ]' \
+        "$eagle" "$tmp/half-kept.safetensors"
+
+    # --augment is part of the run: recorded, taken from the checkpoint by --resume (here not
+    # given again), and the flips and crops of a resumed epoch are the uninterrupted run's (their
+    # randomness follows the run's epoch, not the pipeline's count of passes, which restarts).
+    aug_straight=$(train3000 --augment --epochs 2 --save "$tmp/aug-straight.safetensors")
+    train3000 --augment --epochs 2 --stop-after 1 --save "$tmp/aug-half.safetensors" >/dev/null
+    aug_resumed=$("$eagle" train --limit 3000 --threads 2 --resume "$tmp/aug-half.safetensors" \
+        --save "$tmp/aug-resumed.safetensors" 2>&1)
+    check "--augment: --resume without the flag continues augmented (it is recorded)" \
+        grep -q "random flips and crops" <<<"$aug_resumed"
+    check "--augment: --resume after epoch 1: epoch 2 identical to the uninterrupted run" \
+        bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$(epoch2_of "$aug_straight")" "$(epoch2_of "$aug_resumed")"
+    check "--augment: --resume gives the uninterrupted run's checkpoint, byte for byte" \
+        cmp "$tmp/aug-straight.safetensors" "$tmp/aug-resumed.safetensors"
+    check "--augment on resuming a run trained without it -> 2" \
+        expect_exit 2 "$eagle" train --limit 3000 --augment --resume "$tmp/half-kept.safetensors"
+    check "... naming --augment" grep -q -- "--augment differs" <<<"$out"
+    # The training examples themselves are checked, not only their number: the same count of
+    # other examples (one label changed) is another run.
+    mkdir -p "$tmp/other-data"
+    for f in train-images-idx3-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+        ln -s "$data/$f" "$tmp/other-data/$f"
+    done
+    python3 -c 'import gzip,sys; b=bytearray(gzip.open(sys.argv[1]).read()); b[8]=(b[8]+1)%10; open(sys.argv[2],"wb").write(b)' \
+        "$data/train-labels-idx1-ubyte.gz" "$tmp/other-data/train-labels-idx1-ubyte"
+    check "--resume on other examples (same --limit) -> 1" \
+        expect_exit 1 "$eagle" train --limit 3000 --data "$tmp/other-data" --resume "$tmp/half-kept.safetensors"
+    check "... saying so" grep -q "trained on other examples" <<<"$out"
+
+    # A checkpoint whose metadata asks for a huge model (eagle.hidden=1048576: 6.4 GB) is refused
+    # from its header's shapes before anything is built: fast, in little memory.
+    python3 - "$tmp/half-kept.safetensors" "$tmp/hostile.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+header = json.loads(b[8:8 + n])
+header['__metadata__']['eagle.hidden'] = '1048576'
+text = json.dumps(header).encode()
+text += b' ' * (-len(text) % 8)
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(text)) + text + b[8 + n:])
+PY
+    hostile() { # command...: exit 1 naming the mismatch (a memory limit keeps a failure cheap)
+        out=$(EG_MEMORY_LIMIT=512M "$@" 2>&1)
+        local rc=$?
+        [ "$rc" -eq 1 ] && grep -q "do not match eagle.hidden = 1048576: tensor 'dense/kernel' is f32 (784, 64)" <<<"$out" ||
+            { echo "  exit $rc: $out"; return 1; }
+    }
+    check "eval of a checkpoint whose eagle.hidden its tensors do not fit -> 1 before building" \
+        hostile "$eagle" eval --limit 100 "$tmp/hostile.safetensors"
+    check "--resume of that checkpoint -> 1 before building" \
+        hostile "$eagle" train --limit 3000 --resume "$tmp/hostile.safetensors"
+
     printf '\x08\x00\x00\x00\x00\x00\x00\x00{}      ' >"$tmp/plain.safetensors" # no tensors, no metadata
     check "--resume of a file without training state -> 1" \
         bash -c 'out=$("$0" train --limit 3000 --resume "$1" 2>&1); [ $? -eq 1 ] && grep -q "cannot be resumed" <<<"$out"' \
@@ -140,6 +226,12 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
     cnn_epoch2() { epoch2_of "$cnn_straight"; }
     check "cnn: --resume after epoch 1: epoch 2 identical" \
         bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$(epoch2_of "$cnn_straight")" "$(epoch2_of "$cnn_resumed")"
+    # The same with --augment: the CNN's flips and crops of epoch 2 are the uninterrupted run's.
+    cnn --augment --epochs 2 --save "$tmp/cnn-aug-straight.safetensors" >/dev/null
+    cnn --augment --epochs 2 --stop-after 1 --save "$tmp/cnn-aug-half.safetensors" >/dev/null
+    cnn --resume "$tmp/cnn-aug-half.safetensors" --save "$tmp/cnn-aug-resumed.safetensors" >/dev/null
+    check "cnn --augment: --resume gives the uninterrupted run's checkpoint, byte for byte" \
+        cmp "$tmp/cnn-aug-straight.safetensors" "$tmp/cnn-aug-resumed.safetensors"
     cnn_accuracy=$(grep "test accuracy" <<<"$cnn_straight" | tail -1 | awk '{print $3}')
     check "cnn: eval of the checkpoint reproduces the test accuracy $cnn_accuracy" \
         bash -c 'out=$("$0" eval --limit 300 "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/cnn-straight.safetensors" "$cnn_accuracy"

@@ -7,8 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Exit codes: 0 ok, 1 runtime failure, 2 usage error (bad flags). */
-enum { CLI_OK = 0, CLI_FAILURE = 1, CLI_USAGE = 2 };
+/* Exit codes: 0 ok, 1 runtime failure, 2 usage error (bad flags), 130 stopped by Ctrl-C (128 +
+ * SIGINT, what a shell reports for a process SIGINT killed, so scripts see the run did not end). */
+enum { CLI_OK = 0, CLI_FAILURE = 1, CLI_USAGE = 2, CLI_INTERRUPTED = 130 };
 
 int cli_info(int argc, char **argv);
 int cli_train(int argc, char **argv);
@@ -25,17 +26,36 @@ bool cli_parse_double(const char *command, const char *flag, const char *text, d
 int cli_usage_error(const char *command, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Checks, before any work, that a file can be written at path (as the library writes files:
+ * a temporary file in its directory renamed over it): the directory exists and takes a new file
+ * (tried for real, since root ignores permission bits but not read-only mounts), and path is not
+ * a directory. Otherwise prints "eagle COMMAND: FLAG PATH: why" and returns false. */
+bool cli_check_output_path(const char *command, const char *flag, const char *path);
+
+/* Ctrl-C (interrupt.c). After cli_interrupt_install, the first SIGINT only makes
+ * cli_interrupted() true (the caller stops at its next safe point); a second one ends the process
+ * at once with CLI_INTERRUPTED, unless it comes between cli_write_begin() and cli_write_end(),
+ * which then returns true: stop now, the file is complete. */
+void cli_interrupt_install(void);
+bool cli_interrupted(void);
+void cli_write_begin(void);
+bool cli_write_end(void);
+
 /* A per-epoch progress display: a redrawn bar on a terminal, plain lines otherwise. */
 typedef struct cli_progress {
     bool tty;
     int64_t total_steps;
-    int64_t samples;
+    int64_t first_step, first_samples; /* done before this process (a resumed epoch) */
     double start_seconds;
     double last_draw_seconds;
     int64_t last_line_step;
 } cli_progress;
 
 void cli_progress_begin(cli_progress *progress, int epoch, int n_epochs, int64_t total_steps);
+/* After begin: the epoch continues after `steps` steps and `samples` examples trained by an
+ * earlier process; the lines come at the steps the uninterrupted run's came at, and rates and
+ * ETA count this process's work only. */
+void cli_progress_continue(cli_progress *progress, int64_t steps, int64_t samples);
 void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, double loss,
                          double accuracy);
 void cli_progress_end(cli_progress *progress, int64_t samples, double loss, double accuracy);

@@ -65,6 +65,13 @@ int cli_eval(int argc, char **argv) {
         eg_safetensors_close(file);
         return CLI_FAILURE;
     }
+    char why[256];
+    if (!cnn && !mlp_check_stored(file, &config, why, sizeof why)) {
+        fprintf(stderr, "eagle eval: %s: its tensors do not match eagle.hidden = %s: %s\n", path,
+                hidden, why);
+        eg_safetensors_close(file);
+        return CLI_FAILURE;
+    }
     int rc = CLI_FAILURE;
     mlp_data test = {0};
     eg_model *model = cnn ? cnn_build() : mlp_build(&config);
@@ -78,7 +85,7 @@ int cli_eval(int argc, char **argv) {
         eg_release(value);
         if (status != EG_OK) goto done;
     }
-    if (!mlp_data_load(data_dir, false, limit, &test)) goto done;
+    if (!mlp_data_try_load(data_dir, false, limit, &test)) goto done;
     double accuracy, loss;
     if ((cnn ? cnn_evaluate : mlp_evaluate)(model, &test, &accuracy, &loss) != EG_OK) goto done;
     printf("%s: test accuracy %.4f  test loss %.4f  (%lld examples)\n", path, accuracy, loss,

@@ -4,22 +4,56 @@
 
 #include "mlp.h"
 
-bool mlp_parse_hidden(const char *text, mlp_config *config) {
-    config->n_hidden = 0;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        long units = strtol(p, &end, 10);
-        if (end == p || units < 1 || units > 1 << 20 || config->n_hidden == MLP_MAX_HIDDEN)
-            return false;
-        config->hidden[config->n_hidden++] = units;
-        if (*end == ',')
-            end++;
-        else if (*end)
-            return false;
-        p = end;
+bool mlp_parse_hidden_why(const char *text, mlp_config *config, char *why, size_t why_size) {
+    char scratch[1];
+    if (!why) {
+        why = scratch;
+        why_size = sizeof scratch;
     }
-    return config->n_hidden > 0;
+    config->n_hidden = 0;
+    if (!*text) {
+        snprintf(why, why_size, "the list is empty");
+        return false;
+    }
+    const char *p = text;
+    for (;;) {
+        /* Digits only: strtol alone would take " 64", "+64" and "0x40". */
+        const char *digits = p;
+        while (*p >= '0' && *p <= '9') p++;
+        int at = (int)(p - text) + 1;
+        if (p == digits && !*p) {
+            snprintf(why, why_size, "a size is missing after the last ','");
+            return false;
+        }
+        if (p == digits && *p == ',') {
+            snprintf(why, why_size, "a size is missing at position %d", at);
+            return false;
+        }
+        if (*p && *p != ',') {
+            snprintf(why, why_size, "'%c' at position %d is not a digit or ','", *p, at);
+            return false;
+        }
+        if (config->n_hidden == MLP_MAX_HIDDEN) {
+            int n = 1;
+            for (const char *c = text; *c; c++) n += *c == ',';
+            snprintf(why, why_size, "%d hidden layers, at most %d are supported", n,
+                     MLP_MAX_HIDDEN);
+            return false;
+        }
+        long units = p - digits > 8 ? 0 : strtol(digits, NULL, 10);
+        if (units < 1 || units > MLP_MAX_UNITS) {
+            snprintf(why, why_size, "size %.*s is not in [1, %d]", (int)(p - digits), digits,
+                     MLP_MAX_UNITS);
+            return false;
+        }
+        config->hidden[config->n_hidden++] = units;
+        if (!*p) return true;
+        p++; /* the ',' */
+    }
+}
+
+bool mlp_parse_hidden(const char *text, mlp_config *config) {
+    return mlp_parse_hidden_why(text, config, NULL, 0);
 }
 
 void mlp_format_hidden(const mlp_config *config, char *buf, size_t size) {
@@ -28,6 +62,60 @@ void mlp_format_hidden(const mlp_config *config, char *buf, size_t size) {
     for (int i = 0; i < config->n_hidden && used < size; i++)
         used += (size_t)snprintf(buf + used, size - used, i ? ",%lld" : "%lld",
                                  (long long)config->hidden[i]);
+}
+
+/* mlp_build's layers are named as Sequential names them: dense, dense_1, dense_2, ... */
+static void dense_name(int i, const char *variable, char *buf, size_t size) {
+    if (i == 0)
+        snprintf(buf, size, "dense/%s", variable);
+    else
+        snprintf(buf, size, "dense_%d/%s", i, variable);
+}
+
+bool mlp_check_stored(const eg_safetensors *file, const mlp_config *config, char *why,
+                      size_t why_size) {
+    int64_t in = 784;
+    for (int i = 0; i <= config->n_hidden; i++) {
+        int64_t out = i < config->n_hidden ? config->hidden[i] : 10;
+        for (int k = 0; k < 2; k++) {
+            const char *variable = k ? "bias" : "kernel";
+            int64_t want[2] = {k ? out : in, out};
+            int want_dims = k ? 1 : 2;
+            char name[64];
+            dense_name(i, variable, name, sizeof name);
+            int n_dims = 0;
+            int64_t shape[EG_MAX_DIMS];
+            eg_dtype dtype;
+            if (!eg_safetensors_contains(file, name)) {
+                snprintf(why, why_size, "it has no tensor '%s'", name);
+                return false;
+            }
+            if (eg_safetensors_info(file, name, &dtype, &n_dims, shape) != EG_OK) {
+                snprintf(why, why_size, "%s", eg_last_error());
+                eg_clear_error();
+                return false;
+            }
+            bool same = dtype == EG_DTYPE_F32 && n_dims == want_dims;
+            for (int d = 0; same && d < n_dims; d++) same = shape[d] == want[d];
+            if (!same) {
+                char stored[160], wanted[64];
+                size_t used = 0;
+                stored[0] = '\0';
+                for (int d = 0; d < n_dims && used < sizeof stored; d++)
+                    used += (size_t)snprintf(stored + used, sizeof stored - used,
+                                             d ? ", %lld" : "%lld", (long long)shape[d]);
+                if (k)
+                    snprintf(wanted, sizeof wanted, "(%lld)", (long long)out);
+                else
+                    snprintf(wanted, sizeof wanted, "(%lld, %lld)", (long long)in, (long long)out);
+                snprintf(why, why_size, "tensor '%s' is %s (%s), the model needs f32 %s", name,
+                         eg_dtype_name(dtype), stored, wanted);
+                return false;
+            }
+        }
+        in = out;
+    }
+    return true;
 }
 
 eg_model *mlp_build(const mlp_config *config) {
@@ -45,12 +133,9 @@ fail:
     return NULL;
 }
 
-bool mlp_data_load(const char *directory, bool train, int64_t limit, mlp_data *data) {
+bool mlp_data_try_load(const char *directory, bool train, int64_t limit, mlp_data *data) {
     memset(data, 0, sizeof *data);
-    if (eg_mnist_load(directory, train, &data->images, &data->labels) != EG_OK) {
-        fprintf(stderr, "eagle: %s\n", eg_last_error());
-        return false;
-    }
+    if (eg_mnist_load(directory, train, &data->images, &data->labels) != EG_OK) return false;
     data->n = eg_tensor_dim(data->images, 0);
     if (limit > 0 && limit < data->n) {
         eg_tensor *images = eg_slice(data->images, 0, 0, limit, 1);
@@ -60,7 +145,56 @@ bool mlp_data_load(const char *directory, bool train, int64_t limit, mlp_data *d
         data->images = images;
         data->labels = labels;
         data->n = limit;
+        if (!images || !labels) {
+            mlp_data_free(data);
+            return false;
+        }
     }
+    return true;
+}
+
+bool mlp_data_load(const char *directory, bool train, int64_t limit, mlp_data *data) {
+    if (mlp_data_try_load(directory, train, limit, data)) return true;
+    fprintf(stderr, "eagle: %s\n", eg_last_error());
+    return false;
+}
+
+/* FNV-1a's prime over 8-byte words with a final avalanche: not cryptographic, only to tell two
+ * data sets apart. */
+static uint64_t hash_bytes(uint64_t h, const uint8_t *bytes, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, bytes + i, 8);
+        h = (h ^ word) * 0x100000001B3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ bytes[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static bool hash_tensor(const eg_tensor *t, uint64_t *h) {
+    size_t bytes = (size_t)eg_tensor_n_elems(t) * eg_dtype_size(eg_tensor_dtype(t));
+    if (eg_tensor_is_contiguous(t)) {
+        const uint8_t *data = eg_tensor_data(t);
+        if (!data) return false;
+        *h = hash_bytes(*h, data, bytes);
+        return true;
+    }
+    uint8_t *copy = malloc(bytes ? bytes : 1);
+    bool ok = copy && eg_tensor_copy_to_host(t, copy, bytes) == EG_OK;
+    if (ok) *h = hash_bytes(*h, copy, bytes);
+    free(copy);
+    return ok;
+}
+
+bool mlp_data_fingerprint(const mlp_data *data, char *buf, size_t size) {
+    uint64_t h = 0xCBF29CE484222325ull ^ (uint64_t)data->n;
+    if (!hash_tensor(data->images, &h) || !hash_tensor(data->labels, &h)) return false;
+    h ^= h >> 32;
+    h *= 0xD6E8FEB86659FD93ull;
+    h ^= h >> 32;
+    snprintf(buf, size, "%016llx", (unsigned long long)h);
     return true;
 }
 

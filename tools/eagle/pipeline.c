@@ -1,7 +1,7 @@
 /* The input pipeline of `eagle train` (see pipeline.h):
  *
- *     generator of index batches (train.c's order) -> map(make the batch, AUTOTUNE)
- *                                                  -> prefetch(AUTOTUNE)
+ *     generator of index batches (train.c's order) and their place in the run (epoch, batch)
+ *         -> map(make the batch, AUTOTUNE) -> prefetch(AUTOTUNE)
  *
  * where making the batch is mlp_batch, or with augmentation: gather the u8 images, the library's
  * random flip and random crop on the whole batch (eg_image_random_flip / _crop, batched), then
@@ -34,34 +34,50 @@ typedef struct pipeline_source {
     int64_t batch_size;
     uint64_t seed;
     int first_epoch;
-    bool images; /* x as (B, 28, 28, 1) rather than (B, 784) */
+    int64_t first_step; /* batches of first_epoch already trained (a resumed run) */
+    bool images;        /* x as (B, 28, 28, 1) rather than (B, 784) */
     eg_image_flip_options flip;
     eg_image_crop_options crop;
 } pipeline_source;
 
+/* One pass: its run-wide epoch number, the batches it leaves out, the order of the examples. */
+typedef struct pass_state {
+    int epoch;
+    int64_t skip;
+    int64_t order[];
+} pass_state;
+
 static eg_status source_start(void *context, uint64_t epoch, void **state) {
     const pipeline_source *s = context;
-    int64_t *order = malloc((size_t)(s->train->n > 0 ? s->train->n : 1) * sizeof *order);
-    if (!order) return EG_ERR_OUT_OF_MEMORY;
-    cli_shuffle_order(order, s->train->n, s->seed, s->first_epoch + (int)epoch);
-    *state = order;
+    size_t n = (size_t)(s->train->n > 0 ? s->train->n : 1);
+    pass_state *pass = malloc(sizeof *pass + n * sizeof pass->order[0]);
+    if (!pass) return EG_ERR_OUT_OF_MEMORY;
+    pass->epoch = s->first_epoch + (int)epoch;
+    pass->skip = epoch == 0 ? s->first_step : 0;
+    cli_shuffle_order(pass->order, s->train->n, s->seed, pass->epoch);
+    *state = pass;
     return EG_OK;
 }
 
-/* Batch `index` of the epoch's order as i64 (n,) indices. */
+/* Batch `index` (after the skipped ones) of the pass's order: (indices i64 (n,), where i64 (2,))
+ * with where = {epoch, batch}. The map stage's own epoch and index restart at 0 in a resumed run,
+ * so the augmentations draw from `where`, the batch's place in the whole run. */
 static eg_status source_next(void *context, void *state, int64_t index, eg_element *out,
                              bool *end) {
     const pipeline_source *s = context;
-    const int64_t *order = state;
-    int64_t start = index * s->batch_size;
+    const pass_state *pass = state;
+    int64_t batch = index + pass->skip;
+    int64_t start = batch * s->batch_size;
     if (start >= s->train->n) {
         *end = true;
         return EG_OK;
     }
     int64_t n = s->train->n - start < s->batch_size ? s->train->n - start : s->batch_size;
-    out->n_tensors = 1;
-    out->tensors[0] = eg_tensor_from_data(order + start, EG_DTYPE_I64, 1, &n);
-    return out->tensors[0] ? EG_OK : eg_last_status();
+    int64_t where[2] = {pass->epoch, batch}, two = 2;
+    out->n_tensors = 2;
+    out->tensors[0] = eg_tensor_from_data(pass->order + start, EG_DTYPE_I64, 1, &n);
+    out->tensors[1] = eg_tensor_from_data(where, EG_DTYPE_I64, 1, &two);
+    return out->tensors[0] && out->tensors[1] ? EG_OK : eg_last_status();
 }
 
 static void source_finish(void *context, void *state) {
@@ -94,18 +110,24 @@ static eg_status make_batch(const eg_element *in, eg_element *out, const eg_data
     return out->tensors[0] ? EG_OK : eg_last_status();
 }
 
-/* (indices) -> (x, y) like mlp_batch, the images flipped and shifted at random before the
- * conversion (the same ops as mlp_batch's: cast to f32, times 1 / 255, reshape). */
+/* (indices, where) -> (x, y) like mlp_batch, the images flipped and shifted at random before
+ * the conversion (the same ops as mlp_batch's: cast to f32, times 1 / 255, reshape). The draws
+ * are keyed on the batch's place in the run, epoch counted from 0 as a fresh run's map stage
+ * counts it (so a fresh run's batches are what they always were). */
 static eg_status make_augmented_batch(const eg_element *in, eg_element *out,
                                       const eg_dataset_call_info *info, void *context) {
+    (void)info;
     pipeline_source *s = context;
     const eg_tensor *indices = in->tensors[0];
+    const int64_t *where = eg_tensor_data(in->tensors[1]);
+    if (!where) return eg_last_status();
+    eg_dataset_call_info at = {.epoch = (uint64_t)(where[0] - 1), .index = where[1]};
     eg_element images = {
         2, {eg_gather(s->train->images, indices, 0), eg_gather(s->train->labels, indices, 0)}};
     if (!images.tensors[0] || !images.tensors[1]) return eg_last_status();
     eg_element flipped, cropped;
-    eg_status status = eg_image_random_flip(&images, &flipped, info, &s->flip);
-    if (status == EG_OK) status = eg_image_random_crop(&flipped, &cropped, info, &s->crop);
+    eg_status status = eg_image_random_flip(&images, &flipped, &at, &s->flip);
+    if (status == EG_OK) status = eg_image_random_crop(&flipped, &cropped, &at, &s->crop);
     if (status != EG_OK) return status;
     out->n_tensors = 2;
     out->tensors[0] =
@@ -117,12 +139,19 @@ static eg_status make_augmented_batch(const eg_element *in, eg_element *out,
 
 eg_dataset *cli_training_pipeline(const mlp_data *train, int64_t batch_size, uint64_t seed,
                                   bool augment, bool images, int first_epoch) {
+    return cli_training_pipeline_from(train, batch_size, seed, augment, images, first_epoch, 0);
+}
+
+eg_dataset *cli_training_pipeline_from(const mlp_data *train, int64_t batch_size, uint64_t seed,
+                                       bool augment, bool images, int first_epoch,
+                                       int64_t first_step) {
     pipeline_source *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     *s = (pipeline_source){.train = train,
                            .batch_size = batch_size,
                            .seed = seed,
                            .first_epoch = first_epoch,
+                           .first_step = first_step,
                            .images = images,
                            .flip = {.seed = seed ^ 0xF11Bu, .probability = 0.5, .batched = true},
                            .crop = {.seed = seed ^ 0xC809u, .padding = 2, .batched = true}};

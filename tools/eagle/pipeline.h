@@ -21,7 +21,8 @@
  *     eg_dataset_free(batches);
  *
  * The k-th iterator is epoch first_epoch + k, so create exactly one per epoch, in order (a resumed
- * run passes its first epoch). */
+ * run passes its first epoch, and with cli_training_pipeline_from the batches of that epoch it
+ * already trained). */
 #ifndef EAGLE_TOOLS_PIPELINE_H
 #define EAGLE_TOOLS_PIPELINE_H
 
@@ -37,12 +38,19 @@
  * is train.c's shuffle(). Without augment each batch is bitwise identical to mlp_batch() of those
  * indices, whatever the parallelism. With augment each image is first mirrored with probability
  * 1/2 and shifted by up to 2 pixels (random crop of the image padded with 2 pixels of zeros), its
- * randomness a function of (seed, epoch, batch, position in the batch) only. Batches are made on
+ * randomness a function of (seed, epoch, batch, position in the batch) only — the run's epoch and
+ * batch numbers, so a resumed run draws what the uninterrupted one drew. Batches are made on
  * the pipeline's threads (a map with AUTOTUNE parallel calls, one call per batch, and a prefetch
  * with an AUTOTUNE buffer). `train` is
  * borrowed: it must outlive the dataset and its iterators. NULL with the library's error. */
 eg_dataset *cli_training_pipeline(const mlp_data *train, int64_t batch_size, uint64_t seed,
                                   bool augment, bool images, int first_epoch);
+/* The same, its first iterator starting at batch first_step of first_epoch (0 .. the epoch's
+ * batch count): the rest of an epoch interrupted after first_step steps, each batch (augmentation
+ * included) the one the uninterrupted run had there. */
+eg_dataset *cli_training_pipeline_from(const mlp_data *train, int64_t batch_size, uint64_t seed,
+                                       bool augment, bool images, int first_epoch,
+                                       int64_t first_step);
 
 /* Fisher-Yates with splitmix64: the order depends only on the seed and the epoch (the function
  * train.c calls shuffle()). */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cnn.h"
@@ -45,46 +46,55 @@ typedef struct train_options {
 } train_options;
 
 static void print_help(void) {
-    printf("usage: eagle train [options]\n"
-           "\n"
-           "Trains a model on Fashion-MNIST and reports test accuracy after each epoch.\n"
-           "The MLP's defaults reproduce TensorFlow's eager example: Dense(64, relu) ->\n"
-           "Dense(10), Adam, batches of 32. The CNN: two blocks of two 3x3 convolutions with\n"
-           "batch normalization and ReLU, max pooling and dropout, then Dense(256) and\n"
-           "Dense(10); Adam with a cosine-decaying learning rate, batches of 64.\n"
-           "\n"
-           "options:\n"
-           "  --model NAME         mlp (default) or cnn\n"
-           "  --data DIR           data directory (default " EG_FASHION_MNIST_DIR ")\n"
-           "  --hidden LIST        the MLP's hidden layer sizes, e.g. 64 or 512,512 (default 64)\n"
-           "  --epochs N           passes over the training set (default: mlp 5, cnn %d)\n"
-           "  --batch-size N       examples per step (default: mlp 32, cnn %d)\n"
-           "  --learning-rate X    (default: the optimizer's Keras default); the CNN's decays\n"
-           "                       from it to 0 along a cosine over the run\n"
-           "  --optimizer NAME     adam, adamw, sgd or rmsprop (default adam)\n"
-           "  --threads N          CPU threads (default EG_NUM_THREADS or the core count)\n"
-           "  --seed N             initialisation and shuffling seed (default 42)\n"
-           "  --limit N            train on the first N examples only\n"
-           "  --test-limit N       evaluate on the first N test examples only\n"
-           "  --save FILE          write a checkpoint at the end: the weights (which 'eagle eval'\n"
-           "                       reads), the optimizer's state and the run's settings\n"
-           "  --save-every-epoch   also write the --save checkpoint after every epoch\n"
-           "  --stop-after N       end the run after epoch N as if interrupted there; --resume\n"
-           "                       continues it (the learning-rate schedule spans --epochs)\n"
-           "  --resume FILE        continue the run saved in FILE at its next epoch, up to\n"
-           "                       --epochs in all (default: the saved run's); model, optimizer,\n"
-           "                       learning rate, batch size and seed come from FILE (flags\n"
-           "                       given must agree). The losses are exactly those of the\n"
-           "                       uninterrupted run\n"
-           "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
-           "                       lazily (fused, memory on demand) or traced once and replayed\n"
-           "  --augment            random horizontal flips and padded crops of training images\n"
-           "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
-           "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
-           "  --profile-cpu-time   the table in this thread's CPU time rather than wall time\n"
-           "                       (steady on a busy machine; pool workers' shares left out)\n"
-           "  --help               this text\n",
-           CNN_DEFAULT_EPOCHS, CNN_DEFAULT_BATCH_SIZE);
+    printf(
+        "usage: eagle train [options]\n"
+        "\n"
+        "Trains a model on Fashion-MNIST and reports test accuracy after each epoch.\n"
+        "The MLP's defaults reproduce TensorFlow's eager example: Dense(64, relu) ->\n"
+        "Dense(10), Adam, batches of 32. The CNN: two blocks of two 3x3 convolutions with\n"
+        "batch normalization and ReLU, max pooling and dropout, then Dense(256) and\n"
+        "Dense(10); Adam with a cosine-decaying learning rate, batches of 64.\n"
+        "\n"
+        "options:\n"
+        "  --model NAME         mlp (default) or cnn\n"
+        "  --data DIR           data directory (default " EG_FASHION_MNIST_DIR ")\n"
+        "  --hidden LIST        the MLP's hidden layer sizes, e.g. 64 or 512,512 (default 64)\n"
+        "  --epochs N           passes over the training set (default: mlp 5, cnn %d)\n"
+        "  --batch-size N       examples per step (default: mlp 32, cnn %d)\n"
+        "  --learning-rate X    (default: the optimizer's Keras default); the CNN's decays\n"
+        "                       from it to 0 along a cosine over the run\n"
+        "  --optimizer NAME     adam, adamw, sgd or rmsprop (default adam)\n"
+        "  --threads N          CPU threads (default EG_NUM_THREADS or the core count)\n"
+        "  --seed N             initialisation and shuffling seed (default 42)\n"
+        "  --limit N            train on the first N examples only\n"
+        "  --test-limit N       evaluate on the first N test examples only\n"
+        "  --save FILE          write a checkpoint at the end: the weights (which 'eagle eval'\n"
+        "                       reads), the optimizer's state and the run's settings. Its\n"
+        "                       directory is checked before training; should the write still\n"
+        "                       fail, the checkpoint goes to eagle-train-rescued-PID-NAME in\n"
+        "                       $TMPDIR, /tmp or the current directory (the same for --profile)\n"
+        "  --save-every-epoch   also write the --save checkpoint after every epoch\n"
+        "  --stop-after N       end the run after epoch N as if interrupted there; --resume\n"
+        "                       continues it (the learning-rate schedule spans --epochs)\n"
+        "  --resume FILE        continue the run saved in FILE where it stopped, up to\n"
+        "                       --epochs in all (default: the saved run's); model, optimizer,\n"
+        "                       learning rate, batch size, seed and --augment come from FILE\n"
+        "                       (flags given must agree), --data and --limit must give the same\n"
+        "                       training examples. The losses are exactly those of the\n"
+        "                       uninterrupted run\n"
+        "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
+        "                       lazily (fused, memory on demand) or traced once and replayed\n"
+        "  --augment            random horizontal flips and padded crops of training images\n"
+        "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
+        "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
+        "  --profile-cpu-time   the table in this thread's CPU time rather than wall time\n"
+        "                       (steady on a busy machine; pool workers' shares left out)\n"
+        "  --help               this text\n"
+        "\n"
+        "Ctrl-C stops the run after the current step, writes the --save checkpoint (which\n"
+        "--resume continues from that step, in the middle of the epoch) and exits with status\n"
+        "130; a second Ctrl-C stops at once (after a file being written is complete).\n",
+        CNN_DEFAULT_EPOCHS, CNN_DEFAULT_BATCH_SIZE);
 }
 
 /* The CNN's own defaults for what was not given; --hidden is the MLP's only. */
@@ -185,14 +195,15 @@ static int parse_options(int argc, char **argv, train_options *o) {
             o->model_kind = optarg;
             o->given |= GIVEN_MODEL;
             break;
-        case HIDDEN:
-            if (!mlp_parse_hidden(optarg, &o->model))
+        case HIDDEN: {
+            char why[128];
+            if (!mlp_parse_hidden_why(optarg, &o->model, why, sizeof why))
                 return cli_usage_error("train",
-                                       "--hidden expects sizes like 64 or 512,512, "
-                                       "got '%s'",
-                                       optarg);
+                                       "--hidden '%s': %s (it expects sizes like 64 or 512,512)",
+                                       optarg, why);
             o->given |= GIVEN_HIDDEN;
             break;
+        }
         case EPOCHS:
             if (!cli_parse_int("train", "--epochs", optarg, 1, 100000, &o->epochs))
                 return CLI_USAGE;
@@ -376,19 +387,116 @@ static eg_status log_epoch(eg_summary_writer *w, eg_model *model, int epoch, dou
     return status == EG_OK ? eg_summary_flush(w) : status;
 }
 
-static eg_status save_checkpoint(eg_model *model, const eg_optimizer *optimizer,
-                                 const train_options *o, double initial_rate, int64_t decay_steps,
-                                 int64_t train_examples, long epoch) {
+/* Where a run stands: epochs completed, then the steps of the next epoch trained and the sums
+ * behind its log so far (a run interrupted within an epoch). */
+typedef struct run_position {
+    long epochs_done;
+    int64_t step;
+    eg_metric_mean loss;
+    double hits;
+    int64_t samples;
+} run_position;
+
+/* What a checkpoint of this run records besides the model and the optimizer. */
+typedef struct run_record {
+    const train_options *o;
+    double initial_rate;
+    int64_t decay_steps;
+    int64_t train_examples;
+    const char *train_data; /* mlp_data_fingerprint */
+} run_record;
+
+static eg_status save_checkpoint(const char *path, eg_model *model, const eg_optimizer *optimizer,
+                                 const run_record *r, const run_position *at) {
+    const train_options *o = r->o;
     train_meta meta = {.model = o->model,
-                       .learning_rate = initial_rate,
-                       .decay_steps = decay_steps,
+                       .learning_rate = r->initial_rate,
+                       .decay_steps = r->decay_steps,
                        .batch_size = o->batch_size,
                        .seed = o->seed,
-                       .train_examples = train_examples,
-                       .epoch = epoch,
-                       .epochs = o->epochs};
+                       .train_examples = r->train_examples,
+                       .epoch = at->epochs_done,
+                       .epochs = o->epochs,
+                       .augment = o->augment,
+                       .step = at->step,
+                       .loss = at->loss,
+                       .hits = at->hits,
+                       .samples = at->samples};
     snprintf(meta.model_kind, sizeof meta.model_kind, "%s", o->model_kind);
-    return train_state_save(o->save_path, model, optimizer, &meta);
+    snprintf(meta.train_data, sizeof meta.train_data, "%s", r->train_data);
+    return train_state_save(path, model, optimizer, &meta);
+}
+
+/* A file written for the run: a checkpoint or a profile trace. */
+typedef struct output_file {
+    const char *what; /* "checkpoint", "profile trace" */
+    eg_status (*write)(const char *path, void *context);
+    void *context;
+} output_file;
+
+typedef enum { WROTE, RESCUED, LOST } write_result;
+
+/* Writes out to path; when that fails (the directory went away, the disk filled up, ...), to
+ * "eagle-train-rescued-<pid>-<name of path>" in $TMPDIR, /tmp or the current directory, whichever
+ * works first, so that hours of training are not lost to a typo or a full disk. *written gets the
+ * path the file went to. A second Ctrl-C meanwhile waits for the write and then stops the
+ * process, saying where the file is. */
+static write_result write_or_rescue(const output_file *out, const char *path, char *written,
+                                    size_t size) {
+    snprintf(written, size, "%s", path);
+    cli_write_begin();
+    eg_status status = out->write(path, out->context);
+    write_result result = WROTE;
+    if (status != EG_OK) {
+        fprintf(stderr, "eagle train: cannot write the %s to %s: %s\n", out->what, path,
+                eg_last_status() != EG_OK ? eg_last_error() : eg_status_string(status));
+        eg_clear_error();
+        const char *slash = strrchr(path, '/');
+        const char *name = slash ? slash + 1 : path;
+        const char *tmpdir = getenv("TMPDIR");
+        const char *places[3] = {tmpdir && *tmpdir ? tmpdir : "/tmp", "/tmp", "."};
+        result = LOST;
+        for (int i = 0; i < 3 && result == LOST; i++) {
+            if (i == 1 && !strcmp(places[0], "/tmp")) continue;
+            snprintf(written, size, "%s/eagle-train-rescued-%ld-%s", places[i], (long)getpid(),
+                     name);
+            if (out->write(written, out->context) == EG_OK) {
+                result = RESCUED;
+            } else {
+                fprintf(stderr, "eagle train: cannot write it to %s either: %s\n", written,
+                        eg_last_error());
+                eg_clear_error();
+            }
+        }
+        if (result == RESCUED)
+            fprintf(stderr, "eagle train: the %s is saved to %s instead\n", out->what, written);
+        else
+            fprintf(stderr, "eagle train: the %s could not be written anywhere\n", out->what);
+    }
+    if (cli_write_end()) {
+        fprintf(stderr, "eagle train: interrupted again: stopped%s%s\n",
+                result == LOST ? "" : "; the file is ", result == LOST ? "" : written);
+        fflush(stdout);
+        _exit(CLI_INTERRUPTED); /* at once: no clean-up while the pipeline's threads still run */
+    }
+    return result;
+}
+
+typedef struct checkpoint_context {
+    eg_model *model;
+    const eg_optimizer *optimizer;
+    const run_record *record;
+    const run_position *at;
+} checkpoint_context;
+
+static eg_status write_checkpoint(const char *path, void *context) {
+    const checkpoint_context *c = context;
+    return save_checkpoint(path, c->model, c->optimizer, c->record, c->at);
+}
+
+static eg_status write_trace(const char *path, void *context) {
+    (void)context;
+    return eg_profiler_write_trace(path);
 }
 
 /* --resume: the run's settings come from the checkpoint; flags given must agree with it. */
@@ -405,14 +513,21 @@ static int adopt_settings(train_options *o, const train_meta *m) {
         : (o->given & GIVEN_LR) && o->learning_rate != m->learning_rate      ? "--learning-rate"
         : (o->given & GIVEN_BATCH) && o->batch_size != m->batch_size         ? "--batch-size"
         : (o->given & GIVEN_SEED) && o->seed != m->seed                      ? "--seed"
+        : o->augment && m->augment_known && !m->augment                      ? "--augment"
                                                                              : NULL;
     if (conflict)
         return cli_usage_error("train",
                                "%s differs from the checkpoint %s (hidden %s, optimizer %s, "
-                               "learning rate %g, batch size %ld, seed %llu); --resume continues "
-                               "that run",
+                               "learning rate %g, batch size %ld, seed %llu, %s); --resume "
+                               "continues that run",
                                conflict, o->resume_path, saved, m->optimizer, m->learning_rate,
-                               m->batch_size, m->seed);
+                               m->batch_size, m->seed,
+                               !m->augment_known ? "augmentation not recorded"
+                               : m->augment      ? "with --augment"
+                                                 : "without --augment");
+    if (!m->augment_known)
+        printf("note: %s does not record whether --augment was used; continuing %s it\n",
+               o->resume_path, o->augment ? "with" : "without");
     o->model_kind = cnn ? "cnn" : "mlp";
     if (!(o->given & GIVEN_EPOCHS) && m->epochs > 0) o->epochs = m->epochs;
     o->model = m->model;
@@ -420,6 +535,7 @@ static int adopt_settings(train_options *o, const train_meta *m) {
     o->learning_rate = m->learning_rate;
     o->batch_size = m->batch_size;
     o->seed = m->seed;
+    if (m->augment_known) o->augment = m->augment;
     return CLI_OK;
 }
 
@@ -447,11 +563,55 @@ static void report_first_step(double train_began_ns) {
             now, (now - train_began_ns) / 1e6, cpu_ms, user_ms);
 }
 
+/* The run is over after the first Ctrl-C: write the checkpoint of where it stands (unless the
+ * last one written already is) and the profile, say how to go on. */
+static int stop_interrupted(const train_options *o, const output_file *checkpoint,
+                            const run_position *at, int64_t steps, bool already_saved) {
+    char where[96], written[4096] = "";
+    if (at->step > 0)
+        snprintf(where, sizeof where, "in epoch %ld after step %lld of %lld", at->epochs_done + 1,
+                 (long long)at->step, (long long)steps);
+    else if (at->epochs_done > 0)
+        snprintf(where, sizeof where, "after epoch %ld", at->epochs_done);
+    else
+        snprintf(where, sizeof where, "before the first step");
+    write_result saved = LOST;
+    if (o->save_path && already_saved) {
+        saved = WROTE;
+        snprintf(written, sizeof written, "%s", o->save_path);
+    } else if (o->save_path) {
+        saved = write_or_rescue(checkpoint, o->save_path, written, sizeof written);
+    }
+    if (!o->save_path)
+        fprintf(stderr, "eagle train: interrupted %s; no checkpoint written (no --save given)\n",
+                where);
+    else if (saved == LOST)
+        fprintf(stderr, "eagle train: interrupted %s; the checkpoint could not be written\n",
+                where);
+    else
+        fprintf(stderr,
+                "eagle train: interrupted %s; checkpoint saved to %s; resume with --resume %s\n",
+                where, written, written);
+    if (o->profile_path) {
+        eg_profiler_stop();
+        output_file trace = {"profile trace", write_trace, NULL};
+        char trace_written[4096];
+        if (write_or_rescue(&trace, o->profile_path, trace_written, sizeof trace_written) != LOST)
+            printf("wrote profile trace %s\n", trace_written);
+    }
+    return CLI_INTERRUPTED;
+}
+
 int cli_train(int argc, char **argv) {
     double train_began_ns = monotonic_ns();
     train_options o;
     int parsed = parse_options(argc, argv, &o);
     if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+    /* Before any work: a run must not end with its result unwritable (--logdir is opened before
+     * training too). */
+    if ((o.save_path && !cli_check_output_path("train", "--save", o.save_path)) ||
+        (o.profile_path && !cli_check_output_path("train", "--profile", o.profile_path)))
+        return CLI_FAILURE;
     eg_safetensors *resume = NULL;
     train_meta resumed = {0};
     if (o.resume_path) {
@@ -482,8 +642,8 @@ int cli_train(int argc, char **argv) {
     eg_status (*evaluate)(eg_model *, const mlp_data *, double *, double *) =
         cnn ? cnn_evaluate : mlp_evaluate;
     int rc = CLI_FAILURE;
-    if (!mlp_data_load(o.data_dir, true, o.limit, &train) ||
-        !mlp_data_load(o.data_dir, false, o.test_limit, &test))
+    if (!mlp_data_try_load(o.data_dir, true, o.limit, &train) ||
+        !mlp_data_try_load(o.data_dir, false, o.test_limit, &test))
         goto done;
     if (resume && train.n != resumed.train_examples) {
         fprintf(stderr,
@@ -492,7 +652,23 @@ int cli_train(int argc, char **argv) {
                 o.resume_path, (long long)resumed.train_examples, (long long)train.n);
         goto done;
     }
+    char train_data[24] = "";
+    if ((o.save_path || resume) && !mlp_data_fingerprint(&train, train_data, sizeof train_data))
+        goto done;
+    if (resume && resumed.train_data[0] && strcmp(resumed.train_data, train_data)) {
+        fprintf(stderr,
+                "eagle train: %s was trained on other examples than this run's (data fingerprint "
+                "%s, now %s; use the same --data and --limit)\n",
+                o.resume_path, resumed.train_data, train_data);
+        goto done;
+    }
     int64_t steps = (train.n + o.batch_size - 1) / o.batch_size;
+    if (resume && (resumed.step > steps || resumed.samples > train.n)) {
+        fprintf(stderr,
+                "eagle train: %s: eagle.step %lld is past the end of an epoch (%lld steps)\n",
+                o.resume_path, (long long)resumed.step, (long long)steps);
+        goto done;
+    }
     /* The CNN's rate decays over the whole run (--epochs), also across --stop-after/--resume. */
     int64_t decay_steps = cnn ? o.epochs * steps : 0;
     if (o.resume_path && resumed.decay_steps != decay_steps)
@@ -513,27 +689,45 @@ int cli_train(int argc, char **argv) {
         resume = NULL;
     }
     printf("eagle %s: %lld training / %lld test examples, %d thread(s), %s, optimizer %s%s, %s "
-           "mode\n",
+           "mode%s\n",
            eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(), o.model_kind,
-           eg_optimizer_name(optimizer), decay_steps > 0 ? " (cosine decay)" : "", o.mode);
-    if (o.resume_path)
+           eg_optimizer_name(optimizer), decay_steps > 0 ? " (cosine decay)" : "", o.mode,
+           o.augment ? ", random flips and crops" : "");
+    if (o.resume_path && resumed.step > 0)
+        printf("resumed from %s in epoch %ld after step %lld (%lld steps)\n", o.resume_path,
+               resumed.epoch + 1, (long long)resumed.step, (long long)resumed.iterations);
+    else if (o.resume_path)
         printf("resumed from %s after epoch %ld (%lld steps)\n", o.resume_path, resumed.epoch,
                (long long)resumed.iterations);
     eg_model_summary(model, stdout);
 
     double train_seconds = 0;
+    int64_t samples_trained = 0;
     long epochs_done = o.resume_path ? resumed.epoch : 0, epochs_run = 0;
+    int64_t first_step = o.resume_path ? resumed.step : 0;
+    run_record record = {&o, initial_rate, decay_steps, train.n, train_data};
+    /* Where the run stands, what a save records: the checkpoint's position until a step is run. */
+    run_position at = {epochs_done, first_step, resumed.loss, resumed.hits, resumed.samples};
+    checkpoint_context checkpoint_state = {model, optimizer, &record, &at};
+    output_file checkpoint = {"checkpoint", write_checkpoint, &checkpoint_state};
+    char written[4096];
+    /* The last save did not reach --save; --save holds `at` as it is now. */
+    bool save_failed = false, saved_here = false;
     if (o.profile_path &&
         eg_profiler_start(EG_PROFILE_OPS | EG_PROFILE_TRACE |
                           (o.profile_cpu_time ? EG_PROFILE_CPU_TIME : 0)) != EG_OK)
         goto done;
     /* Batches in train.c's historical order (cli_shuffle_order): results do not depend on
      * whether the pipeline or the step loop made them. */
-    batches =
-        cli_training_pipeline(&train, o.batch_size, o.seed, o.augment, cnn, (int)epochs_done + 1);
+    batches = cli_training_pipeline_from(&train, o.batch_size, o.seed, o.augment, cnn,
+                                         (int)epochs_done + 1, first_step);
     if (!batches) goto done;
     long last_epoch = o.stop_after && o.stop_after < o.epochs ? o.stop_after : o.epochs;
-    for (int epoch = (int)epochs_done + 1; epoch <= last_epoch; epoch++) {
+    /* From here a Ctrl-C stops the run at the next step and saves it (before, nothing is lost). */
+    cli_interrupt_install();
+    bool interrupted = false;
+    const long first_epoch = epochs_done + 1; /* epochs_done moves on */
+    for (int epoch = (int)first_epoch; epoch <= last_epoch && !interrupted; epoch++) {
         eg_dataset_iterator_free(epoch_batches);
         epoch_batches = eg_dataset_iterator_new(batches);
         if (!epoch_batches) goto done;
@@ -541,21 +735,38 @@ int cli_train(int argc, char **argv) {
         cli_progress_begin(&progress, epoch, (int)o.epochs, steps);
         eg_metric_mean loss_mean = {0};
         double hits = 0;
-        int64_t seen = 0;
+        int64_t seen = 0, step = 0;
+        if (epoch == first_epoch && first_step > 0) { /* the rest of an interrupted epoch */
+            loss_mean = resumed.loss;
+            hits = resumed.hits;
+            seen = resumed.samples;
+            step = first_step;
+            cli_progress_continue(&progress, step, seen);
+        }
+        int64_t seen_before = seen;
         double epoch_start = cli_seconds();
-        for (int64_t step = 0; step < steps; step++) {
+        for (;; step++) {
+            if (cli_interrupted()) { /* checked between steps: the state is whole here */
+                at = (run_position){epoch - 1, step, loss_mean, hits, seen};
+                interrupted = true;
+                break;
+            }
+            if (step == steps) break;
             int64_t n = 0;
             double loss, batch_hits;
-            if (epoch == epochs_done + 1 && step == 0) report_first_step(train_began_ns);
+            if (epoch == first_epoch && step == first_step) report_first_step(train_began_ns);
             if (train_step(&st, epoch_batches, &n, &loss, &batch_hits) != EG_OK) goto done;
+            saved_here = false;
             eg_metric_mean_add(&loss_mean, loss, (double)n);
             hits += batch_hits;
             seen += n;
             cli_progress_update(&progress, step + 1, seen, eg_metric_mean_result(&loss_mean),
                                 hits / (double)seen);
         }
+        if (interrupted) break;
         double epoch_seconds = cli_seconds() - epoch_start;
         train_seconds += epoch_seconds;
+        samples_trained += seen - seen_before;
         cli_progress_end(&progress, seen, eg_metric_mean_result(&loss_mean), hits / (double)seen);
         double test_accuracy, test_loss;
         if (o.profile_path) eg_profiler_pause();
@@ -564,32 +775,39 @@ int cli_train(int argc, char **argv) {
         printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
         if (summary && log_epoch(summary, model, epoch, eg_metric_mean_result(&loss_mean),
                                  hits / (double)seen, test_accuracy, test_loss,
-                                 epoch_seconds > 0 ? (double)seen / epoch_seconds : 0) != EG_OK)
+                                 epoch_seconds > 0 ? (double)(seen - seen_before) / epoch_seconds
+                                                   : 0) != EG_OK)
             goto done;
         epochs_done = epoch;
         epochs_run++;
+        at = (run_position){.epochs_done = epochs_done};
         if (o.save_every_epoch) {
-            if (save_checkpoint(model, optimizer, &o, initial_rate, decay_steps, train.n,
-                                epochs_done) != EG_OK)
-                goto done;
-            printf("  saved checkpoint %s\n", o.save_path);
+            write_result saved = write_or_rescue(&checkpoint, o.save_path, written, sizeof written);
+            save_failed = saved != WROTE;
+            saved_here = saved == WROTE; /* a rescued one is written again on Ctrl-C */
+            if (saved != LOST) printf("  saved checkpoint %s\n", written);
             fflush(stdout);
         }
+        if (cli_interrupted()) interrupted = true;
+    }
+    if (interrupted) {
+        rc = stop_interrupted(&o, &checkpoint, &at, steps, saved_here);
+        goto done;
     }
     printf("trained %ld epoch(s) in %.2f s: %.0f samples/s\n", epochs_run, train_seconds,
-           train_seconds > 0 ? (double)(train.n * epochs_run) / train_seconds : 0.0);
+           train_seconds > 0 ? (double)samples_trained / train_seconds : 0.0);
     if (o.save_path && !(o.save_every_epoch && epochs_run > 0)) {
-        if (save_checkpoint(model, optimizer, &o, initial_rate, decay_steps, train.n,
-                            epochs_done) != EG_OK)
-            goto done;
-        printf("saved checkpoint to %s\n", o.save_path);
+        write_result saved = write_or_rescue(&checkpoint, o.save_path, written, sizeof written);
+        save_failed = saved != WROTE;
+        if (saved != LOST) printf("saved checkpoint to %s\n", written);
     }
     if (o.profile_path) {
         eg_profiler_stop();
-        if (eg_profiler_report(stdout, 0) != EG_OK ||
-            eg_profiler_write_trace(o.profile_path) != EG_OK)
-            goto done;
-        printf("wrote profile trace %s\n", o.profile_path);
+        if (eg_profiler_report(stdout, 0) != EG_OK) goto done;
+        output_file trace = {"profile trace", write_trace, NULL};
+        write_result wrote = write_or_rescue(&trace, o.profile_path, written, sizeof written);
+        save_failed |= wrote != WROTE;
+        if (wrote != LOST) printf("wrote profile trace %s\n", written);
     }
     if (st.graph) {
         eg_function_stats fs;
@@ -600,14 +818,14 @@ int cli_train(int argc, char **argv) {
     }
     char report[1024];
     if (eg_memory_format_stats(NULL, report, sizeof report) == EG_OK) printf("%s\n", report);
-    rc = CLI_OK;
+    rc = save_failed ? CLI_FAILURE : CLI_OK;
 done:
     if (eg_profiler_flags()) eg_profiler_stop();
     eg_dataset_iterator_free(epoch_batches);
     eg_dataset_free(batches);
     eg_function_free(st.graph);
     eg_summary_writer_free(summary);
-    if (rc != CLI_OK && eg_last_status() != EG_OK)
+    if (rc != CLI_OK && rc != CLI_INTERRUPTED && eg_last_status() != EG_OK)
         fprintf(stderr, "eagle train: %s\n", eg_last_error());
     eg_safetensors_close(resume);
     eg_optimizer_free(optimizer);

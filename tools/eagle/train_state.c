@@ -1,5 +1,6 @@
 /* Checkpoints of `eagle train` (see train_state.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +44,14 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
         }
 
     char hidden[128], learning_rate[32], decay_steps[32], batch_size[32], seed[32], examples[32],
-        epoch[32], epochs[32], iterations[32];
+        epoch[32], epochs[32], iterations[32], step[32], loss[40], weight[40], hits[40],
+        samples[32];
     bool mlp = !strcmp(meta->model_kind, "mlp");
     if (mlp)
         mlp_format_hidden(&meta->model, hidden, sizeof hidden);
     else
         hidden[0] = '\0';
+    /* %.17g: every double reads back as itself, so a resumed run starts from the same bits. */
     snprintf(learning_rate, sizeof learning_rate, "%.17g", meta->learning_rate);
     snprintf(decay_steps, sizeof decay_steps, "%lld", (long long)meta->decay_steps);
     snprintf(batch_size, sizeof batch_size, "%ld", meta->batch_size);
@@ -57,23 +60,36 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
     snprintf(epoch, sizeof epoch, "%ld", meta->epoch);
     snprintf(epochs, sizeof epochs, "%ld", meta->epochs);
     snprintf(iterations, sizeof iterations, "%lld", (long long)eg_optimizer_iterations(optimizer));
-    const char *keys[] = {
-        "eagle.model",         "eagle.optimizer",      "eagle.optimizer.iterations",
-        "eagle.learning_rate", "eagle.decay_steps",    "eagle.batch_size",
-        "eagle.seed",          "eagle.train_examples", "eagle.epoch",
-        "eagle.epochs",        "eagle.hidden"};
-    const char *values[] = {meta->model_kind,
-                            eg_optimizer_name(optimizer),
-                            iterations,
-                            learning_rate,
-                            decay_steps,
-                            batch_size,
-                            seed,
-                            examples,
-                            epoch,
-                            epochs,
-                            hidden};
-    int n_keys = (int)(sizeof keys / sizeof keys[0]) - (mlp ? 0 : 1);
+    snprintf(step, sizeof step, "%lld", (long long)meta->step);
+    snprintf(loss, sizeof loss, "%.17g", meta->loss.total);
+    snprintf(weight, sizeof weight, "%.17g", meta->loss.count);
+    snprintf(hits, sizeof hits, "%.17g", meta->hits);
+    snprintf(samples, sizeof samples, "%lld", (long long)meta->samples);
+    enum { MAX_KEYS = 20 };
+    const char *keys[MAX_KEYS], *values[MAX_KEYS];
+    int n_keys = 0;
+#define PUT(key, value) (keys[n_keys] = (key), values[n_keys++] = (value))
+    PUT("eagle.model", meta->model_kind);
+    PUT("eagle.optimizer", eg_optimizer_name(optimizer));
+    PUT("eagle.optimizer.iterations", iterations);
+    PUT("eagle.learning_rate", learning_rate);
+    PUT("eagle.decay_steps", decay_steps);
+    PUT("eagle.batch_size", batch_size);
+    PUT("eagle.seed", seed);
+    PUT("eagle.train_examples", examples);
+    PUT("eagle.epoch", epoch);
+    PUT("eagle.epochs", epochs);
+    PUT("eagle.augment", meta->augment ? "1" : "0");
+    if (meta->train_data[0]) PUT("eagle.train_data", meta->train_data);
+    if (mlp) PUT("eagle.hidden", hidden);
+    if (meta->step > 0) {
+        PUT("eagle.step", step);
+        PUT("eagle.step.loss", loss);
+        PUT("eagle.step.weight", weight);
+        PUT("eagle.step.hits", hits);
+        PUT("eagle.step.samples", samples);
+    }
+#undef PUT
     return eg_safetensors_save(path, n, names, tensors, n_keys, keys, values);
 }
 
@@ -101,6 +117,21 @@ static bool read_integer(const eg_safetensors *file, const char *path, const cha
     return true;
 }
 
+/* The metadata value for key as a finite number; false (after printing) when missing or not. */
+static bool read_number(const eg_safetensors *file, const char *path, const char *key,
+                        double *out) {
+    const char *text = eg_safetensors_metadata(file, key);
+    char *end = NULL;
+    double value = text ? strtod(text, &end) : 0;
+    if (!text || end == text || *end || !isfinite(value)) {
+        fprintf(stderr, "eagle train: %s: metadata %s = '%s' is not a number\n", path, key,
+                text ? text : "(missing)");
+        return false;
+    }
+    *out = value;
+    return true;
+}
+
 bool train_state_read_meta(const eg_safetensors *file, const char *path, train_meta *meta) {
     memset(meta, 0, sizeof *meta);
     const char *kind = eg_safetensors_metadata(file, "eagle.model");
@@ -118,6 +149,14 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
         return false;
     }
     snprintf(meta->model_kind, sizeof meta->model_kind, "%s", kind);
+    char why[256];
+    if (mlp && !mlp_check_stored(file, &meta->model, why, sizeof why)) {
+        fprintf(
+            stderr,
+            "eagle train: %s cannot be resumed: its tensors do not match eagle.hidden = %s: %s\n",
+            path, hidden, why);
+        return false;
+    }
     if (strcmp(optimizer, "adam") && strcmp(optimizer, "adamw") && strcmp(optimizer, "sgd") &&
         strcmp(optimizer, "rmsprop")) {
         fprintf(stderr, "eagle train: %s: unknown optimizer '%s'\n", path, optimizer);
@@ -151,6 +190,40 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
     meta->train_examples = examples;
     meta->epoch = (long)epoch;
     meta->iterations = iterations;
+    const char *augment = eg_safetensors_metadata(file, "eagle.augment");
+    if (augment) {
+        if (strcmp(augment, "0") && strcmp(augment, "1")) {
+            fprintf(stderr, "eagle train: %s: metadata eagle.augment = '%s' is not 0 or 1\n", path,
+                    augment);
+            return false;
+        }
+        meta->augment = augment[0] == '1';
+        meta->augment_known = true;
+    }
+    const char *data = eg_safetensors_metadata(file, "eagle.train_data");
+    if (data) {
+        if (strlen(data) != 16 || strspn(data, "0123456789abcdef") != 16) {
+            fprintf(stderr,
+                    "eagle train: %s: metadata eagle.train_data = '%s' is not 16 hex digits\n",
+                    path, data);
+            return false;
+        }
+        snprintf(meta->train_data, sizeof meta->train_data, "%s", data);
+    }
+    if (eg_safetensors_metadata(file, "eagle.step")) {
+        long long step, samples;
+        double sums[3];
+        const char *sum_keys[3] = {"eagle.step.loss", "eagle.step.weight", "eagle.step.hits"};
+        if (!read_integer(file, path, "eagle.step", 1, 1LL << 40, &step) ||
+            !read_integer(file, path, "eagle.step.samples", 1, examples, &samples))
+            return false;
+        for (int i = 0; i < 3; i++)
+            if (!read_number(file, path, sum_keys[i], &sums[i])) return false;
+        meta->step = step;
+        meta->samples = samples;
+        meta->loss = (eg_metric_mean){.total = sums[0], .count = sums[1]};
+        meta->hits = sums[2];
+    }
     return true;
 }
 

@@ -1,8 +1,12 @@
-/* Helpers shared by the subcommands: argument parsing and the progress display. */
+/* Helpers shared by the subcommands: argument parsing, output-path checks and the progress
+ * display. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +49,47 @@ bool cli_parse_double(const char *command, const char *flag, const char *text, d
     return true;
 }
 
+bool cli_check_output_path(const char *command, const char *flag, const char *path) {
+    struct stat st;
+    if (!*path || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+        fprintf(stderr, "eagle %s: %s '%s': %s; the run was not started\n", command, flag, path,
+                *path ? "is a directory" : "is empty");
+        return false;
+    }
+    const char *slash = strrchr(path, '/');
+    char directory[PATH_MAX];
+    if (!slash)
+        snprintf(directory, sizeof directory, ".");
+    else if (slash == path)
+        snprintf(directory, sizeof directory, "/");
+    else if (snprintf(directory, sizeof directory, "%.*s", (int)(slash - path), path) >=
+             (int)sizeof directory)
+        directory[0] = '\0';
+    char problem[PATH_MAX + 256] = "";
+    if (!directory[0]) {
+        snprintf(problem, sizeof problem, "the directory's name is too long");
+    } else if (stat(directory, &st) != 0) {
+        snprintf(problem, sizeof problem, "directory %s: %s", directory, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        snprintf(problem, sizeof problem, "%s is not a directory", directory);
+    } else {
+        char probe[PATH_MAX + 64];
+        snprintf(probe, sizeof probe, "%s/.eagle-write-test-%ld-XXXXXX", directory, (long)getpid());
+        int fd = mkstemp(probe);
+        if (fd < 0) {
+            snprintf(problem, sizeof problem, "cannot create a file in %s: %s", directory,
+                     strerror(errno));
+        } else {
+            close(fd);
+            unlink(probe);
+        }
+    }
+    if (!problem[0]) return true;
+    fprintf(stderr, "eagle %s: %s '%s': %s; the run was not started\n", command, flag, path,
+            problem);
+    return false;
+}
+
 double cli_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -54,12 +99,20 @@ double cli_seconds(void) {
 void cli_progress_begin(cli_progress *progress, int epoch, int n_epochs, int64_t total_steps) {
     progress->tty = isatty(STDOUT_FILENO);
     progress->total_steps = total_steps;
-    progress->samples = 0;
+    progress->first_step = 0;
+    progress->first_samples = 0;
     progress->start_seconds = cli_seconds();
     progress->last_draw_seconds = 0;
     progress->last_line_step = 0;
     printf("Epoch %d/%d\n", epoch, n_epochs);
     fflush(stdout);
+}
+
+void cli_progress_continue(cli_progress *progress, int64_t steps, int64_t samples) {
+    int64_t every = progress->total_steps / 10 > 0 ? progress->total_steps / 10 : 1;
+    progress->first_step = steps;
+    progress->first_samples = samples;
+    progress->last_line_step = steps / every * every;
 }
 
 static void format_eta(char *buf, size_t size, double seconds) {
@@ -77,8 +130,10 @@ void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, 
                          double accuracy) {
     double now = cli_seconds();
     double elapsed = now - progress->start_seconds;
-    double rate = elapsed > 0 ? (double)samples / elapsed : 0;
-    double eta = step > 0 ? elapsed * (double)(progress->total_steps - step) / (double)step : 0;
+    int64_t done_here = step - progress->first_step;
+    double rate = elapsed > 0 ? (double)(samples - progress->first_samples) / elapsed : 0;
+    double eta =
+        done_here > 0 ? elapsed * (double)(progress->total_steps - step) / (double)done_here : 0;
     char eta_text[32];
     format_eta(eta_text, sizeof eta_text, eta);
     if (progress->tty) {
@@ -105,9 +160,9 @@ void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, 
 
 void cli_progress_end(cli_progress *progress, int64_t samples, double loss, double accuracy) {
     double elapsed = cli_seconds() - progress->start_seconds;
+    double here = (double)(samples - progress->first_samples);
     if (progress->tty) printf("\n");
     printf("  %lld samples in %.2f s (%.0f samples/s)  loss %.4f  accuracy %.4f\n",
-           (long long)samples, elapsed, elapsed > 0 ? (double)samples / elapsed : 0.0, loss,
-           accuracy);
+           (long long)samples, elapsed, elapsed > 0 ? here / elapsed : 0.0, loss, accuracy);
     fflush(stdout);
 }
