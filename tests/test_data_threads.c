@@ -505,9 +505,9 @@ static void test_autotune(void **state) {
     eg_dataset_free(ds);
 }
 
-/* Under a host memory limit AUTOTUNE measures nothing: the same fixed sizes (the map at its CPU
- * budget, the prefetch buffer at 2) however fast or slow the consumer is, so the memory the
- * pipeline holds does not depend on timing. */
+/* Under a host memory limit AUTOTUNE stages run on the consumer's thread: no parallel calls and no
+ * prefetch buffer however fast or slow the consumer is, so the memory the pipeline holds (and
+ * where its segments lie) does not depend on timing. */
 static void test_autotune_under_a_memory_limit(void **state) {
     (void)state;
     assert_int_equal(eg_memory_set_limit(NULL, (size_t)1 << 30), EG_OK);
@@ -526,9 +526,12 @@ static void test_autotune_under_a_memory_limit(void **state) {
             if (end) break;
             if (slow) burn_cpu(300); /* a consumer slower than the map: prefetch would grow */
             eg_dataset_stage_stats stats[3];
-            assert_int_equal(eg_dataset_stats(it, stats, 3), 3); /* prefetch, map, range */
-            assert_int_equal(stats[0].buffer_size, 2);
-            assert_int_equal(stats[1].parallelism, 2);
+            int n = eg_dataset_stats(it, stats, 3);
+            assert_true(n >= 2);
+            for (int k = 0; k < n && k < 3; k++) {
+                assert_int_equal(stats[k].buffer_size, 0);
+                assert_int_equal(stats[k].parallelism, 0);
+            }
         }
         eg_dataset_iterator_free(it);
         eg_dataset_free(ds);

@@ -82,8 +82,9 @@
  * consumer found it empty after it had been full (bursty demand), never shrinking, within a
  * memory budget (default 1 GiB per iterator, see eg_dataset_with_options) and 64 elements.
  * Under a host memory limit (eg_memory_set_limit, EG_MEMORY_LIMIT, set before the iterator is
- * made) AUTOTUNE chooses fixed sizes instead — a map as many parallel calls as the CPU budget
- * grants, a prefetch buffer of 2 — so that the memory a pipeline holds does not depend on timing.
+ * made) AUTOTUNE stages run on the consumer's thread instead (a map's calls one by one, no
+ * prefetch), so that memory use, and where a run that hits the limit fails, do not depend on
+ * timing; stages given a fixed parallelism or buffer size keep their threads.
  * eg_dataset_stats() shows what was chosen. The per-call cost is CPU time, so a callback that
  * mostly waits (reading files, sleeping) looks cheap to AUTOTUNE: give such a map a fixed number
  * of parallel calls. */

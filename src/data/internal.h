@@ -57,9 +57,9 @@ typedef struct eg__context {
     int cpu_budget;
     int64_t ram_budget;
     /* The host has a memory limit (eg_memory_set_limit, EG_MEMORY_LIMIT) as the iterator is
-     * made: AUTOTUNE then chooses fixed sizes instead of measuring, so that how much memory the
-     * pipeline holds does not depend on timing (a run that hits the limit fails at the same place
-     * every time). */
+     * made: AUTOTUNE stages then run on the consumer's thread (parallel.c), so that memory use
+     * does not depend on timing (a run that hits the limit fails at the same place every
+     * time). */
     bool memory_limited;
     atomic_int cpu_claimed;
     atomic_llong ram_claimed;

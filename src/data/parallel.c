@@ -26,8 +26,11 @@
  * demand the buffer was too small to absorb); it never shrinks, and stays within 64 elements and
  * the iterator's memory budget (largest element seen times capacity).
  *
- * Under a host memory limit AUTOTUNE measures nothing: a map gets the parallel calls its CPU budget
- * grants, a prefetch buffer 2 elements, so what the pipeline holds does not depend on timing. */
+ * Under a host memory limit AUTOTUNE runs its stages on the consumer's thread — a map's calls one
+ * by one, no prefetch — so that every allocation of the pipeline happens in the same order as the
+ * consumer's own: fixed buffer sizes alone are not enough, since the caching allocator's segments
+ * then still interleave pipeline and training tensors as the threads' timing has it, and whether a
+ * request near the limit fits depends on that fragmentation. */
 
 #ifndef EG_NO_CALLSITE
 #define EG_NO_CALLSITE
@@ -41,11 +44,8 @@
 #include "data/internal.h"
 
 #define PREFETCH_AUTOTUNE_MAX 64
-/* AUTOTUNE's prefetch buffer under a memory limit: fixed, one element being taken while the
- * next is made. */
-#define PREFETCH_LIMITED_CAPACITY 2
-#define WINDOW_MIN_NS             20000000LL
-#define WINDOW_MAX_NS             200000000LL
+#define WINDOW_MIN_NS         20000000LL
+#define WINDOW_MAX_NS         200000000LL
 
 /* ---- CPU budget of the autotuned maps of one iterator ---- */
 
@@ -509,7 +509,9 @@ static eg_status map_iterator_new(eg_dataset *base, const eg__iter_params *param
     eg__iter *input;
     eg_status status = eg__iter_create(ds->input, &child, &input);
     if (status != EG_OK) return status;
-    if (ds->parallelism == 0) {
+    /* under a memory limit AUTOTUNE runs the calls on the consumer's thread (see the top) */
+    bool limited = params->context && params->context->memory_limited;
+    if (ds->parallelism == 0 || (ds->parallelism == EG_AUTOTUNE && limited)) {
         sequential_map_iter *it = calloc(1, sizeof *it);
         if (!it) {
             eg__iter_free(input);
@@ -533,12 +535,8 @@ static eg_status map_iterator_new(eg_dataset *base, const eg__iter_params *param
     m->input = input;
     m->context = params->context;
     m->epoch = epoch;
-    m->autotune = ds->parallelism == EG_AUTOTUNE && m->context && !m->context->memory_limited;
-    if (ds->parallelism == EG_AUTOTUNE && m->context && m->context->memory_limited) {
-        /* under a memory limit: as many calls as the budget grants, fixed */
-        m->claimed = budget_claim(m->context, m->context->cpu_budget);
-        m->parallelism = m->claimed > 0 ? m->claimed : 1;
-    } else if (m->autotune) {
+    m->autotune = ds->parallelism == EG_AUTOTUNE && m->context;
+    if (m->autotune) {
         m->claimed = budget_claim(m->context, 1);
         m->parallelism = 1; /* at least one call even when the budget is spent */
     } else {
@@ -770,16 +768,48 @@ static void prefetch_free(eg__iter *base) {
 
 static const eg__iter_ops prefetch_iter_ops = {prefetch_next, prefetch_free};
 
+/* A prefetch that prefetches nothing (AUTOTUNE under a memory limit): its input's elements, on
+ * the consumer's thread. */
+typedef struct forwarding_iter {
+    eg__iter base;
+    eg__iter *input;
+} forwarding_iter;
+
+static eg_status forwarding_next(eg__iter *base, eg_element *out) {
+    return eg__iter_next(((forwarding_iter *)base)->input, out);
+}
+
+static void forwarding_free(eg__iter *base) {
+    eg__iter_free(((forwarding_iter *)base)->input);
+    free(base);
+}
+
+static const eg__iter_ops forwarding_iter_ops = {forwarding_next, forwarding_free};
+
+static eg_status forwarding_iterator_new(eg_dataset *input, const eg__iter_params *params,
+                                         eg__iter **out) {
+    forwarding_iter *f = calloc(1, sizeof *f);
+    if (!f) return eg__error(EG_ERR_OUT_OF_MEMORY, "prefetch: out of host memory");
+    eg__iter_params child = eg__iter_params_child(params);
+    eg_status status = eg__iter_create(input, &child, &f->input);
+    if (status != EG_OK) {
+        free(f);
+        return status;
+    }
+    f->base.ops = &forwarding_iter_ops;
+    *out = &f->base;
+    return EG_OK;
+}
+
 static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *params,
                                        uint64_t epoch, eg__iter **out) {
     (void)epoch;
     const prefetch_dataset *ds = (const prefetch_dataset *)base;
     prefetch_iter *p = calloc(1, sizeof *p);
-    bool limited = params->context && params->context->memory_limited;
-    bool autotune = ds->buffer_size == EG_AUTOTUNE && params->context && !limited;
-    int limit = ds->buffer_size != EG_AUTOTUNE ? ds->buffer_size
-                : limited                      ? PREFETCH_LIMITED_CAPACITY
-                                               : PREFETCH_AUTOTUNE_MAX;
+    if (ds->buffer_size == EG_AUTOTUNE && params->context && params->context->memory_limited)
+        return forwarding_iterator_new(ds->input, params, out); /* prefetches nothing */
+    bool autotune = ds->buffer_size == EG_AUTOTUNE && params->context;
+    int limit = ds->buffer_size == EG_AUTOTUNE ? PREFETCH_AUTOTUNE_MAX : ds->buffer_size;
     int ring_size = limit < 4 ? limit : 4;
     eg_element *ring = p ? calloc((size_t)ring_size, sizeof *ring) : NULL;
     if (!ring) {
@@ -802,7 +832,7 @@ static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *
     p->ring_size = ring_size;
     p->limit = limit;
     p->autotune = autotune;
-    p->capacity = autotune ? 1 : limit;
+    p->capacity = autotune || ds->buffer_size == EG_AUTOTUNE ? 1 : ds->buffer_size;
     *out = &p->base;
     return EG_OK;
 }

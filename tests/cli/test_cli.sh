@@ -243,6 +243,13 @@ PY
     cnn_graph=$(numbers_of "$(cnn --epochs 1 --mode graph)")
     check "cnn: --mode graph gives eager's training log" \
         bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$cnn_eager" "$cnn_graph"
+    # Under a memory limit the pipeline's AUTOTUNE stages run on the training thread, so a run
+    # that hits the limit fails at the same place, with the same numbers, every time.
+    limited_run() { EG_MEMORY_LIMIT=6M "$eagle" train --epochs 1 --threads 2 2>&1 | grep -i "out of memory"; }
+    first_failure=$(limited_run)
+    check "EG_MEMORY_LIMIT=6M: out of memory, the same way in three runs" \
+        bash -c '[ -n "$0" ] && for i in 1 2; do [ "$(EG_MEMORY_LIMIT=6M "$1" train --epochs 1 --threads 2 2>&1 | grep -i "out of memory")" = "$0" ] || exit 1; done' \
+        "$first_failure" "$eagle"
 else
     echo "FAIL Fashion-MNIST not installed at $data (scripts/install-deps.sh installs it)"
     failures=$((failures + 1))
