@@ -4,6 +4,9 @@
 #ifndef EAGLE_TESTS_TEST_UTIL_H
 #define EAGLE_TESTS_TEST_UTIL_H
 
+#include <stdarg.h>
+#include <string.h>
+
 #include "eagle.h"
 
 /* Starts from a clean state even after a failed case (which leaves its scopes open). */
@@ -33,6 +36,21 @@ static inline void expect_error(eg_status expected) {
                     eg_status_string(eg_last_status()), eg_last_error());
         fail();
     }
+    eg_clear_error();
+}
+
+/* Fails unless the last call set `status` with a message holding every given fragment (a list
+ * ended by NULL); then clears it. */
+static inline void expect_error_containing(eg_status status, ...) {
+    const char *message = eg_last_error();
+    if (eg_last_status() != status)
+        fail_msg("expected %s, got %s: \"%s\"", eg_status_string(status),
+                 eg_status_string(eg_last_status()), message);
+    va_list args;
+    va_start(args, status);
+    for (const char *part; (part = va_arg(args, const char *));)
+        if (!strstr(message, part)) fail_msg("\"%s\" lacks \"%s\"", message, part);
+    va_end(args);
     eg_clear_error();
 }
 
