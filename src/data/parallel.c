@@ -805,9 +805,9 @@ static eg_status prefetch_iterator_new(eg_dataset *base, const eg__iter_params *
                                        uint64_t epoch, eg__iter **out) {
     (void)epoch;
     const prefetch_dataset *ds = (const prefetch_dataset *)base;
-    prefetch_iter *p = calloc(1, sizeof *p);
     if (ds->buffer_size == EG_AUTOTUNE && params->context && params->context->memory_limited)
         return forwarding_iterator_new(ds->input, params, out); /* prefetches nothing */
+    prefetch_iter *p = calloc(1, sizeof *p);
     bool autotune = ds->buffer_size == EG_AUTOTUNE && params->context;
     int limit = ds->buffer_size == EG_AUTOTUNE ? PREFETCH_AUTOTUNE_MAX : ds->buffer_size;
     int ring_size = limit < 4 ? limit : 4;
