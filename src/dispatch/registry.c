@@ -32,7 +32,7 @@ static const eg_device *all_device_at(int index) {
 /* ---- visible devices: a hidden flag per device, in registry order ---- */
 
 static _Atomic(unsigned char) hidden[EG__MAX_DEVICES_PER_KIND * 2];
-static pthread_once_t visible_from_environment_once = PTHREAD_ONCE_INIT;
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 static char visible_setting_error[256];
 
 static int registry_slot(const eg_device *device) {
@@ -92,8 +92,19 @@ static void visible_from_environment(void) {
     show_only(n, chosen);
 }
 
+/* Why the environment's device settings were ignored, both in one line ("" when neither was):
+ * fixed once the registry has read them. */
+static char setting_problems[512];
+
+static void read_settings(void) {
+    visible_from_environment(); /* looks devices up: the host's count setting is read first */
+    const char *count_error = eg__host_device_setting_error();
+    snprintf(setting_problems, sizeof setting_problems, "%s%s%s", count_error ? count_error : "",
+             count_error && visible_setting_error[0] ? "; " : "", visible_setting_error);
+}
+
 static void registry_init(void) {
-    pthread_once(&visible_from_environment_once, visible_from_environment);
+    pthread_once(&settings_once, read_settings);
 }
 
 eg_status eg_device_set_visible(int n, const eg_device *const *devices) {
@@ -173,27 +184,12 @@ static void list_devices(char *buf, size_t size) {
 
 /* The reasons a setting was ignored, appended to lookup errors (they explain a missing device). */
 static void settings_notes(char *buf, size_t size) {
-    const char *count_error = eg__host_device_setting_error();
-    snprintf(buf, size, "%s%s%s%s", count_error ? "; " : "", count_error ? count_error : "",
-             visible_setting_error[0] ? "; " : "", visible_setting_error);
-}
-
-/* Both settings' problems in one line (they are fixed once read). */
-static char both_problems[512];
-static pthread_once_t both_problems_once = PTHREAD_ONCE_INIT;
-static void join_setting_problems(void) {
-    snprintf(both_problems, sizeof both_problems, "%s; %s", eg__host_device_setting_error(),
-             visible_setting_error);
+    snprintf(buf, size, "%s%s", setting_problems[0] ? "; " : "", setting_problems);
 }
 
 const char *eg_device_setting_problem(void) {
     registry_init();
-    const char *count_error = eg__host_device_setting_error();
-    if (count_error && visible_setting_error[0]) {
-        pthread_once(&both_problems_once, join_setting_problems);
-        return both_problems;
-    }
-    return count_error ? count_error : visible_setting_error[0] ? visible_setting_error : NULL;
+    return setting_problems[0] ? setting_problems : NULL;
 }
 
 const eg_device *eg_device_get(const char *name) {
@@ -206,7 +202,7 @@ const eg_device *eg_device_get(const char *name) {
     int type;
     const eg_device *device = find_by_name(name, &malformed, &type);
     if (device && !is_hidden(device)) return device;
-    char devices[512], notes[512];
+    char devices[512], notes[sizeof setting_problems + 2];
     list_devices(devices, sizeof devices);
     settings_notes(notes, sizeof notes);
     if (malformed)
