@@ -61,13 +61,12 @@ void eg__cpu_elementwise_flat(eg__op op, const eg__attrs *attrs, eg_dtype out_dt
  * eg__cpu_matmul_tile_bytes(output) bytes); fn
  * gets the element offset of the tile's first element in the row-major output, its rows and
  * cols, the output's row length and the tile (rows x cols, rows `cols` elements apart). fn runs
- * on pool threads, for disjoint tiles at once. call->output needs no storage. */
-typedef void (*eg__matmul_tile_fn)(void *context, int64_t offset, int rows, int cols,
-                                   int64_t row_length, const void *tile);
+ * on pool threads, for disjoint tiles at once. call->output needs no storage. The backend's
+ * tiled-product hooks (eg__tile_fn: backend/backend.h). */
 size_t eg__cpu_matmul_tile_bytes(const eg_tensor *output);
 int64_t eg__cpu_matmul_tile_count(const eg_tensor *output);
 eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
-                               eg__matmul_tile_fn fn, void *context);
+                               eg__tile_fn fn, void *context);
 
 /* The matmul or dense kernel for a replayed graph: the same bits as eg__cpu_matmul and
  * eg__cpu_dense, split among the threads from smaller products on. */
@@ -81,7 +80,7 @@ eg_status eg__cpu_matmul_part(const eg__kernel_call *call, int64_t part, int64_t
 /* Tile `tile` of eg__cpu_matmul_tiles' tiles, computed into scratch (one tile's bytes) and
  * handed to fn. */
 eg_status eg__cpu_matmul_tile(const eg__kernel_call *call, int64_t tile, void *scratch,
-                              eg__matmul_tile_fn fn, void *context);
+                              eg__tile_fn fn, void *context);
 
 /* A 4-d image tensor's sizes and element strides as (n, h, w, c), NHWC or NCHW (convolution and
  * pooling kernels). */

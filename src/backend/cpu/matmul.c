@@ -477,7 +477,7 @@ typedef struct consumer_job {
     size_t tile_bytes;
     int64_t n_tiles;
     atomic_llong next_tile; /* tiles are claimed one at a time by whichever lane is running */
-    eg__matmul_tile_fn fn;
+    eg__tile_fn fn;
     void *context;
 } consumer_job;
 
@@ -510,7 +510,7 @@ static void tiles_to_consumer(void *context, int64_t begin, int64_t end) {
 }
 
 eg_status eg__cpu_matmul_tile(const eg__kernel_call *call, int64_t tile, void *scratch,
-                              eg__matmul_tile_fn fn, void *context) {
+                              eg__tile_fn fn, void *context) {
     consumer_job c = {.scratch = scratch, .fn = fn, .context = context};
     eg_tensor *a, *b;
     eg_status status = prepare_job(call, NULL, EG__OP_COUNT, &c.job, &a, &b);
@@ -527,7 +527,7 @@ eg_status eg__cpu_matmul_tile(const eg__kernel_call *call, int64_t tile, void *s
 }
 
 eg_status eg__cpu_matmul_tiles(const eg__kernel_call *call, void *scratch, int n_scratch,
-                               eg__matmul_tile_fn fn, void *context) {
+                               eg__tile_fn fn, void *context) {
     consumer_job c = {.scratch = scratch, .fn = fn, .context = context};
     eg_tensor *a, *b;
     eg_status status = prepare_job(call, NULL, EG__OP_COUNT, &c.job, &a, &b);
