@@ -1,7 +1,9 @@
-/* Helpers shared by test_safetensors.c and test_npy.c: a fresh temporary directory per program,
- * whole-file reads and writes, a check that no atomic-write temporary file was left behind, and a
- * way to make writes fail midway (RLIMIT_FSIZE: the kernel refuses to grow any file past the
- * limit with EFBIG, as a full disk would with ENOSPC). Include after <cmocka.h>. */
+/* Helpers shared by the tests that write files (checkpoints, .npy, atomic writes, the IDX cache):
+ * a fresh temporary directory per program, whole-file reads and writes, a check that no
+ * atomic-write temporary file was left behind, a pid that no process has, and a way to make writes
+ * fail midway (RLIMIT_FSIZE: the kernel refuses to grow any file past the limit with EFBIG, as a
+ * full disk would with ENOSPC). Include after <cmocka.h>. Header-only and static inline: a test
+ * that uses part of it gets no unused-function warnings. */
 #ifndef EAGLE_TESTS_CHECKPOINT_TEST_UTIL_H
 #define EAGLE_TESTS_CHECKPOINT_TEST_UTIL_H
 
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "eagle/status.h"
@@ -21,12 +24,12 @@
 
 static char temp_dir[PATH_MAX];
 
-static void join(char *out, size_t size, const char *name) {
+static inline void join(char *out, size_t size, const char *name) {
     int n = snprintf(out, size, "%s/%s", temp_dir, name);
     assert_true(n > 0 && (size_t)n < size);
 }
 
-static void write_bytes(const char *path, const void *bytes, size_t n) {
+static inline void write_bytes(const char *path, const void *bytes, size_t n) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     if (n) assert_int_equal(fwrite(bytes, 1, n, f), n);
@@ -34,7 +37,7 @@ static void write_bytes(const char *path, const void *bytes, size_t n) {
 }
 
 /* The whole file, NUL-terminated one past the end (so text files can be used as strings). */
-static uint8_t *read_whole(const char *path, size_t *n) {
+static inline uint8_t *read_whole(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     assert_int_equal(fseek(f, 0, SEEK_END), 0);
@@ -50,13 +53,13 @@ static uint8_t *read_whole(const char *path, size_t *n) {
     return bytes;
 }
 
-static bool file_exists(const char *path) {
+static inline bool file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
 /* Number of entries in dir whose name contains ".tmp." (atomic-write leftovers). */
-static int count_temp_files(const char *dir) {
+static inline int count_temp_files(const char *dir) {
     DIR *d = opendir(dir);
     assert_non_null(d);
     int n = 0;
@@ -66,22 +69,31 @@ static int count_temp_files(const char *dir) {
     return n;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+static inline int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);
 }
 
-static int make_temp_dir(const char *prefix) {
+static inline int make_temp_dir(const char *prefix) {
     const char *base = getenv("TMPDIR");
     snprintf(temp_dir, sizeof temp_dir, "%s/%s-XXXXXX", base && *base ? base : "/tmp", prefix);
     return mkdtemp(temp_dir) ? 0 : -1;
 }
 
-static int remove_temp_dir(void) {
+static inline int remove_temp_dir(void) {
     return nftw(temp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int clear_error_setup(void **state) {
+/* A pid that no process has: a child's, once it has exited and been waited for. */
+static inline pid_t dead_pid(void) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static inline int clear_error_setup(void **state) {
     (void)state;
     eg_clear_error();
     return 0;
@@ -111,7 +123,7 @@ static int clear_error_setup(void **state) {
 
 /* Limits the size of any file this process writes to `bytes` (SIGXFSZ ignored, so the write
  * fails with EFBIG instead of killing the process); restore with the returned old limit. */
-static struct rlimit limit_file_size(rlim_t bytes) {
+static inline struct rlimit limit_file_size(rlim_t bytes) {
     struct rlimit old, limited;
     assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
     limited = old;
@@ -121,13 +133,13 @@ static struct rlimit limit_file_size(rlim_t bytes) {
     return old;
 }
 
-static void restore_file_size(struct rlimit old) {
+static inline void restore_file_size(struct rlimit old) {
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
     signal(SIGXFSZ, SIG_DFL);
 }
 
 /* Element-wise byte equality of two tensors' row-major contents, and equal dtype and shape. */
-static void assert_same_tensor(const eg_tensor *expected, const eg_tensor *actual) {
+static inline void assert_same_tensor(const eg_tensor *expected, const eg_tensor *actual) {
     assert_non_null(actual);
     assert_int_equal(eg_tensor_dtype(actual), eg_tensor_dtype(expected));
     assert_int_equal(eg_tensor_n_dims(actual), eg_tensor_n_dims(expected));

@@ -21,30 +21,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "checkpoint_test_util.h"
 #include "eagle.h"
 #include "io/atomic_file.h"
 
-static char temp_dir[PATH_MAX];
 static char dir[PATH_MAX + 32]; /* a fresh directory per test */
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int group_setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(temp_dir, sizeof temp_dir, "%s/eagle_test_atomic_XXXXXX",
-             base && *base ? base : "/tmp");
-    return mkdtemp(temp_dir) ? 0 : -1;
+    return make_temp_dir("eagle_test_atomic");
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    return nftw(temp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return remove_temp_dir();
 }
 
 static int case_setup(void **state) {
@@ -55,7 +45,8 @@ static int case_setup(void **state) {
     return mkdir(dir, 0700);
 }
 
-static void join(char *out, size_t size, const char *name) {
+/* name inside this case's directory */
+static void case_path(char *out, size_t size, const char *name) {
     int n = snprintf(out, size, "%s/%s", dir, name);
     assert_true(n > 0 && (size_t)n < size);
 }
@@ -101,31 +92,12 @@ static unsigned mode_of(const char *path) {
     return (unsigned)(st.st_mode & 07777);
 }
 
-/* Files in d whose name contains ".tmp." */
-static int count_temp_files(const char *d) {
-    DIR *handle = opendir(d);
-    assert_non_null(handle);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(handle));) n += strstr(e->d_name, ".tmp.") != NULL;
-    closedir(handle);
-    return n;
-}
-
-static void check_error(eg_status expected, const char *part) {
-    if (eg_last_status() != expected || !strstr(eg_last_error(), part)) {
-        print_error("expected %s with \"%s\", got %s: \"%s\"\n", eg_status_string(expected), part,
-                    eg_status_string(eg_last_status()), eg_last_error());
-        fail();
-    }
-    eg_clear_error();
-}
-
 /* `--save link` where link -> real: real gets the new weights, the link stays a link. */
 static void test_symlink_written_through(void **state) {
     (void)state;
     char real[PATH_MAX], link[PATH_MAX], buf[64];
-    join(real, sizeof real, "real.safetensors");
-    join(link, sizeof link, "link.safetensors");
+    case_path(real, sizeof real, "real.safetensors");
+    case_path(link, sizeof link, "link.safetensors");
     write_text(real, "old");
     assert_int_equal(symlink("real.safetensors", link), 0); /* relative to the link's directory */
     assert_int_equal(save_text(link, "new"), EG_OK);
@@ -136,14 +108,14 @@ static void test_symlink_written_through(void **state) {
     /* a chain of links, the last one into another directory: the temporary file is made beside
      * the target (a rename only works within one file system) */
     char other[PATH_MAX], target[PATH_MAX + 16], hop[PATH_MAX];
-    join(other, sizeof other, "elsewhere");
+    case_path(other, sizeof other, "elsewhere");
     assert_int_equal(mkdir(other, 0700), 0);
     snprintf(target, sizeof target, "%s/weights", other);
     write_text(target, "old");
-    join(hop, sizeof hop, "hop");
+    case_path(hop, sizeof hop, "hop");
     assert_int_equal(symlink(target, hop), 0);
     char chain[PATH_MAX];
-    join(chain, sizeof chain, "chain");
+    case_path(chain, sizeof chain, "chain");
     assert_int_equal(symlink("hop", chain), 0);
     eg__atomic_file file;
     assert_int_equal(eg__atomic_open(&file, chain), EG_OK);
@@ -159,8 +131,8 @@ static void test_symlink_written_through(void **state) {
 
     /* a dangling link: its target is created */
     char dangling[PATH_MAX], missing[PATH_MAX];
-    join(dangling, sizeof dangling, "dangling");
-    join(missing, sizeof missing, "created-through-link");
+    case_path(dangling, sizeof dangling, "dangling");
+    case_path(missing, sizeof missing, "created-through-link");
     assert_int_equal(symlink("created-through-link", dangling), 0);
     assert_int_equal(save_text(dangling, "fresh"), EG_OK);
     assert_true(is_symlink(dangling));
@@ -170,12 +142,12 @@ static void test_symlink_written_through(void **state) {
 static void test_symlink_loop_is_an_error(void **state) {
     (void)state;
     char a[PATH_MAX], b[PATH_MAX];
-    join(a, sizeof a, "a");
-    join(b, sizeof b, "b");
+    case_path(a, sizeof a, "a");
+    case_path(b, sizeof b, "b");
     assert_int_equal(symlink("b", a), 0);
     assert_int_equal(symlink("a", b), 0);
     assert_int_equal(save_text(a, "x"), EG_ERR_IO);
-    check_error(EG_ERR_IO, "symlink loop");
+    assert_error_contains(EG_ERR_IO, "symlink loop");
     assert_true(is_symlink(a) && is_symlink(b));
     assert_int_equal(count_temp_files(dir), 0);
 }
@@ -185,7 +157,7 @@ static void test_symlink_loop_is_an_error(void **state) {
 static void test_mode_kept(void **state) {
     (void)state;
     char path[PATH_MAX], fresh[PATH_MAX];
-    join(path, sizeof path, "private.safetensors");
+    case_path(path, sizeof path, "private.safetensors");
     mode_t old_umask = umask(022);
     write_text(path, "old");
     assert_int_equal(chmod(path, 0600), 0);
@@ -197,14 +169,14 @@ static void test_mode_kept(void **state) {
     assert_int_equal(mode_of(path), 0664);
     /* through a symlink: the target's mode */
     char link[PATH_MAX];
-    join(link, sizeof link, "link");
+    case_path(link, sizeof link, "link");
     assert_int_equal(symlink("private.safetensors", link), 0);
     assert_int_equal(chmod(path, 0640), 0);
     assert_int_equal(save_text(link, "newest"), EG_OK);
     assert_int_equal(mode_of(path), 0640);
 
     umask(027);
-    join(fresh, sizeof fresh, "fresh.safetensors");
+    case_path(fresh, sizeof fresh, "fresh.safetensors");
     assert_int_equal(save_text(fresh, "x"), EG_OK);
     assert_int_equal(mode_of(fresh), 0640);
     umask(old_umask);
@@ -214,8 +186,8 @@ static void test_mode_kept(void **state) {
 static void test_safetensors_save_through_symlink(void **state) {
     (void)state;
     char real[PATH_MAX], link[PATH_MAX];
-    join(real, sizeof real, "model.safetensors");
-    join(link, sizeof link, "latest.safetensors");
+    case_path(real, sizeof real, "model.safetensors");
+    case_path(link, sizeof link, "latest.safetensors");
     write_text(real, "not yet a checkpoint");
     assert_int_equal(chmod(real, 0600), 0);
     assert_int_equal(symlink("model.safetensors", link), 0);
@@ -236,23 +208,14 @@ static void test_safetensors_save_through_symlink(void **state) {
 static void test_special_file_refused(void **state) {
     (void)state;
     char fifo[PATH_MAX];
-    join(fifo, sizeof fifo, "fifo");
+    case_path(fifo, sizeof fifo, "fifo");
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(save_text(fifo, "x"), EG_ERR_IO);
-    check_error(EG_ERR_IO, "not a regular file");
+    assert_error_contains(EG_ERR_IO, "not a regular file");
     struct stat st;
     assert_int_equal(lstat(fifo, &st), 0);
     assert_true(S_ISFIFO(st.st_mode));
     assert_int_equal(count_temp_files(dir), 0);
-}
-
-/* A pid that no process has: a child's, once it has exited and been waited for. */
-static pid_t dead_pid(void) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) _exit(0);
-    assert_int_equal(waitpid(pid, NULL, 0), pid);
-    return pid;
 }
 
 static void test_stale_name_rule(void **state) {
@@ -300,7 +263,7 @@ static bool find_file(const char *prefix, char *path, size_t size) {
 static void test_stale_temporary_files_removed(void **state) {
     (void)state;
     char target[PATH_MAX];
-    join(target, sizeof target, "checkpoint.safetensors");
+    case_path(target, sizeof target, "checkpoint.safetensors");
     assert_int_equal(save_text(target, "v1"), EG_OK);
 
     /* killed mid-write: the child opens and writes, then dies without committing */
@@ -365,10 +328,10 @@ static void test_stale_temporary_files_removed(void **state) {
 
     /* through a symlink, the target's directory is the one cleaned */
     char sub[PATH_MAX], real[PATH_MAX + 16], via[PATH_MAX], stale[PATH_MAX + 128];
-    join(sub, sizeof sub, "sub");
+    case_path(sub, sizeof sub, "sub");
     assert_int_equal(mkdir(sub, 0700), 0);
     snprintf(real, sizeof real, "%s/real", sub);
-    join(via, sizeof via, "via");
+    case_path(via, sizeof via, "via");
     assert_int_equal(symlink("sub/real", via), 0);
     snprintf(stale, sizeof stale, "%s.tmp.%ld.4", real, dead);
     write_text(stale, "stale");

@@ -18,20 +18,6 @@
 
 static const eg_device *cpu0, *cpu1, *cpu2;
 
-static int setup(void **state) {
-    (void)state;
-    eg_clear_error();
-    eg_scope_begin();
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    assert_int_equal(eg_scope_end(), EG_OK);
-    assert_string_equal(eg_last_error(), "");
-    return 0;
-}
-
 static eg_tensor *vector_on(const eg_device *device, const float *values, int64_t n) {
     assert_int_equal(eg_device_scope_begin(device), EG_OK);
     eg_tensor *t = eg_tensor_from_data(values, EG_DTYPE_F32, 1, &n);
@@ -353,19 +339,19 @@ int main(void) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_registry_names_and_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_devices_list_the_devices, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_each_device_has_its_own_allocator, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_device_scopes_nest_per_thread, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_inputs_on_two_devices_are_an_error, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_results_live_on_their_inputs_device, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tensor_to_copies_and_differentiates, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_variables_and_optimizers_on_another_device, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_lazy_and_graph_modes_on_another_device, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_a_trace_over_two_devices_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_visible_devices, setup, teardown),
+#define CASE(name) cmocka_unit_test_setup_teardown(name, fresh_scope_setup, strict_scope_teardown)
+        CASE(test_registry_names_and_order),
+        CASE(test_unknown_devices_list_the_devices),
+        CASE(test_each_device_has_its_own_allocator),
+        CASE(test_device_scopes_nest_per_thread),
+        CASE(test_inputs_on_two_devices_are_an_error),
+        CASE(test_results_live_on_their_inputs_device),
+        CASE(test_tensor_to_copies_and_differentiates),
+        CASE(test_variables_and_optimizers_on_another_device),
+        CASE(test_lazy_and_graph_modes_on_another_device),
+        CASE(test_a_trace_over_two_devices_is_refused),
+        CASE(test_visible_devices),
+#undef CASE
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     eg_shutdown();

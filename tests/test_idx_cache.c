@@ -21,22 +21,19 @@
 #include <zlib.h>
 
 #include "base/error.h"
+#include "checkpoint_test_util.h"
 #include "eagle.h"
 
-static char temp_dir[1024], cache_dir[1100], data_dir[1100];
+static char cache_dir[PATH_MAX + 32], data_dir[PATH_MAX + 32];
 
 static int group_setup(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(temp_dir, sizeof temp_dir, "%s/eagle_idx_cache_XXXXXX", base ? base : "/tmp");
-    return mkdtemp(temp_dir) ? 0 : -1;
+    return make_temp_dir("eagle_idx_cache");
 }
 
 static int group_teardown(void **state) {
     (void)state;
-    char command[PATH_MAX + 16];
-    snprintf(command, sizeof command, "rm -rf '%s'", temp_dir);
-    return system(command) == 0 ? 0 : -1;
+    return remove_temp_dir();
 }
 
 /* A fresh data directory and cache directory per test. */
@@ -223,7 +220,7 @@ static void test_cache_off_or_unwritable(void **state) {
     load_and_check(12, 7);
     load_and_check(12, 7);
     /* a cache "directory" that is a file: nothing can be written, nothing fails */
-    char file[PATH_MAX + 16];
+    char file[PATH_MAX + 64];
     snprintf(file, sizeof file, "%s/not_a_dir", temp_dir);
     FILE *f = fopen(file, "w");
     assert_non_null(f);
@@ -239,7 +236,7 @@ static void test_idx_read_wide_type(void **state) {
     (void)state;
     const uint8_t bytes[4 + 4 + 12] = {0, 0, 0x0C, 1,    0,    0,    0,    3, 0, 0,
                                        0, 1, 0xff, 0xff, 0xff, 0xfe, 0x7f, 0, 0, 0};
-    char path[PATH_MAX + 16];
+    char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/wide.gz", data_dir);
     write_gz(path, bytes, sizeof bytes);
     for (int round = 0; round < 2; round++) {
@@ -333,15 +330,6 @@ static void test_malformed_entry_removed(void **state) {
     assert_false(exists(entry));
 }
 
-/* A pid that no process has: a child's, once it has exited and been waited for. */
-static pid_t dead_pid(void) {
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) _exit(0);
-    assert_int_equal(waitpid(pid, NULL, 0), pid);
-    return pid;
-}
-
 static void touch(const char *path) {
     FILE *f = fopen(path, "w");
     assert_non_null(f);
@@ -399,7 +387,7 @@ static void test_stale_temporary_files_removed(void **state) {
 static void test_size_limit_evicts_least_recently_used(void **state) {
     (void)state;
     uint8_t bytes[8 + 10000] = {0, 0, 8, 1, 0, 0, 0x27, 0x10};
-    char a[PATH_MAX + 16], b[PATH_MAX + 16], c[PATH_MAX + 16];
+    char a[PATH_MAX + 64], b[PATH_MAX + 64], c[PATH_MAX + 64];
     snprintf(a, sizeof a, "%s/a.gz", data_dir);
     snprintf(b, sizeof b, "%s/b.gz", data_dir);
     snprintf(c, sizeof c, "%s/c.gz", data_dir);

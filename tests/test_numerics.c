@@ -19,20 +19,15 @@
 #include "eagle.h"
 #include "test_util.h"
 
+/* Each case starts with check numerics off and leaves it off. */
 static int setup(void **state) {
-    (void)state;
-    eg_clear_error();
     eg_set_check_numerics(false);
-    eg_scope_begin();
-    return 0;
+    return fresh_scope_setup(state);
 }
 
 static int teardown(void **state) {
-    (void)state;
     eg_set_check_numerics(false);
-    assert_int_equal(eg_scope_end(), EG_OK);
-    assert_string_equal(eg_last_error(), "");
-    return 0;
+    return strict_scope_teardown(state);
 }
 
 static eg_tensor *floats(const float *values, int n_dims, const int64_t *shape) {
