@@ -858,6 +858,10 @@ const oc_case oc_cases[] = {
          pool2d, pool2d, IN("F 2,5,7,3 d", "F 2,2,3,3 n")),
     CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward 3x2 tiled with ties (first wins)", pool2d,
          pool2d, IN("F 2,6,4,5 z", "F 2,2,2,5 n"), P(3, 2), .flags = OC_FORWARD_ONLY),
+    /* 2x2 stride 2 SAME on odd sizes pads only the bottom and right: the last windows reach
+     * past the image (the tiled path once read past it) */
+    CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward 2x2 stride 2 same odd sizes", pool2d, pool2d,
+         IN("F 1,5,5,4 d", "F 1,3,3,4 n"), P(2, 2, 2, 2, 0, EG_PADDING_SAME)),
     CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward overlapping windows, same", pool2d, pool2d,
          IN("F 1,5,5,2 d", "F 1,3,3,2 n"), P(3, 3, 2, 2, 0, EG_PADDING_SAME)),
     CASE(MAX_POOL2D_BACKWARD, "max_pool2d_backward NCHW of a view", pool2d, pool2d,

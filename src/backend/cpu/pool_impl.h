@@ -153,8 +153,10 @@ static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const 
     const int64_t dsh = g->dx.sh, dsw = g->dx.sw, dsc = g->dx.sc;
     const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc, out_h = g->y.h, out_w = g->y.w;
     T *restrict dxb = dx + b * g->dx.sn;
+    /* the tiled path also needs every window inside the image: SAME padding of an odd size pads
+     * the bottom and right only, and its last windows reach past the image */
     if (is_max && g->stride_h == g->kh && g->stride_w == g->kw && g->pad_t == 0 && g->pad_l == 0 &&
-        xsc == 1 && dsc == 1) {
+        out_h * g->kh <= g->x.h && out_w * g->kw <= g->x.w && xsc == 1 && dsc == 1) {
         NAME(max_backward_tiled)(g, x + b * g->x.sn, dy + b * g->y.sn, dxb, index, best);
         return;
     }
