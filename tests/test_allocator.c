@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +87,7 @@ typedef struct fixture {
 static fixture *fixture_new(eg__allocator_kind kind) {
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    eg__raw_allocator raw = {counting_alloc, counting_free, &f->raw};
+    eg__raw_allocator raw = {.alloc = counting_alloc, .free = counting_free, .context = &f->raw};
     f->allocator = eg__allocator_create(raw, kind, "cpu");
     assert_non_null(f->allocator);
     return f;
@@ -167,6 +168,66 @@ static void test_alignment_and_rounding(void **state) {
     assert_int_equal(stats.n_allocs, N);
     assert_int_equal(stats.n_frees, N);
     assert_false(eg__error_pending());
+}
+
+/* The GPU allocator's rounding (512 bytes, like PyTorch's CUDA allocator): every request is
+ * rounded up to 512, blocks of nearby sizes are then the same block, and 2 MiB segments still
+ * carry small requests. */
+static void test_rounding_512(void **state) {
+    fixture *f = *state;
+    assert_int_equal(eg__allocator_set_rounding(f->allocator, 512), EG_OK);
+    static const size_t sizes[] = {0, 1, 511, 512, 513, 4000, MIB - 1};
+    enum { N = sizeof sizes / sizeof sizes[0] };
+    void *handles[N];
+    size_t expected = 0;
+    char *base = NULL; /* the segment's start (the raw memory is only 64-byte aligned here) */
+    for (size_t i = 0; i < N; i++) {
+        char *pointer = alloc_ok(f, sizes[i], &handles[i]);
+        if (!base) base = pointer;
+        assert_int_equal((size_t)(pointer - base) % 512, 0);
+        expected += sizes[i] ? (sizes[i] + 511) / 512 * 512 : 512;
+        assert_int_equal(stats_of(f).bytes_in_use, expected);
+    }
+    assert_int_equal(stats_of(f).bytes_reserved, 2 * MIB); /* all small: one segment */
+    for (size_t i = 0; i < N; i++) eg__allocator_free(f->allocator, handles[i]);
+    /* 600 and 1000 bytes both take a 1024-byte block: the second reuses the first's. */
+    void *h;
+    char *first = alloc_ok(f, 600, &h);
+    eg__allocator_free(f->allocator, h);
+    assert_ptr_equal(alloc_ok(f, 1000, &h), first);
+    eg__allocator_free(f->allocator, h);
+    assert_int_equal(eg__allocator_set_rounding(f->allocator, 100), EG_ERR_INVALID_ARGUMENT);
+    assert_int_equal(eg__allocator_set_rounding(f->allocator, 32), EG_ERR_INVALID_ARGUMENT);
+    eg_clear_error();
+}
+
+/* What the memory's owner says is free (a GPU driver's cudaMemGetInfo) ends the
+ * out-of-memory message. */
+static void describe_free_memory(void *context, char *out, size_t size) {
+    (void)context;
+    snprintf(out, size, "the driver reports 1.50 GiB free of 80.0 GiB");
+}
+
+static void test_oom_names_owner_free_memory(void **state) {
+    (void)state;
+    counting_raw raw = {0};
+    eg__raw_allocator source = {.alloc = counting_alloc, .free = counting_free, .context = &raw,
+                                .describe_free = describe_free_memory};
+    eg__allocator *a = eg__allocator_create(source, EG__ALLOCATOR_CACHING, "cuda:0");
+    assert_non_null(a);
+    assert_int_equal(eg__allocator_set_limit(a, 4 * MIB), EG_OK);
+    void *handle;
+    assert_null(eg__allocator_alloc(a, 8 * MIB, &handle));
+    assert_int_equal(eg_last_status(), EG_ERR_OUT_OF_MEMORY);
+    const char *message = eg_last_error();
+    assert_non_null(strstr(message, "out of memory on cuda:0: requested 8.00 MiB"));
+    assert_non_null(
+        strstr(message, "(the memory limit would be exceeded; the driver reports 1.50 GiB free "
+                        "of 80.0 GiB)"));
+    eg_clear_error();
+    eg__allocator_destroy(a);
+    assert_int_equal(raw.n_allocs, raw.n_frees);
+    free(raw.regions);
 }
 
 static void test_split(void **state) {
@@ -846,6 +907,8 @@ static void test_threads_system(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_alignment_and_rounding, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rounding_512, setup, teardown),
+        cmocka_unit_test(test_oom_names_owner_free_memory),
         cmocka_unit_test_setup_teardown(test_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_request_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_coalesce, setup, teardown),

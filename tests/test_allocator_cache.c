@@ -62,7 +62,7 @@ static int setup(void **state) {
     eg_clear_error();
     fixture *f = calloc(1, sizeof *f);
     assert_non_null(f);
-    f->allocator = eg__allocator_create((eg__raw_allocator){counting_alloc, counting_free, &f->raw},
+    f->allocator = eg__allocator_create((eg__raw_allocator){.alloc = counting_alloc, .free = counting_free, .context = &f->raw},
                                         EG__ALLOCATOR_CACHING, "cpu");
     assert_non_null(f->allocator);
     eg__allocator_enable_thread_caches(f->allocator, true);
@@ -296,7 +296,7 @@ static void test_destroy_with_live_thread_caches(void **state) {
     pthread_barrier_wait(&cached);
     eg__allocator_destroy(f->allocator);
     assert_int_equal(f->raw.live_bytes, 0);
-    f->allocator = eg__allocator_create((eg__raw_allocator){counting_alloc, counting_free, &f->raw},
+    f->allocator = eg__allocator_create((eg__raw_allocator){.alloc = counting_alloc, .free = counting_free, .context = &f->raw},
                                         EG__ALLOCATOR_CACHING, "cpu");
     eg__allocator_enable_thread_caches(f->allocator, true);
     pthread_barrier_wait(&go_on);
@@ -318,7 +318,7 @@ static void test_many_allocators_per_thread(void **state) {
     eg__allocator *allocators[N];
     for (int i = 0; i < N; i++) {
         allocators[i] =
-            eg__allocator_create((eg__raw_allocator){counting_alloc, counting_free, &raws[i]},
+            eg__allocator_create((eg__raw_allocator){.alloc = counting_alloc, .free = counting_free, .context = &raws[i]},
                                  EG__ALLOCATOR_CACHING, "cpu");
         eg__allocator_enable_thread_caches(allocators[i], true);
     }

@@ -82,7 +82,7 @@ static eg__allocator *create_host_allocator(const eg_device *device) {
     const char *kind_env = getenv("EG_ALLOCATOR");
     eg__allocator_kind kind =
         kind_env && strcmp(kind_env, "system") == 0 ? EG__ALLOCATOR_SYSTEM : EG__ALLOCATOR_CACHING;
-    eg__raw_allocator raw = {host_alloc, host_free, NULL};
+    eg__raw_allocator raw = {.alloc = host_alloc, .free = host_free};
     eg__allocator *allocator = eg__allocator_create(raw, kind, device->name);
     if (!allocator) return NULL;
     eg__allocator_enable_thread_caches(allocator, true);

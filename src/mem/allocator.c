@@ -115,6 +115,7 @@ struct eg__allocator {
     eg__raw_allocator raw;
     eg__allocator_kind kind;
     const char *device_name;
+    size_t rounding; /* every request is rounded up to a multiple of this (>= ALIGNMENT) */
 
     block *bins[N_BINS];
     uint64_t bin_mask[BIN_WORDS]; /* bit set = bin non-empty */
@@ -471,17 +472,25 @@ static eg_status raise_oom(const eg__allocator *a, const oom_report *report) {
     else
         snprintf(limit, sizeof limit, "none");
     format_bytes(report->largest_free, largest, sizeof largest);
+    char owner[128] = "";
+    if (a->raw.describe_free) {
+        owner[0] = ';';
+        owner[1] = ' ';
+        a->raw.describe_free(a->raw.context, owner + 2, sizeof owner - 2);
+        if (!owner[2]) owner[0] = '\0';
+    }
     return eg__error(EG_ERR_OUT_OF_MEMORY,
                      "out of memory on %s: requested %s; in use %s, cached %s, reserved %s, "
-                     "limit %s, largest free block %s (%s)",
+                     "limit %s, largest free block %s (%s%s)",
                      a->device_name, requested, in_use, cached, reserved, limit, largest,
-                     report->reason);
+                     report->reason, owner);
 }
 
 /* ---- per-thread caches ------------------------------------------------------------------ */
 
-static size_t rounded_size(size_t bytes) {
-    return bytes ? (bytes + ALIGNMENT - 1) & ~(ALIGNMENT - 1) : ALIGNMENT;
+static size_t rounded_size(const eg__allocator *a, size_t bytes) {
+    size_t r = a->rounding;
+    return bytes ? (bytes + r - 1) & ~(r - 1) : r;
 }
 
 static void add_in_use(eg__allocator *a, size_t size) {
@@ -696,9 +705,19 @@ eg__allocator *eg__allocator_create(eg__raw_allocator raw, eg__allocator_kind ki
     a->raw = raw;
     a->kind = kind == EG__ALLOCATOR_SYSTEM ? EG__ALLOCATOR_SYSTEM : EG__ALLOCATOR_CACHING;
     a->device_name = device_name ? device_name : "unnamed device";
+    a->rounding = ALIGNMENT;
     atomic_init(&a->in_use, 0);
     atomic_init(&a->peak, 0);
     return a;
+}
+
+eg_status eg__allocator_set_rounding(eg__allocator *allocator, size_t bytes) {
+    if (!allocator || bytes < ALIGNMENT || (bytes & (bytes - 1)) || bytes > SEGMENT_GRANULE)
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "allocator_set_rounding: %zu is not a power of two from 64 to 2 MiB",
+                         bytes);
+    allocator->rounding = bytes;
+    return EG_OK;
 }
 
 void eg__allocator_enable_thread_caches(eg__allocator *allocator, bool host_memory) {
@@ -743,7 +762,7 @@ void *eg__allocator_alloc(eg__allocator *allocator, size_t bytes, void **handle)
     }
     eg__allocator *a = allocator;
     if (a->thread_caches_on && bytes <= TC_MAX_BYTES) {
-        block *b = cache_take(a, rounded_size(bytes));
+        block *b = cache_take(a, rounded_size(a, bytes));
         if (b) {
             *handle = b;
             return b->pointer;
@@ -753,10 +772,10 @@ void *eg__allocator_alloc(eg__allocator *allocator, size_t bytes, void **handle)
     oom_report report;
     block *b = NULL;
     pthread_mutex_lock(&a->mutex);
-    if (bytes > SIZE_MAX - (ALIGNMENT - 1)) {
+    if (bytes > SIZE_MAX - (a->rounding - 1)) {
         fill_report(a, bytes, REASON_SIZE, &report);
     } else {
-        size_t size = rounded_size(bytes);
+        size_t size = rounded_size(a, bytes);
         const char *reason = REASON_SYSTEM;
         b = a->kind == EG__ALLOCATOR_SYSTEM ? system_alloc(a, size, &reason)
                                             : caching_alloc(a, size, &reason);

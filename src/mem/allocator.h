@@ -18,6 +18,9 @@ typedef struct eg__raw_allocator {
     void *(*alloc)(void *context, size_t bytes);
     void (*free)(void *context, void *pointer, size_t bytes);
     void *context;
+    /* Optional (NULL: none): what the memory's owner says is free, for out-of-memory messages
+     * ("the driver reports 1.20 GiB free of 139.80 GiB"), written into out (size bytes). */
+    void (*describe_free)(void *context, char *out, size_t size);
 } eg__raw_allocator;
 
 typedef enum eg__allocator_kind {
@@ -39,6 +42,11 @@ eg__allocator *eg__allocator_create(eg__raw_allocator raw, eg__allocator_kind ki
  * the blocks are host memory, which AddressSanitizer builds then poison while cached. Call it
  * right after creation, before the allocator is shared. */
 void eg__allocator_enable_thread_caches(eg__allocator *allocator, bool host_memory);
+/* Rounds every request up to a multiple of `bytes` (a power of two, at least 64, the default):
+ * 512 for GPU memory, like PyTorch's CUDA allocator, so that nearby sizes share blocks and every
+ * block starts on an address vector loads like. EG_ERR_INVALID_ARGUMENT otherwise. Call it right
+ * after creation, before the allocator is shared. */
+eg_status eg__allocator_set_rounding(eg__allocator *allocator, size_t bytes);
 /* Gives every segment back to the raw allocator, blocks in use included. No other thread may
  * use the allocator meanwhile (threads may still hold its emptied caches: they are detached). */
 void eg__allocator_destroy(eg__allocator *allocator);
