@@ -13,7 +13,9 @@ What it checks, for every .c/.h/.def under src/ (each must match a component of 
   * call/reference edges (with --objects): `nm` on the eagle_objects object files; a symbol one
     object leaves undefined (U) and another defines is an edge between their source files. This
     catches calls made through locally written `extern` declarations;
-  * backend privacy: no file outside src/backend/cpu/ (in src/ or tools/) includes backend/cpu/;
+  * backend privacy: no file outside src/backend/cpu/ (in src/ or tools/) includes backend/cpu/,
+    and none outside src/backend/cuda/ includes backend/cuda/ (the CUDA backend's .cu device code
+    is checked like its C);
     tests/ and bench/ files that do are listed as information only (white-box tests);
   * tools/ includes only eagle.h / eagle/..., its own headers and system headers.
 An edge is free within a component and towards a lower row; towards a different component of the
@@ -52,7 +54,8 @@ ALLOWED = [
     ("backend_cuda", "backend", "backend/backend.h is the interface every backend implements"),
 ]
 
-SOURCE_EXTS = (".c", ".h", ".def")
+SOURCE_EXTS = (".c", ".h", ".def", ".cu", ".cuh")
+PRIVATE_BACKENDS = ("backend/cpu/", "backend/cuda/")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -213,8 +216,9 @@ def main():
                 raise UsageError(f"src/{target} (included by src/{rel}) is in no component")
             if edge(comp[rel], to):
                 layer_lines[(comp[rel], to)].add(f"{rel} includes {target}")
-            if target.startswith("backend/cpu/") and not rel.startswith("backend/cpu/"):
-                privacy.add(f"src/{rel} includes {target}")
+            for private in PRIVATE_BACKENDS:
+                if target.startswith(private) and not rel.startswith(private):
+                    privacy.add(f"src/{rel} includes {target}")
 
     n_calls = 0
     if args.objects:
@@ -259,7 +263,7 @@ def main():
             local = os.path.normpath(os.path.join(here, name))
             in_src = resolve_in_src(src, "", "<", name) or (
                 os.path.isfile(local) and local.startswith(src + os.sep))
-            if "backend/cpu/" in name:
+            if any(private in name for private in PRIVATE_BACKENDS):
                 privacy.add(shown)
             elif is_public(name):
                 continue
@@ -271,7 +275,7 @@ def main():
     for top in ("tests", "bench"):
         for rel in walk(os.path.join(ROOT, top), (".c", ".h")):
             for _, name in includes(os.path.join(ROOT, top, rel)):
-                if "backend/cpu/" in name:
+                if any(private in name for private in PRIVATE_BACKENDS):
                     info.add(f"info: {top}/{rel} includes {name} (white-box, allowed)")
 
     order = sorted(layer_lines, key=lambda ab: (rows[ab[0]], ab[0], rows[ab[1]], ab[1]))

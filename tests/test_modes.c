@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "eagle/lazy.h"
+#include "device_test_util.h"
 #include "op_cases.h"
 
 static int n_outputs_of_case;
@@ -124,9 +125,13 @@ static void test_every_case_agrees_in_all_modes(void **state) {
 }
 
 int main(int argc, char **argv) {
+    const eg_device *device = test_device_or_skip("test_modes");
+    if (device) eg_device_scope_begin(device);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_case_agrees_in_all_modes),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (device) eg_device_scope_end();
+    return failed;
 }

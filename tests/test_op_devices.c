@@ -43,6 +43,7 @@
 #include "device/device.h"
 #include "eagle/autograd.h"
 #include "eagle/runtime.h"
+#include "device_test_util.h"
 #include "op_cases.h"
 
 /* Devices whose memory is not host memory (none in this build; CUDA later) may compute
@@ -541,6 +542,9 @@ static void test_supports_op_matches_the_calls(void **state) {
 }
 
 int main(void) {
+    /* EG_TEST_DEVICE=cuda:0 (the `cuda` label): that device must be among those walked, else
+     * the run is a skip, not a pass over the CPU alone. */
+    (void)test_device_or_skip("test_op_devices");
     reference = eg_device_cpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices_are_walked),

@@ -68,6 +68,14 @@ const eg_device *eg_device_current(void);
  * storage; the settings are read once, at first use. */
 const char *eg_device_setting_problem(void);
 
+/* What this build has of a device kind, in one line (static storage, never NULL): "not built";
+ * for CUDA in a CUDA build, the runtime, device code and libraries found, and, when no GPU is
+ * usable, why ("no NVIDIA driver is loaded ...", "the driver sees no GPU ..."). */
+const char *eg_device_kind_info(eg_device_type kind);
+/* One line on the device (static storage, never NULL): for a GPU its model, memory, compute
+ * capability and SM count; "host memory" for a CPU device; "(null)" for NULL. */
+const char *eg_device_description(const eg_device *device);
+
 /* Printable name ("cpu", "cpu:1", "cuda:0"); static storage. "(null)" for NULL. */
 const char *eg_device_name(const eg_device *device);
 eg_device_type eg_device_kind(const eg_device *device);

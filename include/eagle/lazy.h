@@ -115,6 +115,15 @@ typedef struct eg_function_stats {
     size_t recompute_saved_bytes;  /* arena bytes saved by recomputing them */
     int64_t recompute_extra_flops; /* elementwise operations added per call */
     char recomputed[256];          /* which: "relu (128, 512) for matmul, ..." */
+    /* CUDA graphs (a function on a GPU): from its second call on, a call is one launch of the
+     * replay captured once. The graph reads its own buffer per input: an input that is not
+     * already that buffer is copied into it (one device copy). A capture again (like a retrace)
+     * happens when the graph's memory moved; capture_note says why, or why the function is not
+     * captured at all (it draws random numbers, updates variables, ...); "" when all is well. */
+    uint64_t n_captures;
+    uint64_t n_graph_launches;
+    uint64_t n_input_copies;
+    char capture_note[192];
 } eg_function_stats;
 eg_status eg_function_stats_get(const eg_function *function, eg_function_stats *out);
 

@@ -52,6 +52,47 @@ typedef struct eg__update_piece {
     int64_t first, count;
 } eg__update_piece;
 
+/* ---- fused elementwise groups, handed whole to a backend that compiles them ---- */
+
+/* The most members and leaves one fused group has (the lazy planner never builds larger). */
+#define EG__FUSED_MAX_MEMBERS 64
+#define EG__FUSED_MAX_LEAVES  64
+
+/* An input of a member: another member's value (is_member) or a leaf. */
+typedef struct eg__fused_operand {
+    bool is_member;
+    int index;
+} eg__fused_operand;
+
+/* A tensor the group reads: its data and its byte strides aligned with the root's axes (0 along
+ * a broadcast axis). */
+typedef struct eg__fused_leaf {
+    eg_dtype dtype;
+    const char *data;
+    int64_t strides[EG_MAX_DIMS];
+} eg__fused_leaf;
+
+/* One op of the group, in evaluation order; the last member is the root (the group's output,
+ * contiguous in the root's shape). in_dtype: the dtype of its value inputs. */
+typedef struct eg__fused_member {
+    eg__op op;
+    const eg__attrs *attrs;
+    eg_dtype dtype, in_dtype;
+    int n_inputs;
+    eg__fused_operand operands[3];
+} eg__fused_member;
+
+typedef struct eg__fused_group {
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS];
+    int64_t n_elems;
+    char *out;
+    const eg_device *device;
+    int n_members, n_leaves;
+    eg__fused_member members[EG__FUSED_MAX_MEMBERS];
+    eg__fused_leaf leaves[EG__FUSED_MAX_LEAVES];
+} eg__fused_group;
+
 /* A consumer of an output's tiles: see tiled_product below. */
 typedef void (*eg__tile_fn)(void *context, int64_t offset, int rows, int cols, int64_t row_length,
                             const void *tile);
@@ -86,6 +127,15 @@ typedef struct eg__backend {
                              eg_dtype in_dtype, int n_inputs, int64_t n, char *out,
                              char *const *inputs, const int64_t *input_strides);
 
+    /* A whole fused group in one kernel (the CUDA backend generates its source and compiles it
+     * with NVRTC); NULL: the group runs block by block through elementwise_flat. */
+    eg_status (*run_fused)(const eg__fused_group *group);
+    /* Compiles (or finds in its caches) the kernel for group's pattern without running it: what
+     * EG_FUSION_CHECK asks of every group the CPU fuses, so that CI compiles each pattern the
+     * tests produce even without a GPU. EG_ERR_DTYPE for a dtype the backend does not fuse,
+     * EG_ERR_UNSUPPORTED with the compiler's log when the source does not compile. */
+    eg_status (*compile_fused)(const eg__fused_group *group);
+
     /* Graph replay: a kernel to use instead of kernels[op] in a replayed graph (which may split
      * differently among the threads but gives the same bits); NULL entries: kernels[op]. */
     const eg__kernel_fn *replay_kernels;
@@ -117,9 +167,40 @@ typedef struct eg__backend {
     int64_t (*first_nonfinite)(const eg_tensor *t);
     /* Frees what the backend holds (eg_shutdown). */
     void (*shutdown)(void);
+
+    /* ---- captured graphs (CUDA graphs; NULL where the backend has none) ---- */
+
+    /* Starts recording the work enqueued on device's stream instead of running it; every kernel
+     * launch, library call and device-to-device copy until capture_end is recorded. Work that
+     * cannot be recorded (a copy from or to the host, a synchronization) fails while capturing,
+     * and so does capture_end then. */
+    eg_status (*capture_begin)(const eg_device *device);
+    /* Ends the recording: *graph receives an executable graph that owns the temporaries its
+     * kernels use (on failure NULL, and the work is discarded). */
+    eg_status (*capture_end)(const eg_device *device, void **graph);
+    /* Enqueues the recorded work again, as one launch. */
+    eg_status (*graph_launch)(const eg_device *device, void *graph);
+    void (*graph_free)(const eg_device *device, void *graph);
+
+    /* ---- the devices of a kind that is not the host's (NULL for the CPU) ---- */
+
+    /* The usable devices, found at the first call (thread-safe): cuda:0 … in order. */
+    int (*device_count)(void);
+    const eg_device *(*device_at)(int index);
+    /* Why no device of this kind is usable (no driver, driver too old, no GPU), NULL when one
+     * is; static storage. */
+    const char *(*unavailable)(void);
+    /* One line on the backend (versions, architectures, libraries found), static storage. */
+    const char *(*describe)(void);
+    /* One line on one of its devices (model, memory, compute capability), static storage. */
+    const char *(*describe_device)(const eg_device *device);
 } eg__backend;
 
 /* The CPU backend (src/backend/cpu/backend.c). */
 extern const eg__backend eg__cpu_backend;
+#ifdef EG_HAVE_CUDA
+/* The CUDA backend (src/backend/cuda/backend.c), in builds with CUDA. */
+extern const eg__backend eg__cuda_backend;
+#endif
 
 #endif

@@ -84,13 +84,30 @@ static void print_axis(text_buffer *buffer, const eg_tensor *t, const char *base
 
 char *eg_tensor_to_string(const eg_tensor *t) {
     if (!eg__check_arg(t, "tensor_to_string", 0) || eg__realize(t) != EG_OK) return NULL;
+    /* A GPU tensor is printed from a dense host copy of its elements. */
+    eg_tensor dense_copy;
+    const char *data = eg__data(t);
+    char *host_copy = NULL;
     if (!eg__device_is_host(t->device)) {
-        eg__error(EG_ERR_DEVICE, "tensor_to_string: copy the tensor to the CPU first");
-        return NULL;
+        size_t bytes = (size_t)t->n_elems * eg_dtype_size(t->dtype);
+        host_copy = malloc(bytes ? bytes : 1);
+        if (!host_copy) {
+            eg__error(EG_ERR_OUT_OF_MEMORY, "tensor_to_string: out of host memory");
+            return NULL;
+        }
+        if (eg_tensor_copy_to_host(t, host_copy, bytes) != EG_OK) {
+            free(host_copy);
+            return NULL;
+        }
+        dense_copy = *t;
+        eg__contiguous_strides(t->n_dims, t->shape, dense_copy.strides);
+        t = &dense_copy;
+        data = host_copy;
     }
     text_buffer buffer = {0};
     append(&buffer, "tensor(");
-    print_axis(&buffer, t, eg__data(t), 0, 0, (int)strlen("tensor("), t->n_elems > SUMMARIZE_ABOVE);
+    print_axis(&buffer, t, data, 0, 0, (int)strlen("tensor("), t->n_elems > SUMMARIZE_ABOVE);
+    free(host_copy);
     append(&buffer, ", dtype=");
     append(&buffer, eg_dtype_name(t->dtype));
     append(&buffer, ")");

@@ -91,13 +91,15 @@ void eg__random_set_observer(eg__random_observer new_observer) {
 }
 
 /* Element i uses words 2i and 2i+1 of the stream (enough for f64 and for a Box-Muller pair). */
-void eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fill) {
+eg_status eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fill) {
     double a = fill.a, b = fill.b;
     eg_dtype dtype = t->dtype;
     uint64_t n = (uint64_t)t->n_elems;
     uint64_t first = claim_blocks(generator, (n + 1) / 2);
     uint64_t seed = generator_seed(generator);
-    void *data = eg__data(t);
+    eg__staging staging;
+    void *data = eg__staging_begin(t, &staging);
+    if (!data) return eg_last_status();
     float *f32 = dtype == EG_DTYPE_F32 ? data : NULL;
     for (uint64_t block = 0; block * 2 < n; block++) {
         uint32_t w[4];
@@ -130,6 +132,7 @@ void eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fi
             }
         }
     }
+    return eg__staging_finish(t, &staging);
 }
 
 static eg_tensor *random_tensor(eg_generator *generator, eg_dtype dtype, int n_dims,
@@ -147,7 +150,10 @@ static eg_tensor *random_tensor(eg_generator *generator, eg_dtype dtype, int n_d
     eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, NULL);
     if (!t) return NULL;
     eg__random_fill fill = {kind, a, b};
-    eg__random_refill(t, generator, fill);
+    if (eg__random_refill(t, generator, fill) != EG_OK) {
+        eg_release(t);
+        return NULL;
+    }
     if (observer) observer(t, generator, fill);
     return t;
 }

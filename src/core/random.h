@@ -40,7 +40,8 @@ uint64_t eg__generator_position(const eg_generator *generator);
 void eg__generator_set_position(eg_generator *generator, uint64_t position);
 
 /* Fills t (made by eg_random_uniform/normal with `fill`) with the next values of generator's
- * stream (NULL: the default generator), as a new call would. */
-void eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fill);
+ * stream (NULL: the default generator), as a new call would. On a GPU the values are drawn on
+ * the host and copied (the same values on every device); an error of that copy is returned. */
+eg_status eg__random_refill(eg_tensor *t, eg_generator *generator, eg__random_fill fill);
 
 #endif

@@ -470,8 +470,43 @@ char *eg_tensor_shape_string(const eg_tensor *t, char *buf, size_t buf_size) {
 
 /* ---- creation ---- */
 
-static void fill_from_double(eg_tensor *t, double value) {
-    void *data = eg__data(t);
+void *eg__staging_begin(eg_tensor *t, eg__staging *staging) {
+    staging->staged = !eg__device_is_host(t->device);
+    if (!staging->staged) return staging->host = eg__data(t);
+    staging->host = malloc(t->storage->n_bytes ? t->storage->n_bytes : 1);
+    if (!staging->host)
+        eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory staging a tensor for %s",
+                  t->device->name);
+    return staging->host;
+}
+
+eg_status eg__staging_finish(eg_tensor *t, eg__staging *staging) {
+    if (!staging->staged) return EG_OK;
+    eg_status status = eg__device_copy(t->device, eg__data(t), eg__host(), staging->host,
+                                       (size_t)t->n_elems * eg_dtype_size(t->dtype));
+    free(staging->host);
+    staging->host = NULL;
+    return status;
+}
+
+eg_status eg__read_element(const eg_tensor *t, int64_t offset, void *out) {
+    size_t size = eg_dtype_size(t->dtype);
+    const char *element = (const char *)eg__data(t) + offset * (int64_t)size;
+    if (eg__device_is_host(t->device)) {
+        memcpy(out, element, size);
+        return EG_OK;
+    }
+    return eg__device_copy(eg__host(), out, t->device, element, size);
+}
+
+/* A freshly made tensor whose staged fill failed: released, NULL returned (the error is set). */
+static eg_tensor *finish_creation(eg_tensor *t, eg__staging *staging) {
+    if (eg__staging_finish(t, staging) == EG_OK) return t;
+    eg_release(t);
+    return NULL;
+}
+
+static void fill_from_double(eg_tensor *t, void *data, double value) {
     if (t->dtype == EG_DTYPE_F32) {
         float v = (float)value, *p = data;
         for (int64_t i = 0; i < t->n_elems; i++) p[i] = v;
@@ -490,8 +525,12 @@ eg_tensor *eg_empty(eg_dtype dtype, int n_dims, const int64_t *shape) {
 eg_tensor *eg__full_on(const eg_device *device, eg_dtype dtype, int n_dims, const int64_t *shape,
                        double value) {
     eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, device);
-    if (t) fill_from_double(t, value);
-    return t;
+    if (!t) return NULL;
+    eg__staging staging;
+    void *data = eg__staging_begin(t, &staging);
+    if (!data) return finish_creation(t, &staging);
+    fill_from_double(t, data, value);
+    return finish_creation(t, &staging);
 }
 
 eg_tensor *eg_full(eg_dtype dtype, int n_dims, const int64_t *shape, double value) {
@@ -500,7 +539,13 @@ eg_tensor *eg_full(eg_dtype dtype, int n_dims, const int64_t *shape, double valu
 
 eg_tensor *eg_zeros(eg_dtype dtype, int n_dims, const int64_t *shape) {
     eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, NULL);
-    if (t) memset(eg__data(t), 0, t->storage->n_bytes);
+    if (!t) return NULL;
+    if (eg__device_is_host(t->device)) {
+        memset(eg__data(t), 0, t->storage->n_bytes);
+    } else if (t->device->memset(t->device, eg__data(t), 0, t->storage->n_bytes, NULL) != EG_OK) {
+        eg_release(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -523,7 +568,14 @@ eg_tensor *eg_tensor_from_data(const void *data, eg_dtype dtype, int n_dims, con
         return NULL;
     }
     eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, NULL);
-    if (t && t->storage->n_bytes) memcpy(eg__data(t), data, t->storage->n_bytes);
+    if (!t || !t->storage->n_bytes) return t;
+    if (eg__device_is_host(t->device)) {
+        memcpy(eg__data(t), data, t->storage->n_bytes);
+    } else if (eg__device_copy(t->device, eg__data(t), eg__host(), data, t->storage->n_bytes) !=
+               EG_OK) {
+        eg_release(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -543,9 +595,11 @@ eg_tensor *eg_arange(double start, double stop, double step, eg_dtype dtype) {
     int64_t n = count > 0 ? (int64_t)count : 0;
     eg_tensor *t = eg__tensor_alloc(dtype, 1, &n, NULL);
     if (!t) return NULL;
-    void *p = eg__data(t);
+    eg__staging staging;
+    void *p = eg__staging_begin(t, &staging);
+    if (!p) return finish_creation(t, &staging);
     for (int64_t i = 0; i < n; i++) eg__store_from_double(p, dtype, i, start + (double)i * step);
-    return t;
+    return finish_creation(t, &staging);
 }
 
 eg_tensor *eg_linspace(double start, double stop, int64_t num, eg_dtype dtype) {
@@ -555,12 +609,14 @@ eg_tensor *eg_linspace(double start, double stop, int64_t num, eg_dtype dtype) {
     }
     eg_tensor *t = eg__tensor_alloc(dtype, 1, &num, NULL);
     if (!t) return NULL;
-    void *p = eg__data(t);
+    eg__staging staging;
+    void *p = eg__staging_begin(t, &staging);
+    if (!p) return finish_creation(t, &staging);
     double step = num > 1 ? (stop - start) / (double)(num - 1) : 0.0;
     for (int64_t i = 0; i < num; i++)
         eg__store_from_double(p, dtype, i,
                               i == num - 1 && num > 1 ? stop : start + (double)i * step);
-    return t;
+    return finish_creation(t, &staging);
 }
 
 eg_tensor *eg_eye(int64_t n, eg_dtype dtype) {
@@ -569,11 +625,14 @@ eg_tensor *eg_eye(int64_t n, eg_dtype dtype) {
         return NULL;
     }
     int64_t shape[2] = {n, n};
-    eg_tensor *t = eg_zeros(dtype, 2, shape);
+    eg_tensor *t = eg__tensor_alloc(dtype, 2, shape, NULL);
     if (!t) return NULL;
-    void *p = eg__data(t);
+    eg__staging staging;
+    void *p = eg__staging_begin(t, &staging);
+    if (!p) return finish_creation(t, &staging);
+    memset(p, 0, t->storage->n_bytes);
     for (int64_t i = 0; i < n; i++) eg__store_from_double(p, dtype, i * n + i, 1.0);
-    return t;
+    return finish_creation(t, &staging);
 }
 
 /* ---- host access ---- */
@@ -615,14 +674,31 @@ eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "tensor_copy_to_host: destination has %zu bytes, %zu needed", dst_bytes,
                          need);
-    if (!eg__device_is_host(t->device)) {
-        if (!eg__is_contiguous(t))
-            return eg__error(EG_ERR_UNSUPPORTED,
-                             "tensor_copy_to_host: a strided view on %s (eg_contiguous first)",
-                             t->device->name);
-        return eg__device_copy(eg__host(), dst, t->device, eg__data(t), need);
-    }
+    if (t->n_elems == 0) return EG_OK;
     const char *src = eg__data(t);
+    char *span = NULL;
+    if (!eg__device_is_host(t->device)) {
+        if (eg__is_contiguous(t)) return eg__device_copy(eg__host(), dst, t->device, src, need);
+        /* A strided view on a GPU: the span of memory it covers comes over whole, and the host
+         * picks the elements out of it (no kernel is needed for a read). */
+        int64_t low = 0, high = 0; /* element offsets from element 0 */
+        for (int d = 0; d < t->n_dims; d++) {
+            int64_t reach = (t->shape[d] - 1) * t->strides[d];
+            if (reach < 0) low += reach;
+            else high += reach;
+        }
+        size_t span_bytes = (size_t)(high - low + 1) * size;
+        span = malloc(span_bytes);
+        if (!span)
+            return eg__error(EG_ERR_OUT_OF_MEMORY, "tensor_copy_to_host: out of host memory");
+        eg_status status = eg__device_copy(eg__host(), span, t->device,
+                                           src + low * (int64_t)size, span_bytes);
+        if (status != EG_OK) {
+            free(span);
+            return status;
+        }
+        src = span - low * (int64_t)size;
+    }
     if (eg__is_contiguous(t)) {
         memcpy(dst, src, need);
         return EG_OK;
@@ -632,6 +708,7 @@ eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes
         memcpy(out, src + offset * (int64_t)size, size);
         out += size;
     });
+    free(span);
     return EG_OK;
 }
 
@@ -643,7 +720,9 @@ double eg_item(const eg_tensor *t) {
                   eg__shape_format(t->n_dims, t->shape, buf, sizeof buf), (long long)t->n_elems);
         return NAN;
     }
-    return eg__load_as_double(eg__data(t), t->dtype, 0);
+    double element[1]; /* room for any dtype's element */
+    if (eg__read_element(t, 0, element) != EG_OK) return NAN;
+    return eg__load_as_double(element, t->dtype, 0);
 }
 
 double eg_tensor_get(const eg_tensor *t, const int64_t *index) {
@@ -663,5 +742,7 @@ double eg_tensor_get(const eg_tensor *t, const int64_t *index) {
         }
         offset += index[i] * t->strides[i];
     }
-    return eg__load_as_double(eg__data(t), t->dtype, offset);
+    double element[1];
+    if (eg__read_element(t, offset, element) != EG_OK) return NAN;
+    return eg__load_as_double(element, t->dtype, 0);
 }

@@ -206,6 +206,21 @@ bool eg__check_arg(const eg_tensor *t, const char *op, int index);
 
 /* Copies a contiguous buffer of dtype values into double / from double (for printing, item,
  * generic casts). */
+/* Host memory to fill a dense tensor t whose memory may be a GPU's: t's own data when t lives in
+ * host memory, else a host buffer that eg__staging_finish copies to t (and frees). Creation
+ * functions and random fills write through it, so that they work on every device. */
+typedef struct eg__staging {
+    void *host;
+    bool staged; /* host is a buffer of ours, not t's memory */
+} eg__staging;
+/* NULL + error when out of host memory. */
+void *eg__staging_begin(eg_tensor *t, eg__staging *staging);
+/* Copies a staged buffer to t's device and frees it; EG_OK at once for host tensors. */
+eg_status eg__staging_finish(eg_tensor *t, eg__staging *staging);
+/* Copies element `offset` (in elements from t's element 0) of t, on any device, into out (room
+ * for one element). */
+eg_status eg__read_element(const eg_tensor *t, int64_t offset, void *out);
+
 double eg__load_as_double(const void *data, eg_dtype dtype, int64_t index);
 void eg__store_from_double(void *data, eg_dtype dtype, int64_t index, double value);
 

@@ -9,24 +9,59 @@
 #include "dispatch/dispatch.h"
 
 const eg__backend *const eg__backends[2] = {
-    [EG_DEVICE_CPU] = &eg__cpu_backend, [EG_DEVICE_CUDA] = NULL, /* no CUDA backend in this build */
+    [EG_DEVICE_CPU] = &eg__cpu_backend,
+#ifdef EG_HAVE_CUDA
+    [EG_DEVICE_CUDA] = &eg__cuda_backend,
+#else
+    [EG_DEVICE_CUDA] = NULL, /* no CUDA backend in this build */
+#endif
 };
 
 /* Why a kind has no usable device: NULL when it has (or may have) devices. */
 static const char *kind_unavailable(eg_device_type type) {
-    if (type == EG_DEVICE_CUDA && !eg__backends[EG_DEVICE_CUDA])
-        return "this build has no CUDA backend";
-    return NULL;
+    const eg__backend *backend = eg__backends[type];
+    if (type == EG_DEVICE_CUDA && !backend) return "this build has no CUDA backend";
+    return backend && backend->unavailable ? backend->unavailable() : NULL;
 }
 
-/* ---- every device, in order ---- */
+const char *eg_device_kind_info(eg_device_type kind) {
+    if ((unsigned)kind > EG_DEVICE_CUDA) return "not a device kind";
+    const eg__backend *backend = eg__backends[kind];
+    if (!backend) return "not built";
+    if (!backend->describe) return "built";
+    static char lines[2][1024];
+    const char *why = kind_unavailable(kind);
+    snprintf(lines[kind], sizeof lines[kind], "%s%s%s", backend->describe(),
+             why ? "; no device usable: " : "", why ? why : "");
+    return lines[kind];
+}
+
+const char *eg_device_description(const eg_device *device) {
+    if (!device) return "(null)";
+    const eg__backend *backend = eg__backend_of(device);
+    if (backend->describe_device) return backend->describe_device(device);
+    return device->host ? "host memory" : "";
+}
+
+/* ---- every device, in order: the host's, then each other kind's ---- */
+
+/* The devices of a kind that is not the host's (0 without a backend). */
+static int kind_device_count(eg_device_type type) {
+    const eg__backend *backend = eg__backends[type];
+    return backend && backend->device_count ? backend->device_count() : 0;
+}
 
 static int all_device_count(void) {
-    return eg__host_device_count();
+    return eg__host_device_count() + kind_device_count(EG_DEVICE_CUDA);
 }
 
 static const eg_device *all_device_at(int index) {
-    return eg__host_device(index);
+    int n_host = eg__host_device_count();
+    if (index < n_host) return eg__host_device(index);
+    index -= n_host;
+    return index < kind_device_count(EG_DEVICE_CUDA)
+               ? eg__backends[EG_DEVICE_CUDA]->device_at(index)
+               : NULL;
 }
 
 /* ---- visible devices: a hidden flag per device, in registry order ---- */
@@ -170,6 +205,8 @@ static const eg_device *find_by_name(const char *name, bool *malformed, int *typ
     }
     if (*type == EG_DEVICE_CPU)
         return index < eg__host_device_count() ? eg__host_device((int)index) : NULL;
+    if (*type == EG_DEVICE_CUDA && index < kind_device_count(EG_DEVICE_CUDA))
+        return eg__backends[EG_DEVICE_CUDA]->device_at((int)index);
     return NULL;
 }
 

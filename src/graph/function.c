@@ -87,7 +87,9 @@ static void note_random_tensor(eg_tensor *t, eg_generator *generator, eg__random
 static void redraw_random(trace *t) {
     for (int i = 0; i < t->n_random; i++) {
         if (t->random_fills[i].distribution >= 0) {
-            eg__random_refill(t->random_ops[i], t->random_generators[i], t->random_fills[i]);
+            /* an error (a failed copy to a GPU) stays set; the replay reports it */
+            (void)eg__random_refill(t->random_ops[i], t->random_generators[i],
+                                    t->random_fills[i]);
             continue;
         }
         eg__lazy_node *node = t->random_ops[i]->lazy;
@@ -203,6 +205,7 @@ static void trace_free(trace *t, int n_inputs, int n_outputs) {
         free(u->variables);
         free(u);
     }
+    eg__graph_capture_free(t);
     eg__graph_parallel_free(t->parallel);
     free(t->parts);
     free(t->part_order);
@@ -420,7 +423,7 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
 
 /* ---- replay ---- */
 
-static eg_status ensure_arena(eg_function *f, trace *t) {
+eg_status eg__graph_ensure_arena(eg_function *f, trace *t) {
     if (t->arena && atomic_load(&t->arena->refcount) == 1) return EG_OK;
     /* First call, or outputs of an earlier call still hold the old arena: a new one. */
     if (t->arena) eg__storage_unref(t->arena);
@@ -533,22 +536,37 @@ eg_status eg__graph_run_kernel(trace *t, entry *e, bool prepared) {
     return eg__launch_replay(&call);
 }
 
-static eg_status run_entry(trace *t, entry *e) {
+eg_status eg__graph_run_entry(trace *t, entry *e) {
     eg_status status = eg__graph_bind_entry(t, e);
     return status == EG_OK ? eg__graph_run_kernel(t, e, false) : status;
 }
 
 /* A new tensor the caller owns, sharing the graph's (or an input's) memory. */
-static eg_tensor *output_for(const eg_tensor *graph_output) {
+eg_tensor *eg__graph_output_for(const eg_tensor *graph_output) {
     return eg__tensor_view(graph_output, graph_output->n_dims, graph_output->shape,
                            graph_output->strides, graph_output->offset);
 }
 
 /* just_traced: the call that traced t, whose random ops drew their seeds while tracing. */
+eg_function_stats *eg__graph_stats(eg_function *f) {
+    return &f->stats;
+}
+int eg__graph_n_inputs(const eg_function *f) {
+    return f->n_inputs;
+}
+int eg__graph_n_outputs(const eg_function *f) {
+    return f->n_outputs;
+}
+
 static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs,
                         eg_tensor **outputs, bool just_traced) {
+    if (!just_traced) { /* the tracing call ran op by op; later ones may launch one graph */
+        bool handled = false;
+        eg_status status = eg__graph_capture_call(f, t, inputs, outputs, &handled);
+        if (handled) return status;
+    }
     if (!just_traced) redraw_random(t);
-    eg_status status = ensure_arena(f, t);
+    eg_status status = eg__graph_ensure_arena(f, t);
     eg_tensor *copies[64] = {0};
     for (int i = 0; i < f->n_inputs && status == EG_OK; i++) {
         const eg_tensor *x = inputs[i];
@@ -581,7 +599,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
                                         &parallel);
     for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
         entry *e = &t->entries[i];
-        status = run_entry(t, e);
+        status = eg__graph_run_entry(t, e);
         for (int p = 0; p < e->n_parts && status == EG_OK; p++)
             status = run_part(t, &t->parts[t->part_order[e->first_part + p]]);
     }
@@ -601,7 +619,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (status == EG_OK) {
-            outputs[i] = output_for(t->outputs[i]);
+            outputs[i] = eg__graph_output_for(t->outputs[i]);
             if (!outputs[i]) status = eg_last_status();
         }
     }

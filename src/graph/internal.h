@@ -91,6 +91,13 @@ typedef struct trace {
     eg__random_fill *random_fills;
     int n_random;
     eg__parallel_plan *parallel; /* parallel replay's tasks (parallel.c), made at first use */
+    /* A captured graph of the replay (capture.c; devices whose backend captures): what it was
+     * recorded with (the arena and a buffer per input, which the graph reads), and why the
+     * trace is not captured, if it is not. */
+    void *captured;
+    eg__storage *captured_arena;
+    eg__storage **captured_inputs;
+    bool capture_refused;
 } trace;
 
 /* Plans a trace whose entries (topological order) and actions are set: common subexpressions,
@@ -112,6 +119,22 @@ void eg__graph_record_end(void);
 eg_function *eg__function_from_trace(const char *name, trace *t);
 /* The input signature of t from its placeholders. */
 eg_status eg__graph_sign(trace *t);
+
+/* A call as one launch of a captured graph (capture.c), for a trace on a device whose backend
+ * captures graphs. *handled false: the call is the caller's to run (the trace cannot be captured,
+ * and f's stats say why), nothing was done. */
+eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *const *inputs,
+                                 eg_tensor **outputs, bool *handled);
+void eg__graph_capture_free(trace *t);
+
+/* Replay pieces capture.c uses (function.c): a new arena when none is free, one entry bound and
+ * computed, and a caller-owned view of a graph output. */
+eg_status eg__graph_ensure_arena(eg_function *f, trace *t);
+eg_status eg__graph_run_entry(trace *t, entry *e);
+eg_tensor *eg__graph_output_for(const eg_tensor *graph_output);
+eg_function_stats *eg__graph_stats(eg_function *f);
+int eg__graph_n_inputs(const eg_function *f);
+int eg__graph_n_outputs(const eg_function *f);
 
 /* Replay pieces (function.c) that parallel.c runs as tasks. Binding sets an entry's storage (a
  * view's or alias's from its base, a buffer's in the arena); running computes a bound buffer

@@ -493,7 +493,9 @@ eg_status eg__idx_to_tensor(const eg__idx_view *view, const char *name_for_error
     if (!out) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_to_tensor: out is NULL", name);
     *out = NULL;
     if (!view) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: idx_to_tensor: view is NULL", name);
-    eg_tensor *t = eg_empty(eg__idx_dtype(view->type), view->n_dims, view->shape);
+    /* file readers make host tensors (device.h), whatever the current device */
+    eg_tensor *t =
+        eg__tensor_alloc(eg__idx_dtype(view->type), view->n_dims, view->shape, eg_device_cpu());
     if (!t)
         return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: cannot allocate a tensor of %zu bytes", name,
                          eg__idx_host_bytes(view));

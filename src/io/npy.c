@@ -441,7 +441,9 @@ static eg_status read_npy(const char *path, int fd, eg_tensor **out) {
                          shape, eg_dtype_name(h.dtype), h.data_bytes, h.header_bytes,
                          (unsigned long long)available);
     }
+    eg_device_scope_begin(eg_device_cpu()); /* file readers make host tensors (device.h) */
     eg_tensor *t = eg_empty(h.dtype, h.n_dims, h.shape);
+    eg_device_scope_end();
     if (!t) return eg_last_status();
     if (h.data_bytes > 0) {
         void *dst = eg_tensor_data(t);

@@ -663,7 +663,9 @@ eg_tensor *eg_safetensors_get(const eg_safetensors *st, const char *name) {
     if (!e) return NULL;
     int64_t shape[EG_MAX_DIMS] = {0};
     for (size_t i = 0; i < e->n_dims; i++) shape[i] = (int64_t)e->shape[i];
+    eg_device_scope_begin(eg_device_cpu()); /* file readers make host tensors (device.h) */
     eg_tensor *t = eg_empty(e->dtype->dtype, (int)e->n_dims, shape);
+    eg_device_scope_end();
     if (!t) return NULL;
     size_t n_bytes = (size_t)(e->end - e->begin);
     if (n_bytes == 0) return t;

@@ -152,6 +152,71 @@ static void run_blocks(void *context, int64_t first_block, int64_t end_block) {
     if (buffers != local) free(buffers);
 }
 
+/* ---- the group as a whole, for backends that compile it (backend.h: eg__fused_group) ---- */
+
+static eg_status describe_group(const fused_plan *plan, eg__fused_group *group) {
+    const eg_tensor *root = plan->root;
+    if (plan->n_members > EG__FUSED_MAX_MEMBERS || plan->n_leaves > EG__FUSED_MAX_LEAVES)
+        return eg__error(EG_ERR_UNSUPPORTED,
+                         "fused loop on %s: %d ops reading %d tensors; a compiled group takes at "
+                         "most %d ops and %d tensors",
+                         root->device->name, plan->n_members, plan->n_leaves,
+                         EG__FUSED_MAX_MEMBERS, EG__FUSED_MAX_LEAVES);
+    group->n_dims = root->n_dims;
+    memcpy(group->shape, root->shape, sizeof group->shape);
+    group->n_elems = root->n_elems;
+    group->out = eg__data(root);
+    group->device = root->device;
+    group->n_members = plan->n_members;
+    group->n_leaves = plan->n_leaves;
+    for (int i = 0; i < plan->n_leaves; i++) {
+        const leaf *l = &plan->leaves[i];
+        group->leaves[i].dtype = l->tensor->dtype;
+        group->leaves[i].data = l->base;
+        memcpy(group->leaves[i].strides, l->strides, sizeof l->strides);
+    }
+    for (int m = 0; m < plan->n_members; m++) {
+        const eg_tensor *member = plan->members[m];
+        const eg__lazy_node *node = member->lazy;
+        eg__fused_member *out = &group->members[m];
+        out->op = node->op;
+        out->attrs = &node->attrs;
+        out->dtype = member->dtype;
+        out->in_dtype = node->inputs[node->op == EG__OP_WHERE ? 1 : 0]->dtype;
+        out->n_inputs = node->n_inputs;
+        for (int j = 0; j < node->n_inputs; j++)
+            out->operands[j] = (eg__fused_operand){.is_member = plan->operands[m][j].is_member,
+                                                   .index = plan->operands[m][j].index};
+    }
+    return EG_OK;
+}
+
+/* EG_FUSION_CHECK=1: every group the CPU fuses is also compiled by the CUDA backend's fusion
+ * compiler (NVRTC needs no GPU), so a test run checks that each pattern it produces compiles. */
+static bool fusion_check_on(void) {
+    static atomic_int state = -1;
+    int s = atomic_load_explicit(&state, memory_order_relaxed);
+    if (s < 0) {
+        const char *env = getenv("EG_FUSION_CHECK");
+        s = env && *env && strcmp(env, "0") != 0;
+        atomic_store_explicit(&state, s, memory_order_relaxed);
+    }
+    return s;
+}
+
+static eg_status check_compiles(const eg__fused_group *group) {
+    const eg__backend *cuda = eg__backends[EG_DEVICE_CUDA];
+    if (!cuda || !cuda->compile_fused)
+        return eg__error(EG_ERR_UNSUPPORTED,
+                         "EG_FUSION_CHECK: this build has no CUDA fusion compiler");
+    eg_status status = cuda->compile_fused(group);
+    if (status == EG_ERR_DTYPE) { /* a dtype the GPU does not fuse (f16, bf16): nothing to check */
+        eg_clear_error();
+        return EG_OK;
+    }
+    return status;
+}
+
 eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *members) {
     fused_plan plan = {.root = root,
                        .n_members = n_members,
@@ -189,12 +254,29 @@ eg_status eg__lazy_run_fused(eg_tensor *root, int n_members, eg_tensor *const *m
     }
     if (status == EG_OK && plan.n_leaves > 64)
         status = eg__error(EG_ERR_INTERNAL, "fused loop: too many inputs");
+    const eg__backend *backend = eg__backend_of(root->device);
+    if (status == EG_OK && (backend->run_fused || fusion_check_on())) {
+        eg__fused_group *group = malloc(sizeof *group);
+        if (!group) {
+            status = eg__error(EG_ERR_OUT_OF_MEMORY, "fused loop: out of host memory");
+        } else {
+            status = describe_group(&plan, group);
+            if (status == EG_OK && backend->run_fused) {
+                status = backend->run_fused(group);
+            } else if (status == EG_OK) {
+                status = check_compiles(group);
+            }
+            free(group);
+        }
+        if (backend->run_fused) goto done;
+    }
     if (status == EG_OK) {
         int64_t n_blocks = (root->n_elems + BLOCK - 1) / BLOCK;
         eg__parallel_for(n_blocks, EG_PARALLEL_GRAIN_ELEMENTWISE / BLOCK, run_blocks, &plan);
         if (atomic_load(&plan.failed))
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "fused loop: out of host memory");
     }
+done:
     if (!local) {
         free(plan.operands);
         free(plan.leaves);

@@ -68,9 +68,15 @@ static eg_tensor *truncated_normal(eg_generator *generator, eg_dtype dtype, int 
                                    const int64_t *shape, double stddev) {
     eg_tensor *out = eg__tensor_alloc(dtype, n_dims, shape, NULL);
     if (!out) return NULL;
-    void *data = eg__data(out);
+    eg__staging staging; /* drawn on the host, then copied where `out` lives */
+    void *data = eg__staging_begin(out, &staging);
+    if (!data) {
+        eg_release(out);
+        return NULL;
+    }
     int64_t n = out->n_elems, filled = 0;
     eg__scope_suspend();
+    eg_device_scope_begin(eg_device_cpu());
     while (filled < n) {
         int64_t want = n - filled;
         eg_tensor *z = eg_random_normal(generator, EG_DTYPE_F64, 1, &want, 0.0, 1.0);
@@ -81,8 +87,10 @@ static eg_tensor *truncated_normal(eg_generator *generator, eg_dtype dtype, int 
                 eg__store_from_double(data, dtype, filled++, values[i] * stddev);
         eg__unref(z);
     }
+    eg_device_scope_end();
     eg__scope_resume();
-    if (filled < n) {
+    eg_status copied = eg__staging_finish(out, &staging);
+    if (filled < n || copied != EG_OK) {
         eg_release(out);
         return NULL;
     }

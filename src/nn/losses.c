@@ -1,5 +1,6 @@
 /* Losses: Keras' formulas, written with recorded ops so gradients reach y_pred. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn/internal.h"
@@ -107,13 +108,21 @@ static const eg_tensor *prepare_labels(eg__temps *temps, const char *name, const
 static bool label_range(eg__temps *temps, const eg_tensor *labels, int64_t *low, int64_t *high) {
     eg_tensor *wide = eg__temp(temps, eg_cast(labels, EG_DTYPE_I64)); /* contiguous */
     if (!wide) return false;
-    const int64_t *values = eg_tensor_data(wide);
-    if (!values) return false;
-    for (int64_t i = 0; i < wide->n_elems; i++) {
+    /* On a GPU the labels are read back (a synchronization): a bad label is an error at the
+     * call, not a silent NaN inside a kernel. */
+    size_t bytes = (size_t)wide->n_elems * sizeof(int64_t);
+    int64_t *values = malloc(bytes ? bytes : 1);
+    if (!values) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "out of host memory reading labels");
+        return false;
+    }
+    bool ok = eg_tensor_copy_to_host(wide, values, bytes) == EG_OK;
+    for (int64_t i = 0; ok && i < wide->n_elems; i++) {
         if (i == 0 || values[i] < *low) *low = values[i];
         if (i == 0 || values[i] > *high) *high = values[i];
     }
-    return true;
+    free(values);
+    return ok;
 }
 
 /* y_pred / sum(y_pred, -1) clipped to [eps, 1 - eps]: Keras' treatment of probabilities. */

@@ -1,5 +1,6 @@
 /* Metrics: per-sample accuracies (never recorded on tapes) and a running mean. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn/internal.h"
@@ -119,10 +120,14 @@ eg_status eg_metric_mean_update(eg_metric_mean *metric, const eg_tensor *values)
     eg__scope_suspend();
     eg_tensor *wide = eg_cast(values, EG_DTYPE_F64); /* contiguous */
     int64_t n = wide ? wide->n_elems : 0;
-    const double *data = wide && n > 0 ? eg_tensor_data(wide) : NULL;
-    bool ok = wide && (n == 0 || data);
+    /* read back to the host (from a GPU: a synchronization, as reading any value is) */
+    double *data = wide && n > 0 ? malloc((size_t)n * sizeof *data) : NULL;
+    bool ok = wide && (n == 0 || (data && eg_tensor_copy_to_host(wide, data,
+                                                                 (size_t)n * sizeof *data) == EG_OK));
+    if (wide && n > 0 && !data) eg__error(EG_ERR_OUT_OF_MEMORY, "metric_mean_update: out of host memory");
     double total = 0;
     for (int64_t i = 0; ok && i < n; i++) total += data[i];
+    free(data);
     eg__unref(wide);
     eg__scope_resume();
     eg_no_grad_end();

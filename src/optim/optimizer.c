@@ -239,16 +239,13 @@ static eg_status check_pair(const eg_optimizer *opt, int i, const eg_tensor *gra
     if (variable->dtype != EG_DTYPE_F32 && variable->dtype != EG_DTYPE_F64)
         return eg__error(EG_ERR_DTYPE, "%s: variable '%s' is %s; only f32 and f64 are updated",
                          name, eg_variable_name(variable), eg_dtype_name(variable->dtype));
-    if (eg_device_kind(variable->device) != EG_DEVICE_CPU || !eg__is_contiguous(variable))
-        return eg__error(EG_ERR_UNSUPPORTED, "%s: variable '%s' must be a contiguous CPU tensor",
+    if (!eg__is_contiguous(variable))
+        return eg__error(EG_ERR_UNSUPPORTED, "%s: variable '%s' must be a contiguous tensor",
                          name, eg_variable_name(variable));
     if (!grad) return EG_OK;
     if (!eg_dtype_is_float(grad->dtype))
         return eg__error(EG_ERR_DTYPE, "%s: gradient of '%s' is %s; it must be a float tensor",
                          name, eg_variable_name(variable), eg_dtype_name(grad->dtype));
-    if (eg_device_kind(grad->device) != EG_DEVICE_CPU)
-        return eg__error(EG_ERR_UNSUPPORTED, "%s: gradient of '%s' is not on the CPU", name,
-                         eg_variable_name(variable));
     if (grad->device != variable->device)
         return eg__error(EG_ERR_DEVICE, "%s: gradient of '%s' is on %s, the variable on %s", name,
                          eg_variable_name(variable), eg_device_name(grad->device),
@@ -331,8 +328,7 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
             status = eg_last_status();
             break;
         }
-        items[i].grad = g->n_elems ? eg_tensor_data(g) : NULL;
-        if (g->n_elems && !items[i].grad) status = eg_last_status();
+        items[i].grad = g->n_elems ? eg__data(g) : NULL; /* the device's memory */
     }
     eg__update_piece *pieces = n && status == EG_OK ? calloc((size_t)n, sizeof *pieces) : NULL;
     if (n && status == EG_OK && !pieces)
@@ -363,9 +359,16 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
                         piece->slots[k] = eg__data(items[i].slots->slots[k]);
                 total += v->n_elems;
             }
-            if (n_pieces) eg__backend_of(device)->update_many(&params, pieces, n_pieces, total);
+            if (n_pieces) {
+                /* a GPU's update only enqueues: it raises an error when the launch fails */
+                eg__backend_of(device)->update_many(&params, pieces, n_pieces, total);
+                if (eg__error_pending()) {
+                    status = eg_last_status();
+                    break;
+                }
+            }
         }
-        opt->iterations++;
+        if (status == EG_OK) opt->iterations++;
     }
     free(pieces);
     for (int i = 0; i < n; i++) eg__unref(items[i].owned);
@@ -428,9 +431,6 @@ eg_status eg_optimizer_set_slot(eg_optimizer *opt, const eg_tensor *variable, co
     if (!eg_dtype_is_float(value->dtype))
         return eg__error(EG_ERR_DTYPE, "%s: slot value for '%s' is %s; it must be a float tensor",
                          opt->name, name, eg_dtype_name(value->dtype));
-    if (eg_device_kind(value->device) != EG_DEVICE_CPU)
-        return eg__error(EG_ERR_UNSUPPORTED, "%s: slot value for '%s' is not on the CPU", opt->name,
-                         name);
     if (value->n_dims != variable->n_dims ||
         (value->n_dims &&
          memcmp(value->shape, variable->shape, (size_t)value->n_dims * sizeof(int64_t)))) {
@@ -457,16 +457,24 @@ eg_status eg_optimizer_set_slot(eg_optimizer *opt, const eg_tensor *variable, co
     eg_tensor *owned = NULL;
     const eg_tensor *source = value;
     slot_set *set = find_slots(opt, variable);
-    if (value->dtype != variable->dtype)
-        source = owned = eg_cast(value, variable->dtype);
-    else if (!eg__is_contiguous(value) ||
-             (set && set->slots[slot] && value->storage == set->slots[slot]->storage))
-        source = owned = eg_copy(value);
+    if (value->device != variable->device) /* a checkpoint read on the host, a GPU's variable */
+        source = owned = eg_tensor_to(value, variable->device);
+    if (source && source->dtype != variable->dtype) {
+        eg_tensor *cast = eg_cast(source, variable->dtype);
+        eg__unref(owned);
+        source = owned = cast;
+    } else if (source && (!eg__is_contiguous(source) || (set && set->slots[slot] &&
+                                                         source->storage == set->slots[slot]->storage))) {
+        eg_tensor *copy = eg_copy(source);
+        eg__unref(owned);
+        source = owned = copy;
+    }
     if (source) set = get_slots(opt, variable);
-    if (source && set && variable->n_elems)
-        memcpy(eg__data(set->slots[slot]), eg__data(source),
-               (size_t)variable->n_elems * eg_dtype_size(variable->dtype));
     status = source && set ? EG_OK : eg_last_status();
+    if (status == EG_OK && variable->n_elems)
+        status = eg__device_copy(variable->device, eg__data(set->slots[slot]), source->device,
+                                 eg__data(source),
+                                 (size_t)variable->n_elems * eg_dtype_size(variable->dtype));
     eg__unref(owned);
     eg__scope_resume();
     eg_no_grad_end();

@@ -77,6 +77,12 @@ static void print_devices(void) {
     for (int d = 0; d < eg_device_count(); d++)
         printf("%s%s", d ? ", " : "", eg_device_name(eg_device_at(d)));
     printf("\n");
+    for (int d = 0; d < eg_device_count(); d++) {
+        const eg_device *device = eg_device_at(d);
+        if (eg_device_kind(device) == EG_DEVICE_CUDA)
+            printf("  %-8s  %s\n", eg_device_name(device), eg_device_description(device));
+    }
+    printf("CUDA:       %s\n", eg_device_kind_info(EG_DEVICE_CUDA));
     const char *problem = eg_device_setting_problem();
     if (problem) printf("warning:    %s\n", problem);
 }

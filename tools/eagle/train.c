@@ -43,6 +43,7 @@ typedef struct train_options {
     const char *profile_path; /* Chrome trace, or NULL */
     bool profile_cpu_time;    /* the per-op table in thread CPU time */
     bool augment;             /* random flips and crops of the training images */
+    const char *device;       /* --device: where the model trains (NULL: the host) */
 } train_options;
 
 static void print_help(void) {
@@ -84,6 +85,7 @@ static void print_help(void) {
         "                       uninterrupted run\n"
         "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
         "                       lazily (fused, memory on demand) or traced once and replayed\n"
+        "  --device NAME        where the model trains: cpu (default), cuda or cuda:N\n"
         "  --augment            random horizontal flips and padded crops of training images\n"
         "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
         "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
@@ -129,6 +131,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         MODEL,
         TEST_LIMIT,
         STOP_AFTER,
+        DEVICE,
         HELP
     };
     static const struct option options[] = {
@@ -152,6 +155,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"model", required_argument, NULL, MODEL},
         {"test-limit", required_argument, NULL, TEST_LIMIT},
         {"stop-after", required_argument, NULL, STOP_AFTER},
+        {"device", required_argument, NULL, DEVICE},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
@@ -256,6 +260,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case SAVE_EVERY_EPOCH:
             o->save_every_epoch = true;
             break;
+        case DEVICE:
+            o->device = optarg;
+            break;
         case RESUME:
             o->resume_path = optarg;
             break;
@@ -344,6 +351,11 @@ static eg_status train_step(stepper *st, eg_dataset_iterator *batches, int64_t *
         status = EG_ERR_STATE;
     }
     const eg_tensor *in[2] = {batch.tensors[0], batch.tensors[1]};
+    /* The pipeline makes host tensors; the step runs where the model lives (--device). */
+    for (int k = 0; k < 2 && status == EG_OK; k++)
+        if (eg_tensor_device(in[k]) != eg_device_current() &&
+            !(in[k] = eg_tensor_to(in[k], eg_device_current())))
+            status = eg_last_status();
     if (status == EG_OK) *n_out = eg_tensor_dim(in[0], 0);
     eg_manual_seed(step_seed(st->seed, eg_optimizer_iterations(st->state.optimizer)));
     if (status == EG_OK) {
@@ -630,6 +642,13 @@ int cli_train(int argc, char **argv) {
     }
     if (o.threads) eg_set_num_threads((int)o.threads);
     eg_manual_seed(o.seed);
+    /* Named before the data is read: a missing GPU is reported at once. */
+    const eg_device *train_device = NULL;
+    if (o.device && !(train_device = eg_device_get(o.device))) {
+        fprintf(stderr, "eagle train: %s\n", eg_last_error());
+        eg_safetensors_close(resume);
+        return CLI_FAILURE;
+    }
 
     mlp_data train = {0}, test = {0};
     stepper st = {0};
@@ -642,6 +661,7 @@ int cli_train(int argc, char **argv) {
     eg_status (*evaluate)(eg_model *, const mlp_data *, double *, double *) =
         cnn ? cnn_evaluate : mlp_evaluate;
     int rc = CLI_FAILURE;
+    bool in_device_scope = false;
     if (!mlp_data_try_load(o.data_dir, true, o.limit, &train) ||
         !mlp_data_try_load(o.data_dir, false, o.test_limit, &test))
         goto done;
@@ -675,6 +695,10 @@ int cli_train(int argc, char **argv) {
         printf("note: the learning-rate schedule of %s spanned %lld steps; it now spans %lld\n",
                o.resume_path, (long long)resumed.decay_steps, (long long)decay_steps);
     double initial_rate = 0;
+    if (train_device) {
+        if (eg_device_scope_begin(train_device) != EG_OK) goto done;
+        in_device_scope = true;
+    }
     model = cnn ? cnn_build() : mlp_build(&o.model);
     optimizer = model ? make_optimizer(&o, decay_steps, &initial_rate) : NULL;
     if (!model || !optimizer) goto done;
@@ -830,6 +854,7 @@ done:
     eg_safetensors_close(resume);
     eg_optimizer_free(optimizer);
     eg_model_free(model);
+    if (in_device_scope) eg_device_scope_end();
     mlp_data_free(&train);
     mlp_data_free(&test);
     return rc;

@@ -1,0 +1,92 @@
+/* copy and to_device on a GPU: a strided view made dense, and tensors moved between the host
+ * and a GPU or between GPUs (the GPU side of the pair runs them, dispatch.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/copy_launch.h"
+#include "backend/cuda/kernels.h"
+#include "base/error.h"
+
+static eg_status cuda_copy_kernel(const eg__kernel_call *call) {
+    eg__cuda_device *d = eg__cuda_call_device(call);
+    if (!d) return eg_last_status();
+    const eg_tensor *x = call->inputs[0];
+    size_t size = eg__dtype_size(x->dtype);
+    /* Like the CPU's copy: x's elements in row-major order into a dense result of the same
+     * count (a reshaping copy when the shapes differ). */
+    if (x->n_elems != call->output->n_elems || !eg__is_contiguous(call->output))
+        return eg__op_error(call->op, EG_ERR_INTERNAL,
+                            "copy on %s: the result must be dense with the input's count",
+                            d->device->name);
+    if (eg__is_contiguous(x)) {
+        cudaError_t e =
+            cudaMemcpyAsync(eg__data(call->output), eg__data(x), (size_t)x->n_elems * size,
+                            cudaMemcpyDeviceToDevice, eg__cuda_stream(d));
+        if (e != cudaSuccess) return eg__cuda_error(e, d->device, "copy");
+    } else {
+        eg__cuda_strided_copy(eg__data(call->output),
+                              (const char *)x->storage->data + x->offset * (int64_t)size, size,
+                              x->n_dims, x->shape, x->strides, x->n_elems, eg__cuda_stream(d));
+    }
+    return eg__cuda_launched(call);
+}
+
+/* A host tensor's elements packed in row-major order into dst (x strided). */
+static void pack_host(char *dst, const eg_tensor *x) {
+    size_t size = eg__dtype_size(x->dtype);
+    const char *base = (const char *)x->storage->data + x->offset * (int64_t)size;
+    int64_t index[EG_MAX_DIMS] = {0};
+    int64_t offset = 0;
+    for (int64_t n = 0; n < x->n_elems; n++) {
+        memcpy(dst + (size_t)n * size, base + offset * (int64_t)size, size);
+        for (int dim = x->n_dims - 1; dim >= 0; dim--) {
+            if (++index[dim] < x->shape[dim]) {
+                offset += x->strides[dim];
+                break;
+            }
+            offset -= x->strides[dim] * (index[dim] - 1);
+            index[dim] = 0;
+        }
+    }
+}
+
+static eg_status cuda_to_device(const eg__kernel_call *call) {
+    eg__cuda_device *d = eg__cuda_call_device(call);
+    if (!d) return eg_last_status();
+    const eg_tensor *x = call->inputs[0];
+    eg_tensor *out = call->output;
+    size_t bytes = (size_t)x->n_elems * eg__dtype_size(x->dtype);
+    eg_status status;
+    if (x->device->host) { /* host -> GPU */
+        if (eg__is_contiguous(x))
+            return out->device->copy(out->device, eg__data(out), x->device, eg__data(x), bytes,
+                                     NULL) == EG_OK
+                       ? eg__cuda_launched(call)
+                       : eg_last_status();
+        char *packed = malloc(bytes ? bytes : 1);
+        if (!packed) return eg__error(EG_ERR_OUT_OF_MEMORY, "to_device: out of host memory");
+        pack_host(packed, x);
+        /* cudaMemcpyAsync from pageable memory has read it all when it returns, and the
+         * staged path copies it first: the buffer may go at once. */
+        status = out->device->copy(out->device, eg__data(out), x->device, packed, bytes, NULL);
+        free(packed);
+        return status == EG_OK ? eg__cuda_launched(call) : status;
+    }
+    eg__cuda_scratch scratch;
+    const void *src = eg__cuda_contiguous(eg__cuda_of(x->device), x, &scratch);
+    if (!src) return eg_last_status();
+    status = x->device->copy(out->device, eg__data(out), x->device, src, bytes, NULL);
+    eg__cuda_scratch_free(&scratch);
+    return status == EG_OK ? eg__cuda_launched(call) : status;
+}
+
+void eg__cuda_register_copies(eg__cuda_kernel_table *table) {
+    unsigned all = (1u << EG_DTYPE_COUNT) - 1u;
+    eg__cuda_register(table, EG__OP_COPY, cuda_copy_kernel, all, true);
+    /* views that must copy (the CPU's table has the same entries) */
+    eg__cuda_register(table, EG__OP_RESHAPE, cuda_copy_kernel, all, true);
+    eg__cuda_register(table, EG__OP_PERMUTE, cuda_copy_kernel, all, true);
+    eg__cuda_register(table, EG__OP_SLICE, cuda_copy_kernel, all, true);
+    eg__cuda_register(table, EG__OP_BROADCAST_TO, cuda_copy_kernel, all, true);
+    eg__cuda_register(table, EG__OP_TO_DEVICE, cuda_to_device, all, true);
+}

@@ -1,0 +1,155 @@
+/* A traced function's calls as one launch of a captured graph (CUDA graphs), on devices whose
+ * backend captures (backend.h: capture_begin …).
+ *
+ * The first call after the trace runs op by op while the backend records it; later calls launch
+ * the recording. A graph bakes in every address and every kernel parameter it was recorded with,
+ * so a trace is captured only when its calls differ in nothing but input values:
+ *   - no random draws (dropout seeds, random constants are drawn anew each call),
+ *   - no optimizer updates or deferred host actions (an update's step size changes each call),
+ * and it is captured again when its memory moved: a new arena (the previous call's outputs still
+ * held the old one). Inputs are copied into buffers of the graph's own unless they already are
+ * those buffers; the graph never reads the caller's tensors. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "dispatch/dispatch.h"
+#include "graph/internal.h"
+
+/* Why t cannot be captured, or NULL. */
+static const char *refusal(const trace *t) {
+    if (t->n_random)
+        return "it draws random numbers (dropout, random constants), which a captured graph "
+               "would repeat";
+    if (t->n_actions || t->n_parts)
+        return "it updates variables or runs deferred actions, whose per-call scalars (the "
+               "optimizer's step) a captured graph would repeat";
+    return NULL;
+}
+
+static void note(eg_function *f, const char *fmt, const char *why) {
+    eg_function_stats *s = eg__graph_stats(f);
+    snprintf(s->capture_note, sizeof s->capture_note, fmt, why);
+}
+
+void eg__graph_capture_free(trace *t) {
+    if (t->captured) eg__backend_of(t->device)->graph_free(t->device, t->captured);
+    t->captured = NULL;
+    if (t->captured_arena) eg__storage_unref(t->captured_arena);
+    t->captured_arena = NULL;
+    for (int i = 0; t->captured_inputs && i < t->n_inputs; i++)
+        if (t->captured_inputs[i]) eg__storage_unref(t->captured_inputs[i]);
+    free(t->captured_inputs);
+    t->captured_inputs = NULL;
+}
+
+/* Input i's values into the graph's buffer for it (x dense, its bytes those of placeholder i). */
+static eg_status bind_input(eg_function *f, trace *t, int i, const eg_tensor *x) {
+    eg__storage *buffer = t->captured_inputs[i];
+    if (x->storage == buffer && x->offset == 0) return EG_OK;
+    size_t bytes = (size_t)x->n_elems * eg__dtype_size(x->dtype);
+    eg__graph_stats(f)->n_input_copies++;
+    return x->device->copy(t->device, buffer->data, x->device, eg__data(x), bytes, NULL);
+}
+
+/* The placeholders read the graph's input buffers (detached again at the end of the call). */
+static void bind_placeholders(trace *t) {
+    for (int i = 0; i < t->n_inputs; i++) {
+        eg__storage_ref(t->captured_inputs[i]);
+        t->placeholders[i]->storage = t->captured_inputs[i];
+        t->placeholders[i]->offset = 0;
+    }
+}
+
+/* Records one call: inputs into fresh buffers, the entries run under capture. */
+static eg_status capture(eg_function *f, trace *t, const eg_tensor *const *inputs) {
+    const eg__backend *backend = eg__backend_of(t->device);
+    eg__graph_capture_free(t);
+    t->captured_inputs = calloc((size_t)t->n_inputs, sizeof *t->captured_inputs);
+    if (!t->captured_inputs)
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", "graph capture");
+    eg_status status = EG_OK;
+    for (int i = 0; i < t->n_inputs && status == EG_OK; i++) {
+        const eg_tensor *p = t->placeholders[i];
+        t->captured_inputs[i] =
+            eg__storage_new(t->device, (size_t)p->n_elems * eg__dtype_size(p->dtype));
+        status = t->captured_inputs[i] ? bind_input(f, t, i, inputs[i]) : eg_last_status();
+    }
+    if (status != EG_OK) return status;
+    eg__storage_ref(t->arena);
+    t->captured_arena = t->arena;
+    bind_placeholders(t);
+    status = backend->capture_begin(t->device);
+    if (status != EG_OK) return status;
+    for (int i = 0; i < t->n_entries && status == EG_OK; i++)
+        status = eg__graph_run_entry(t, &t->entries[i]);
+    void *graph = NULL;
+    eg_status ended = backend->capture_end(t->device, &graph);
+    if (status == EG_OK) status = ended;
+    if (status == EG_OK) {
+        t->captured = graph;
+        eg__graph_stats(f)->n_captures++;
+    }
+    return status;
+}
+
+eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *const *inputs,
+                                 eg_tensor **outputs, bool *handled) {
+    *handled = false;
+    const eg__backend *backend = eg__backend_of(t->device);
+    if (!backend->capture_begin || t->capture_refused) return EG_OK;
+    const char *why = refusal(t);
+    if (why) {
+        t->capture_refused = true;
+        note(f, "not captured as a graph: %s", why);
+        return EG_OK;
+    }
+    for (int i = 0; i < t->n_inputs; i++)
+        if (!inputs[i]->storage || !eg__is_contiguous(inputs[i]) || inputs[i]->device != t->device)
+            return EG_OK; /* the op-by-op replay realizes, packs or refuses it */
+    eg_status status = eg__graph_ensure_arena(f, t);
+    if (status != EG_OK) return status;
+    *handled = true;
+    if (t->captured && t->arena != t->captured_arena) {
+        note(f, "%s",
+             "captured again: the previous call's outputs still held the graph's "
+             "memory (release them before the next call)");
+        eg__graph_capture_free(t);
+    }
+    if (!t->captured) {
+        status = capture(f, t, inputs);
+        if (status != EG_OK) { /* what the device could not record runs op by op from now on */
+            note(f, "not captured as a graph: %s", eg_last_error());
+            eg_clear_error();
+            eg__graph_capture_free(t);
+            for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
+            for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+            t->capture_refused = true;
+            *handled = false;
+            return EG_OK;
+        }
+    } else {
+        for (int i = 0; i < t->n_inputs && status == EG_OK; i++)
+            status = bind_input(f, t, i, inputs[i]);
+        bind_placeholders(t);
+        /* the entries' storage, as at the capture (outputs are views of it) */
+        for (int i = 0; i < t->n_entries && status == EG_OK; i++)
+            status = eg__graph_bind_entry(t, &t->entries[i]);
+    }
+    if (status == EG_OK) status = backend->graph_launch(t->device, t->captured);
+    if (status == EG_OK) eg__graph_stats(f)->n_graph_launches++;
+    for (int i = 0; i < eg__graph_n_outputs(f); i++) {
+        outputs[i] = NULL;
+        if (status == EG_OK && !(outputs[i] = eg__graph_output_for(t->outputs[i])))
+            status = eg_last_status();
+    }
+    if (status != EG_OK)
+        for (int i = 0; i < eg__graph_n_outputs(f); i++) {
+            eg_release(outputs[i]);
+            outputs[i] = NULL;
+        }
+    for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
+    for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+    eg__graph_stats(f)->n_replays++;
+    return status;
+}
