@@ -181,6 +181,13 @@ typedef struct eg__backend {
     /* Enqueues the recorded work again, as one launch. */
     eg_status (*graph_launch)(const eg_device *device, void *graph);
     void (*graph_free)(const eg_device *device, void *graph);
+    /* A graph's per-call scalars (an optimizer step's learning rate and bias corrections): the
+     * update kernels recorded in a capture read them from memory of the graph's, and between
+     * refresh_begin and refresh_end an update call launches nothing but writes this call's
+     * scalars there, in the order of the capture (after the previous launch has read them).
+     * refresh_end: EG_ERR_STATE when the calls differed from the capture's. */
+    eg_status (*graph_refresh_begin)(const eg_device *device, void *graph);
+    eg_status (*graph_refresh_end)(const eg_device *device, void *graph);
 
     /* ---- the devices of a kind that is not the host's (NULL for the CPU) ---- */
 

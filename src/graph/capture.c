@@ -3,9 +3,13 @@
  *
  * The first call after the trace runs op by op while the backend records it; later calls launch
  * the recording. A graph bakes in every address and every kernel parameter it was recorded with,
- * so a trace is captured only when its calls differ in nothing but input values:
+ * so a trace is captured only when its calls differ in nothing but input values and what the
+ * backend can refresh:
  *   - no random draws (dropout seeds, random constants are drawn anew each call),
- *   - no optimizer updates or deferred host actions (an update's step size changes each call),
+ *   - no deferred host actions (an assign), and updates only that read their gradient in place:
+ *     an update's scalars (the step size, Adam's bias corrections) change each call, so the
+ *     recorded update kernels read them from the graph's memory, and before each launch the
+ *     updates run on the host alone (refresh) to write this call's there;
  * and it is captured again when its memory moved: a new arena (the previous call's outputs still
  * held the old one). Inputs are copied into buffers of the graph's own unless they already are
  * those buffers; the graph never reads the caller's tensors. */
@@ -16,15 +20,30 @@
 #include "dispatch/dispatch.h"
 #include "graph/internal.h"
 
-/* Why t cannot be captured, or NULL. */
-static const char *refusal(const trace *t) {
+/* Why t cannot be captured on a backend with these hooks, or NULL. */
+static const char *refusal(const trace *t, const eg__backend *backend) {
     if (t->n_random)
         return "it draws random numbers (dropout, random constants), which a captured graph "
                "would repeat";
-    if (t->n_actions || t->n_parts)
-        return "it updates variables or runs deferred actions, whose per-call scalars (the "
-               "optimizer's step) a captured graph would repeat";
+    for (int a = 0; a < t->n_actions; a++)
+        if (t->actions[a].run) return "it runs deferred host actions (an assign)";
+    if (t->n_parts && !backend->graph_refresh_begin)
+        return "it updates variables, and the device cannot refresh an update's scalars";
+    for (int p = 0; p < t->n_parts; p++)
+        if (!eg__graph_part_is_direct(t, &t->parts[p]))
+            return "an update casts or copies its gradient (a gradient of another dtype or a "
+                   "view), through temporaries a graph cannot keep";
     return NULL;
+}
+
+/* Puts the optimizers' step counts back where this call found them (a refresh that failed
+ * after eg__graph_run_steps advanced them): the first update of each optimizer holds its
+ * count, so the updates are visited last to first. */
+static void restore_iterations(trace *t) {
+    for (int a = t->n_actions - 1; a >= 0; a--) {
+        update_action *u = t->actions[a].update;
+        if (u) (void)u->updater->set_iterations(u->optimizer, u->iteration);
+    }
 }
 
 static void note(eg_function *f, const char *fmt, const char *why) {
@@ -81,8 +100,8 @@ static eg_status capture(eg_function *f, trace *t, const eg_tensor *const *input
     bind_placeholders(t);
     status = backend->capture_begin(t->device);
     if (status != EG_OK) return status;
-    for (int i = 0; i < t->n_entries && status == EG_OK; i++)
-        status = eg__graph_run_entry(t, &t->entries[i]);
+    /* the whole call, updates included (their scalars go to the graph's memory) */
+    status = eg__graph_run_steps(t, t->n_inputs, false, true);
     void *graph = NULL;
     eg_status ended = backend->capture_end(t->device, &graph);
     if (status == EG_OK) status = ended;
@@ -98,7 +117,7 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
     *handled = false;
     const eg__backend *backend = eg__backend_of(t->device);
     if (!backend->capture_begin || t->capture_refused) return EG_OK;
-    const char *why = refusal(t);
+    const char *why = refusal(t, backend);
     if (why) {
         t->capture_refused = true;
         note(f, "not captured as a graph: %s", why);
@@ -118,6 +137,7 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
     }
     if (!t->captured) {
         status = capture(f, t, inputs);
+        if (status != EG_OK) restore_iterations(t);
         if (status != EG_OK) { /* what the device could not record runs op by op from now on */
             note(f, "not captured as a graph: %s", eg_last_error());
             eg_clear_error();
@@ -135,6 +155,15 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
         /* the entries' storage, as at the capture (outputs are views of it) */
         for (int i = 0; i < t->n_entries && status == EG_OK; i++)
             status = eg__graph_bind_entry(t, &t->entries[i]);
+        if (status == EG_OK && t->n_parts) { /* this call's update scalars, nothing launched */
+            status = backend->graph_refresh_begin(t->device, t->captured);
+            if (status == EG_OK) {
+                status = eg__graph_run_steps(t, t->n_inputs, false, false);
+                eg_status ended = backend->graph_refresh_end(t->device, t->captured);
+                if (status == EG_OK) status = ended;
+                if (status != EG_OK) restore_iterations(t);
+            }
+        }
     }
     if (status == EG_OK) status = backend->graph_launch(t->device, t->captured);
     if (status == EG_OK) eg__graph_stats(f)->n_graph_launches++;

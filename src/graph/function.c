@@ -548,6 +548,49 @@ eg_tensor *eg__graph_output_for(const eg_tensor *graph_output) {
 }
 
 /* just_traced: the call that traced t, whose random ops drew their seeds while tracing. */
+/* The body of a call, inputs bound: every update's iteration, the early updates, the entries
+ * with the updates placed after them (in parallel when parallel_ok and the plan allows), the
+ * deferred actions, the optimizers' counts. run_entries false: the updates only (what a
+ * captured graph's refresh asks: their scalars for this call, no kernel). */
+eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run_entries) {
+    eg_status status = EG_OK;
+    /* each step's iteration: the optimizer's count, plus one per earlier step on it */
+    for (int a = 0; a < t->n_actions; a++) {
+        update_action *u = t->actions[a].update;
+        if (!u) continue;
+        u->iteration = u->updater->iterations(u->optimizer);
+        for (int b = 0; b < a; b++)
+            if (t->actions[b].update && t->actions[b].update->optimizer == u->optimizer)
+                u->iteration++;
+    }
+    for (int p = 0; p < t->n_early_parts && status == EG_OK; p++)
+        status = run_part(t, &t->parts[t->part_order[p]]);
+    bool parallel = false;
+    if (status == EG_OK && parallel_ok && run_entries)
+        status = eg__graph_run_parallel(t, (const eg_tensor *const *)t->placeholders, n_inputs,
+                                        &parallel);
+    for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
+        entry *e = &t->entries[i];
+        if (run_entries) status = eg__graph_run_entry(t, e);
+        for (int p = 0; p < e->n_parts && status == EG_OK; p++)
+            status = run_part(t, &t->parts[t->part_order[e->first_part + p]]);
+    }
+    /* what could not run earlier, in traced order */
+    for (int a = 0; a < t->n_actions && status == EG_OK; a++) {
+        if (t->actions[a].run) {
+            status = t->actions[a].run(t->actions[a].context);
+            continue;
+        }
+        for (int p = 0; p < t->n_parts && status == EG_OK; p++)
+            if (t->parts[p].action == a && !t->parts[p].hoisted) status = run_part(t, &t->parts[p]);
+    }
+    for (int a = 0; a < t->n_actions && status == EG_OK; a++)
+        if (t->actions[a].update)
+            status = t->actions[a].update->updater->set_iterations(
+                t->actions[a].update->optimizer, t->actions[a].update->iteration + 1);
+    return status;
+}
+
 eg_function_stats *eg__graph_stats(eg_function *f) {
     return &f->stats;
 }
@@ -582,40 +625,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
         }
         bind(t->placeholders[i], x->storage, x->offset);
     }
-    /* each step's iteration: the optimizer's count, plus one per earlier step on it */
-    for (int a = 0; a < t->n_actions; a++) {
-        update_action *u = t->actions[a].update;
-        if (!u) continue;
-        u->iteration = u->updater->iterations(u->optimizer);
-        for (int b = 0; b < a; b++)
-            if (t->actions[b].update && t->actions[b].update->optimizer == u->optimizer)
-                u->iteration++;
-    }
-    for (int p = 0; p < t->n_early_parts && status == EG_OK; p++)
-        status = run_part(t, &t->parts[t->part_order[p]]);
-    bool parallel = false;
-    if (status == EG_OK && !just_traced)
-        status = eg__graph_run_parallel(t, (const eg_tensor *const *)t->placeholders, f->n_inputs,
-                                        &parallel);
-    for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
-        entry *e = &t->entries[i];
-        status = eg__graph_run_entry(t, e);
-        for (int p = 0; p < e->n_parts && status == EG_OK; p++)
-            status = run_part(t, &t->parts[t->part_order[e->first_part + p]]);
-    }
-    /* what could not run earlier, in traced order */
-    for (int a = 0; a < t->n_actions && status == EG_OK; a++) {
-        if (t->actions[a].run) {
-            status = t->actions[a].run(t->actions[a].context);
-            continue;
-        }
-        for (int p = 0; p < t->n_parts && status == EG_OK; p++)
-            if (t->parts[p].action == a && !t->parts[p].hoisted) status = run_part(t, &t->parts[p]);
-    }
-    for (int a = 0; a < t->n_actions && status == EG_OK; a++)
-        if (t->actions[a].update)
-            status = t->actions[a].update->updater->set_iterations(
-                t->actions[a].update->optimizer, t->actions[a].update->iteration + 1);
+    if (status == EG_OK) status = eg__graph_run_steps(t, f->n_inputs, !just_traced, true);
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (status == EG_OK) {

@@ -130,6 +130,7 @@ void eg__graph_capture_free(trace *t);
 /* Replay pieces capture.c uses (function.c): a new arena when none is free, one entry bound and
  * computed, and a caller-owned view of a graph output. */
 eg_status eg__graph_ensure_arena(eg_function *f, trace *t);
+eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run_entries);
 eg_status eg__graph_run_entry(trace *t, entry *e);
 eg_tensor *eg__graph_output_for(const eg_tensor *graph_output);
 eg_function_stats *eg__graph_stats(eg_function *f);

@@ -31,6 +31,7 @@
 #define EG__CUDA_MIN_MAJOR 9
 
 struct eg__cuda_capture_list;
+struct eg__cuda_graph;
 
 typedef struct eg__cuda_device {
     struct eg_device *device; /* cuda:N */
@@ -55,6 +56,8 @@ typedef struct eg__cuda_device {
      * the capture, kept for the graph (its kernels use them at every launch). */
     bool capturing;
     struct eg__cuda_capture_list *captured_scratch;
+    /* While a captured graph's per-call scalars are written (graphs.c: refresh). */
+    struct eg__cuda_graph *refreshing;
     /* Library handles (cuBLASLt, cuDNN) and their workspace, made at first use. */
     void *blas_lt, *dnn;
     void *workspace;
@@ -115,6 +118,14 @@ eg_status eg__cuda_capture_begin(const eg_device *device);
 eg_status eg__cuda_capture_end(const eg_device *device, void **graph);
 eg_status eg__cuda_graph_launch(const eg_device *device, void *graph);
 void eg__cuda_graph_free(const eg_device *device, void *graph);
+eg_status eg__cuda_graph_refresh_begin(const eg_device *device, void *graph);
+eg_status eg__cuda_graph_refresh_end(const eg_device *device, void *graph);
+/* A kernel's per-call scalars (bytes of them, packed) in a graph being captured: device memory
+ * the graph fills from a pinned host copy at every launch, which the kernel reads; NULL with an
+ * error when out of memory (the capture then fails). */
+const void *eg__cuda_capture_scalars(eg__cuda_device *d, const void *packed, size_t bytes);
+/* During a refresh: this call's scalars for the next such kernel of the capture, in order. */
+void eg__cuda_refresh_scalars(eg__cuda_device *d, const void *packed, size_t bytes);
 
 /* x's elements in row-major order, contiguous in device memory: x's own data when x is
  * contiguous (scratch untouched, pointer NULL), else a copy enqueued into scratch. */

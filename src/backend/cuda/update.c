@@ -67,6 +67,22 @@ static eg__cuda_update_scalars scalars_of(const eg__update_params *h) {
     };
 }
 
+/* Inside a graph capture the launch reads its scalars from the graph's memory (*live), so that
+ * every later launch of the graph gets its call's; during a refresh (graphs.c) only the scalars
+ * are written there: false, nothing to launch. */
+static bool graph_scalars(eg__cuda_device *d, const eg__cuda_update_scalars *scalars, int f64,
+                          const void **live) {
+    if (!d->capturing && !d->refreshing) return true;
+    unsigned char packed[EG__CUDA_UPDATE_PACKED_BYTES];
+    size_t bytes = eg__cuda_update_pack(scalars, f64, packed);
+    if (d->refreshing) {
+        eg__cuda_refresh_scalars(d, packed, bytes);
+        return false;
+    }
+    *live = eg__cuda_capture_scalars(d, packed, bytes);
+    return *live != NULL;
+}
+
 /* Blocks per launch: enough to fill every SM (8 blocks of 256 threads each). */
 static int max_blocks(const eg__cuda_device *d) {
     return d->sm_count > 0 ? d->sm_count * 8 : 65535;
@@ -110,7 +126,10 @@ void eg__cuda_update_many(const eg__update_params *params, const eg__update_piec
                 };
             }
             if (n == BATCH || (i == n_pieces && n > 0)) {
-                eg__cuda_update(&scalars, f64, batch, n, max_blocks(d), eg__cuda_stream(d));
+                const void *live = NULL;
+                if (graph_scalars(d, &scalars, f64, &live))
+                    eg__cuda_update(&scalars, f64, batch, n, max_blocks(d), live,
+                                    eg__cuda_stream(d));
                 n = 0;
             }
         }
@@ -134,6 +153,9 @@ void eg__cuda_update_range(const eg__update_params *params, eg_dtype dtype, void
     for (int k = 0; k < EG__UPDATE_MAX_SLOTS; k++)
         piece.slots[k] = slots[k] ? (char *)slots[k] + (size_t)start * size : NULL;
     eg__cuda_update_scalars scalars = scalars_of(params);
-    eg__cuda_update(&scalars, dtype == EG_DTYPE_F64, &piece, 1, max_blocks(d), eg__cuda_stream(d));
+    const void *live = NULL;
+    if (graph_scalars(d, &scalars, dtype == EG_DTYPE_F64, &live))
+        eg__cuda_update(&scalars, dtype == EG_DTYPE_F64, &piece, 1, max_blocks(d), live,
+                        eg__cuda_stream(d));
     launched(d);
 }

@@ -19,6 +19,7 @@
 //   rounded magnitude is below the smallest normal: x86 detects tininess after rounding.)
 // Division and square root are the correctly rounded ones (.rn), like the CPU's divss/sqrtss.
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/update_launch.h"
 
@@ -148,9 +149,12 @@ __device__ __forceinline__ void rmsprop(const scalars<T> &s, const piece<T> &q, 
     q.v[i] = x;
 }
 
+// live: where a captured graph's launch reads this call's scalars (written by the host before
+// each launch, see graphs.c), NULL when they are the parameter s.
 template <typename M, typename T, int RULE>
 __global__ void __launch_bounds__(THREADS)
-    update_pieces(const scalars<T> s, const __grid_constant__ table<T> t) {
+    update_pieces(scalars<T> s, const scalars<T> *live, const __grid_constant__ table<T> t) {
+    if (live) s = *live;
     const int64_t tiles = t.pieces[t.n - 1].tile_end;
     int p = 0; // the tiles of a block only go up: the piece search never goes back
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -170,9 +174,7 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
-template <typename M, typename T>
-void launch(const eg__cuda_update_scalars *h, const eg__cuda_update_piece *pieces, int n_pieces,
-            int max_blocks, cudaStream_t stream) {
+template <typename T> scalars<T> pack(const eg__cuda_update_scalars *h) {
     scalars<T> s;
     s.lr = (T)h->lr;
     s.wd = (T)h->weight_decay;
@@ -184,6 +186,14 @@ void launch(const eg__cuda_update_scalars *h, const eg__cuda_update_piece *piece
     s.rho = (T)h->rho;
     s.rhoc = (T)h->rho_complement;
     s.nesterov = h->nesterov != 0;
+    return s;
+}
+
+template <typename M, typename T>
+void launch(const eg__cuda_update_scalars *h, const eg__cuda_update_piece *pieces, int n_pieces,
+            int max_blocks, const void *live_scalars, cudaStream_t stream) {
+    const scalars<T> s = pack<T>(h);
+    const scalars<T> *live = static_cast<const scalars<T> *>(live_scalars);
     for (int first = 0; first < n_pieces; first += PIECES) {
         table<T> t = {};
         int64_t tiles = 0;
@@ -206,15 +216,15 @@ void launch(const eg__cuda_update_scalars *h, const eg__cuda_update_piece *piece
         switch (h->rule) {
         case EG__CUDA_UPDATE_SGD:
             update_pieces<M, T, EG__CUDA_UPDATE_SGD>
-                <<<(unsigned)blocks, THREADS, 0, stream>>>(s, t);
+                <<<(unsigned)blocks, THREADS, 0, stream>>>(s, live, t);
             break;
         case EG__CUDA_UPDATE_ADAM:
             update_pieces<M, T, EG__CUDA_UPDATE_ADAM>
-                <<<(unsigned)blocks, THREADS, 0, stream>>>(s, t);
+                <<<(unsigned)blocks, THREADS, 0, stream>>>(s, live, t);
             break;
         default:
             update_pieces<M, T, EG__CUDA_UPDATE_RMSPROP>
-                <<<(unsigned)blocks, THREADS, 0, stream>>>(s, t);
+                <<<(unsigned)blocks, THREADS, 0, stream>>>(s, live, t);
             break;
         }
     }
@@ -222,11 +232,24 @@ void launch(const eg__cuda_update_scalars *h, const eg__cuda_update_piece *piece
 
 } // namespace
 
+static_assert(sizeof(scalars<double>) <= EG__CUDA_UPDATE_PACKED_BYTES, "packed scalars fit");
+
 extern "C" void eg__cuda_update(const eg__cuda_update_scalars *h, int is_f64,
                                 const eg__cuda_update_piece *pieces, int n_pieces, int max_blocks,
-                                cudaStream_t stream) {
+                                const void *live_scalars, cudaStream_t stream) {
     if (is_f64)
-        launch<f64_math, double>(h, pieces, n_pieces, max_blocks, stream);
+        launch<f64_math, double>(h, pieces, n_pieces, max_blocks, live_scalars, stream);
     else
-        launch<f32_math, float>(h, pieces, n_pieces, max_blocks, stream);
+        launch<f32_math, float>(h, pieces, n_pieces, max_blocks, live_scalars, stream);
+}
+
+extern "C" size_t eg__cuda_update_pack(const eg__cuda_update_scalars *h, int is_f64, void *out) {
+    if (is_f64) {
+        const scalars<double> s = pack<double>(h);
+        memcpy(out, &s, sizeof s);
+        return sizeof s;
+    }
+    const scalars<float> s = pack<float>(h);
+    memcpy(out, &s, sizeof s);
+    return sizeof s;
 }

@@ -37,9 +37,16 @@ typedef struct eg__cuda_update_piece {
  * in place: one kernel per EG__CUDA_UPDATE_PIECES_PER_LAUNCH pieces, their table in the
  * kernel's parameters; at most max_blocks blocks each. */
 #define EG__CUDA_UPDATE_PIECES_PER_LAUNCH 64
+/* live_scalars: NULL, or device memory holding the scalars packed by eg__cuda_update_pack,
+ * which the kernels then read instead of `scalars` (a captured graph's update: its host writes
+ * each call's scalars there before the launch). */
 void eg__cuda_update(const eg__cuda_update_scalars *scalars, int is_f64,
                      const eg__cuda_update_piece *pieces, int n_pieces, int max_blocks,
-                     cudaStream_t stream);
+                     const void *live_scalars, cudaStream_t stream);
+/* The scalars as the kernels of one dtype read them, into out (EG__CUDA_UPDATE_PACKED_BYTES of
+ * room); returns their size. */
+#define EG__CUDA_UPDATE_PACKED_BYTES 128
+size_t eg__cuda_update_pack(const eg__cuda_update_scalars *scalars, int is_f64, void *out);
 
 #ifdef __cplusplus
 }
