@@ -165,6 +165,9 @@ typedef struct eg__backend {
      * backend's devices, any layout, in row-major order), -1 when every element is finite: what
      * check numerics asks of every result. */
     int64_t (*first_nonfinite)(const eg_tensor *t);
+    /* What ran for call, for the profiler's trace ("cudnn fwd IMPLICIT_PRECOMP_GEMM ...", "cublasLt
+     * algo 23 ..."): a string that lives as long as the process, or NULL. Never raises. */
+    const char *(*kernel_note)(const eg__kernel_call *call);
     /* Frees what the backend holds (eg_shutdown). */
     void (*shutdown)(void);
 

@@ -55,7 +55,8 @@ enum { EG__EVF_OUTPUT = 1u << 0, EG__EVF_FAILED = 1u << 1 };
  * then its output when EG__EVF_OUTPUT), each followed by n_dims int64 sizes. */
 typedef struct eg__prof_event {
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
-    uint64_t a, b;             /* op: bytes_in_use after it (or NO_SAMPLE); chunk: begin, end */
+    uint64_t a, b; /* op: bytes_in_use after it (or NO_SAMPLE) and the backend's note on what
+                      ran (a const char *, static; 0: none); chunk: begin, end */
     uint16_t kind, id;         /* EG__EV_*; the op or the range name */
     uint8_t n_shapes, n_inputs, flags, unused;
 } eg__prof_event;

@@ -228,6 +228,10 @@ static const unsigned char *put_event(writer *w, const eg__prof_thread *t, const
             p = put_shape(w, p);
         else
             put(w, "null,\"error\":true");
+        if (e.b) { /* what the backend chose, e.g. the convolution algorithm */
+            put(w, ",\"kernel\":");
+            put_string(w, (const char *)(uintptr_t)e.b);
+        }
         put(w, "}}");
         if (e.a != EG__PROFILER_NO_SAMPLE && e.a != *last_sample) {
             begin_event(w, "memory", false, NULL, "C", e.end_ns, NULL, t->os_tid);

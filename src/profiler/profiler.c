@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "device/device.h"
+#include "dispatch/dispatch.h"
 #include "exec/observer.h"
 #include "profiler/internal.h"
 
@@ -201,8 +202,8 @@ static uint64_t bytes_in_use(const eg_device *device) {
 
 /* start/end: wall clock (the trace); duration: what the stats count. */
 static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
-                      const eg_tensor *const *inputs, const eg_tensor *output, uint64_t start,
-                      uint64_t end, uint64_t duration) {
+                      const eg_tensor *const *inputs, const eg_tensor *output, const char *note,
+                      uint64_t start, uint64_t end, uint64_t duration) {
     eg__prof_thread *t = thread_buffer();
     if (!t) return;
     bool trace = flags & EG_PROFILE_TRACE;
@@ -226,6 +227,7 @@ static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
                 eg__prof_event event = {.start_ns = start,
                                         .end_ns = end,
                                         .a = sample,
+                                        .b = (uint64_t)(uintptr_t)note,
                                         .kind = EG__EV_OP,
                                         .id = (uint16_t)op,
                                         .n_shapes = (uint8_t)(n_kept + (output != NULL)),
@@ -256,7 +258,6 @@ static void op_begin(eg__op op, int n_inputs, const eg_tensor *const *inputs, eg
 
 static void op_end(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__attrs *attrs,
                    eg_tensor *output, eg__op_span *span) {
-    (void)attrs;
     unsigned flags = atomic_load_explicit(&eg__profiler_flags, memory_order_relaxed);
     uint64_t end = eg__profiler_now_ns(), cpu_end = cpu_now_if(flags);
     if (!flags) return;
@@ -264,7 +265,14 @@ static void op_end(eg__op op, int n_inputs, const eg_tensor *const *inputs, cons
     for (int i = 0; i < n_inputs; i++)
         if (!inputs[i]) return;
     uint64_t start = span->values[2];
-    record_op(flags, span->values[0], op, n_inputs, inputs, output, start, end,
+    /* what the backend chose for it (a GPU's cuDNN algorithm, cuBLASLt's), for the trace */
+    const char *note = NULL;
+    if ((flags & EG_PROFILE_TRACE) && output && output->device) {
+        const eg__backend *backend = eg__backend_of(output->device);
+        eg__kernel_call call = {op, n_inputs, inputs, output, attrs};
+        if (backend && backend->kernel_note) note = backend->kernel_note(&call);
+    }
+    record_op(flags, span->values[0], op, n_inputs, inputs, output, note, start, end,
               flags & EG_PROFILE_CPU_TIME ? cpu_end - span->values[1] : end - start);
 }
 

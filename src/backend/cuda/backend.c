@@ -1,7 +1,9 @@
 /* The CUDA backend: its kernel table, what it supports, and its devices (runtime.c). */
 #include <pthread.h>
 
+#include "backend/cuda/dnn.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/products_launch.h"
 
 static eg__cuda_kernel_table table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
@@ -38,6 +40,26 @@ static int cuda_device_count(void) {
     return eg__cuda_device_count();
 }
 
+/* The library choice behind a product or a convolution (made once per shape). */
+static const char *cuda_kernel_note(const eg__kernel_call *call) {
+    switch (call->op) {
+    case EG__OP_MATMUL:
+    case EG__OP_DENSE:
+        return eg__cuda_product_note(call);
+    case EG__OP_CONV2D:
+    case EG__OP_CONV2D_BACKWARD_INPUT:
+    case EG__OP_CONV2D_BACKWARD_FILTER:
+    case EG__OP_MAX_POOL2D:
+    case EG__OP_MAX_POOL2D_BACKWARD:
+    case EG__OP_MAX_POOL2D_ARGMAX:
+    case EG__OP_AVG_POOL2D:
+    case EG__OP_AVG_POOL2D_BACKWARD:
+        return eg__cuda_dnn_note(call);
+    default:
+        return NULL;
+    }
+}
+
 const eg__backend eg__cuda_backend = {
     .name = "cuda",
     .type = EG_DEVICE_CUDA,
@@ -50,6 +72,7 @@ const eg__backend eg__cuda_backend = {
     .compile_fused = eg__cuda_compile_fused,
     .first_nonfinite = eg__cuda_first_nonfinite,
     .shutdown = eg__cuda_shutdown,
+    .kernel_note = cuda_kernel_note,
     .capture_begin = eg__cuda_capture_begin,
     .capture_end = eg__cuda_capture_end,
     .graph_launch = eg__cuda_graph_launch,
