@@ -6,7 +6,8 @@
 #                                  build/gpu and packs build/gpu-bundle — the test and bench
 #                                  binaries, the shared libraries a bare GPU machine may lack
 #                                  (OpenBLAS, cmocka, zlib) and a 10 000-image Fashion-MNIST
-#                                  subset — small enough to travel (device tool: carry it).
+#                                  subset — and build/gpu-bundle.tar.xz, the same in ~25 MB:
+#                                  small enough to travel (device tool: carry that file).
 #   scripts/gpu-check.sh [run]     on the GPU machine, from the repository root: runs the bundle
 #                                  (or, with no bundle, builds one first when the machine can);
 #                                  exit 0 when every test passed.
@@ -66,8 +67,9 @@ for name in ["t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]:
     shutil.copy(f"{src}/{name}.gz", f"{dst}/{name}.gz")
 PY
   cp tests/cli/test_cuda_train.sh "$bundle/bin/"
-  du -sh "$bundle"
-  echo "bundle ready: carry build/gpu-bundle and run scripts/gpu-check.sh on the GPU machine"
+  tar -C build -cf - gpu-bundle | xz -T0 -6 >"$bundle.tar.xz"
+  du -sh "$bundle" "$bundle.tar.xz"
+  echo "bundle ready: carry build/gpu-bundle.tar.xz and run scripts/gpu-check.sh on the GPU machine"
 }
 
 # Directories holding the CUDA libraries Eagle opens at run time, for LD_LIBRARY_PATH.
@@ -85,6 +87,10 @@ cuda_library_path() {
 }
 
 run() {
+  if [ ! -d "$bundle/bin" ] && [ -f "$bundle.tar.xz" ]; then
+    tar -C build -xJf "$bundle.tar.xz" 2>/dev/null ||
+      python3 -m tarfile -e "$bundle.tar.xz" build || echo "could not unpack $bundle.tar.xz"
+  fi
   if [ ! -d "$bundle/bin" ]; then
     echo "no bundle at $bundle: building one here"
     prepare || { echo "SUMMARY: could not build (no bundle carried, no toolchain here)"; return 1; }
