@@ -112,7 +112,8 @@ static eg__allocator *host_get_allocator(const eg_device *device) {
 static eg_status host_copy(const eg_device *dst_device, void *dst, const eg_device *src_device,
                            const void *src, size_t bytes, eg__stream *stream) {
     (void)stream;
-    if (!dst_device->host || !src_device->host)
+    /* every host device's memory is host memory, opaque ones' too (EG_CPU_DEVICES_OPAQUE) */
+    if (dst_device->type != EG_DEVICE_CPU || src_device->type != EG_DEVICE_CPU)
         return eg__error(EG_ERR_UNSUPPORTED, "copy: the host cannot copy from %s to %s",
                          src_device->name, dst_device->name);
     if (bytes) memcpy(dst, src, bytes);
@@ -182,10 +183,20 @@ static int count_from_environment(void) {
     return (int)n;
 }
 
+/* EG_CPU_DEVICES_OPAQUE=1, a testing aid: the logical CPU devices but cpu:0 are treated as
+ * devices whose memory the host may not touch (like a GPU's): creation, reads, printing,
+ * checkpoints and optimizer slots then take the paths a GPU needs (staging copies, read-backs),
+ * which the CPU's kernels still compute on, so those paths are tested on any machine. */
+static bool opaque_from_environment(void) {
+    const char *env = getenv("EG_CPU_DEVICES_OPAQUE");
+    return env && *env && strcmp(env, "0") != 0;
+}
+
 void eg__host_devices_init(void) {
     pthread_mutex_lock(&host_init_mutex);
     if (!atomic_load_explicit(&eg__host_devices_ready, memory_order_relaxed)) {
         int n = requested_count ? requested_count : count_from_environment();
+        bool opaque = opaque_from_environment();
         for (int i = 0; i < n; i++) {
             struct eg_device *d = &eg__host_devices[i];
             if (n == 1)
@@ -194,7 +205,7 @@ void eg__host_devices_init(void) {
                 snprintf(d->name, sizeof d->name, "cpu:%d", i);
             d->type = EG_DEVICE_CPU;
             d->index = i;
-            d->host = true;
+            d->host = i == 0 || !opaque;
             d->get_allocator = host_get_allocator;
             d->copy = host_copy;
             d->memset = host_memset;

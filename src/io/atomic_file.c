@@ -1,5 +1,6 @@
 /* Atomic file replacement: temporary file, fsync, rename, fsync of the directory. See
  * atomic_file.h. */
+#include "device/device.h"
 #include "io/atomic_file.h"
 
 #include <dirent.h>
@@ -319,7 +320,7 @@ eg_status eg__atomic_write_tensor(eg__atomic_file *file, const eg_tensor *t) {
     size_t n_bytes = (size_t)eg_tensor_n_elems(t) * size;
     if (n_bytes == 0) return EG_OK;
     if ((HOST_IS_LITTLE_ENDIAN || size == 1) &&
-        eg_device_kind(eg_tensor_device(t)) == EG_DEVICE_CPU && eg_tensor_is_contiguous(t)) {
+        eg__device_is_host(eg_tensor_device(t)) && eg_tensor_is_contiguous(t)) {
         const void *data = eg_tensor_data(t);
         if (!data) return eg__atomic_fail(file, eg_last_status());
         return eg__atomic_write(file, data, n_bytes);
