@@ -106,6 +106,52 @@ static void test_fused_chain_matches_eager_and_saves_memory(void **state) {
     eg_scope_end();
 }
 
+/* A chain of 150 elementwise ops: fused groups stay within 64 ops (what one compiled kernel
+ * takes), so the chain runs as three fused loops, and the values are eager mode's bits. */
+static eg_tensor *long_chain(const eg_tensor *x) {
+    eg_tensor *y = eg_mul_scalar(x, 1.0001);
+    for (int i = 1; i < 150; i++)
+        y = i % 3 == 0 ? eg_tanh(y) : i % 3 == 1 ? eg_add(y, x) : eg_mul_scalar(y, 0.5);
+    return y;
+}
+
+static eg_status long_chain_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    (void)user;
+    out[0] = long_chain(in[0]);
+    return out[0] ? EG_OK : eg_last_status();
+}
+
+static void test_long_chains_fuse_in_bounded_groups(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t shape[2] = {8, 33};
+    eg_tensor *x = uniform_tensor(2, shape, 4);
+    eg_tensor *eager = long_chain(x);
+    eg_lazy_stats before = stats_now();
+    eg_lazy_begin();
+    eg_tensor *lazy = long_chain(x);
+    eg_lazy_end();
+    assert_int_equal(eg_realize(1, (const eg_tensor *const *)&lazy), EG_OK);
+    eg_lazy_stats after = stats_now();
+    assert_bitwise_equal(eager, lazy);
+    assert_int_equal(after.n_nodes - before.n_nodes, 150);
+    assert_int_equal(after.n_kernels - before.n_kernels, 3); /* 64 + 64 + 22 */
+    eg_function *f = eg_function_new("long_chain", long_chain_step, 1, 1, NULL);
+    assert_non_null(f);
+    for (int call = 0; call < 2; call++) {
+        const eg_tensor *in[1] = {x};
+        eg_tensor *out[1];
+        assert_int_equal(eg_function_call(f, in, out), EG_OK);
+        assert_bitwise_equal(eager, out[0]);
+        eg_release(out[0]);
+    }
+    eg_function_stats fs;
+    assert_int_equal(eg_function_stats_get(f, &fs), EG_OK);
+    assert_int_equal(fs.n_kernels, 3);
+    eg_function_free(f);
+    eg_scope_end();
+}
+
 static void test_intermediates_share_memory_by_liveness(void **state) {
     (void)state;
     /* matmuls cannot fuse: each result is a temporary, freed as soon as the next is computed */
@@ -312,6 +358,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_no_storage_until_read, setup),
         cmocka_unit_test_setup(test_fused_chain_matches_eager_and_saves_memory, setup),
+        cmocka_unit_test_setup(test_long_chains_fuse_in_bounded_groups, setup),
         cmocka_unit_test_setup(test_intermediates_share_memory_by_liveness, setup),
         cmocka_unit_test_setup(test_schedule_is_cached_by_structure, setup),
         cmocka_unit_test_setup(test_errors_are_raised_at_the_call, setup),

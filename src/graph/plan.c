@@ -108,6 +108,35 @@ static bool alias_is_read(const trace *t, int a) {
     return false;
 }
 
+/* Keeps every fused group within EG__FUSED_MAX_MEMBERS ops (what a compiled group takes, as
+ * lazy mode does): an entry's group counts itself and its inlined inputs' groups (shared ones
+ * once per path: an upper bound), and while a group would be larger its largest inlined input
+ * becomes a buffer of its own, the root of a group of its own size. */
+static eg_status cap_groups(trace *t) {
+    int n = t->n_entries;
+    int *size = malloc(sizeof *size * ((size_t)n + 1));
+    if (!size) return eg__error(EG_ERR_OUT_OF_MEMORY, "function: out of host memory");
+    for (int i = 0; i < n; i++) {
+        size[i] = 1;
+        if (t->entries[i].role == ROLE_ALIAS) continue;
+        const eg__lazy_node *node = t->entries[i].tensor->lazy;
+        for (;;) {
+            int total = 1, largest = -1;
+            for (int j = 0; j < node->n_inputs; j++) {
+                int at = eg__graph_position(t, node->inputs[j]);
+                if (at < 0 || t->entries[at].role != ROLE_INLINED) continue;
+                total += size[at];
+                if (largest < 0 || size[at] > size[largest]) largest = at;
+            }
+            size[i] = total;
+            if (total <= EG__FUSED_MAX_MEMBERS || largest < 0) break;
+            t->entries[largest].role = ROLE_BUFFER;
+        }
+    }
+    free(size);
+    return EG_OK;
+}
+
 static eg_status assign_roles(trace *t) {
     int n = t->n_entries;
     int *consumers = calloc((size_t)n + 1, sizeof *consumers);
@@ -152,7 +181,7 @@ static eg_status assign_roles(trace *t) {
     }
     free(consumers);
     free(fusable_consumers);
-    return EG_OK;
+    return cap_groups(t);
 }
 
 /* ---- 3. order ---- */

@@ -330,6 +330,39 @@ static bool reads_variable(const eg__lazy_node *node) {
     return false;
 }
 
+/* Keeps every fused group within EG__FUSED_MAX_MEMBERS ops (what run_node gathers and a
+ * compiled group takes): an entry's group counts itself and its inlined inputs' groups (shared
+ * ones counted once per path: an upper bound), and while a group would be larger its largest
+ * inlined input becomes a temporary of its own, the root of a group of its own size. */
+static void cap_groups(plan *p) {
+    int local[256];
+    int *size = p->n <= 256 ? local : malloc(sizeof *size * (size_t)p->n);
+    if (!size) { /* no fusion at all is always within the bound */
+        for (int i = 0; i < p->n; i++)
+            if (p->entries[i].role == ROLE_INLINED) p->entries[i].role = ROLE_TEMPORARY;
+        return;
+    }
+    for (int i = 0; i < p->n; i++) {
+        size[i] = 1;
+        const eg__lazy_node *node = p->entries[i].tensor->lazy;
+        for (;;) {
+            int total = 1, largest = -1;
+            for (int j = 0; j < node->n_inputs; j++) {
+                int at = position_of(p, node->inputs[j]);
+                if (at < 0 || p->entries[at].role != ROLE_INLINED) continue;
+                total += size[at];
+                if (largest < 0 || size[at] > size[largest]) largest = at;
+            }
+            size[i] = total;
+            if (total <= EG__FUSED_MAX_MEMBERS || largest < 0) break;
+            plan_entry *demoted = &p->entries[largest]; /* as assign_roles places a buffer */
+            demoted->keep = reads_variable(demoted->tensor->lazy);
+            demoted->role = demoted->keep ? ROLE_KEPT : ROLE_TEMPORARY;
+        }
+    }
+    if (size != local) free(size);
+}
+
 /* Roles, from the consumers down to the producers. */
 static void assign_roles(plan *p, int n_targets, const eg_tensor *const *targets) {
     for (int i = 0; i < n_targets; i++) {
@@ -383,6 +416,7 @@ static void assign_roles(plan *p, int n_targets, const eg_tensor *const *targets
     }
     free(n_consumers);
     free(fusable_consumers);
+    cap_groups(p);
 }
 
 /* The position at which each computed entry is last read. Inlined entries are read when their
@@ -448,8 +482,8 @@ static eg_status run_node(plan *p, int at) {
     if (e->role == ROLE_TEMPORARY) thread_stats.n_temporaries++;
     if (t->n_elems == 0) return EG_OK;
     if (eg__lazy_fusable(t)) {
-        eg_tensor *members[64];
-        int n = gather_group(p, at, members, 64);
+        eg_tensor *members[EG__FUSED_MAX_MEMBERS];
+        int n = gather_group(p, at, members, EG__FUSED_MAX_MEMBERS);
         if (n < 0) return eg__error(EG_ERR_OUT_OF_MEMORY, "lazy: out of host memory");
         if (n > 1) {
             thread_stats.n_nodes += (uint64_t)(n - 1);
