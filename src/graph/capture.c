@@ -5,11 +5,11 @@
  * the recording. A graph bakes in every address and every kernel parameter it was recorded with,
  * so a trace is captured only when its calls differ in nothing but input values and what the
  * backend can refresh:
- *   - no random draws (dropout seeds, random constants are drawn anew each call),
- *   - no deferred host actions (an assign), and updates only that read their gradient in place:
- *     an update's scalars (the step size, Adam's bias corrections) change each call, so the
- *     recorded update kernels read them from the graph's memory, and before each launch the
- *     updates run on the host alone (refresh) to write this call's there;
+ *   - no deferred host actions (an assign), and updates only that read their gradient in place;
+ *   - an update's scalars (the step size, Adam's bias corrections) and a dropout's seed change
+ *     each call, so the recorded kernels read them from the graph's memory, and before each
+ *     launch the updates and dropouts run on the host alone (refresh) to write this call's
+ *     there; random constants are refilled in place before the launch, as in a replay;
  * and it is captured again when its memory moved: a new arena (the previous call's outputs still
  * held the old one). Inputs are copied into buffers of the graph's own unless they already are
  * those buffers; the graph never reads the caller's tensors. */
@@ -22,9 +22,13 @@
 
 /* Why t cannot be captured on a backend with these hooks, or NULL. */
 static const char *refusal(const trace *t, const eg__backend *backend) {
-    if (t->n_random)
-        return "it draws random numbers (dropout, random constants), which a captured graph "
-               "would repeat";
+    if (t->n_random && !backend->graph_refresh_begin)
+        return "it draws random numbers (dropout, random constants), and the device cannot "
+               "refresh a dropout's seed";
+    for (int i = 0; i < t->n_random; i++) /* seeds are refreshed for dropouts only */
+        if (t->random_fills[i].distribution < 0 && t->random_ops[i]->lazy &&
+            t->random_ops[i]->lazy->op != EG__OP_DROPOUT)
+            return "it draws a seed for an op whose kernel cannot take it from graph memory";
     for (int a = 0; a < t->n_actions; a++)
         if (t->actions[a].run) return "it runs deferred host actions (an assign)";
     if (t->n_parts && !backend->graph_refresh_begin)
@@ -125,10 +129,19 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
     }
     for (int i = 0; i < t->n_inputs; i++)
         if (!inputs[i]->storage || !eg__is_contiguous(inputs[i]) || inputs[i]->device != t->device)
-            return EG_OK; /* the op-by-op replay realizes, packs or refuses it */
-    eg_status status = eg__graph_ensure_arena(f, t);
-    if (status != EG_OK) return status;
+            return EG_OK;       /* the op-by-op replay realizes, packs or refuses it */
+    /* as every call: new constants in place, new dropout seeds (once: a fallback to the
+     * op-by-op replay below does not draw again) */
+    bool was_pending = eg__error_pending();
+    eg__graph_redraw_random(t);
+    t->redrawn = true;
     *handled = true;
+    eg_status status = !was_pending && eg__error_pending() ? eg_last_status()
+                                                            : eg__graph_ensure_arena(f, t);
+    if (status != EG_OK) {
+        t->redrawn = false;
+        return status;
+    }
     if (t->captured && t->arena != t->captured_arena) {
         note(f, "%s",
              "captured again: the previous call's outputs still held the graph's "
@@ -155,7 +168,8 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
         /* the entries' storage, as at the capture (outputs are views of it) */
         for (int i = 0; i < t->n_entries && status == EG_OK; i++)
             status = eg__graph_bind_entry(t, &t->entries[i]);
-        if (status == EG_OK && t->n_parts) { /* this call's update scalars, nothing launched */
+        if (status == EG_OK && (t->n_parts || t->n_random)) {
+            /* this call's update scalars and dropout seeds, nothing launched */
             status = backend->graph_refresh_begin(t->device, t->captured);
             if (status == EG_OK) {
                 status = eg__graph_run_steps(t, t->n_inputs, false, false);
@@ -180,5 +194,6 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
     for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
     for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
     eg__graph_stats(f)->n_replays++;
+    t->redrawn = false;
     return status;
 }

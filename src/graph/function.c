@@ -84,7 +84,7 @@ static void note_random_tensor(eg_tensor *t, eg_generator *generator, eg__random
  * random ops. Ops that reuse a random op's seed (dropout's gradient applies the same mask: a
  * dropout op with the same attrs) follow it; they are found by the old seed, a 64-bit random
  * number. */
-static void redraw_random(trace *t) {
+void eg__graph_redraw_random(trace *t) {
     for (int i = 0; i < t->n_random; i++) {
         if (t->random_fills[i].distribution >= 0) {
             /* an error (a failed copy to a GPU) stays set; the replay reports it */
@@ -550,8 +550,9 @@ eg_tensor *eg__graph_output_for(const eg_tensor *graph_output) {
 /* just_traced: the call that traced t, whose random ops drew their seeds while tracing. */
 /* The body of a call, inputs bound: every update's iteration, the early updates, the entries
  * with the updates placed after them (in parallel when parallel_ok and the plan allows), the
- * deferred actions, the optimizers' counts. run_entries false: the updates only (what a
- * captured graph's refresh asks: their scalars for this call, no kernel). */
+ * deferred actions, the optimizers' counts. run_entries false: the updates and the dropouts
+ * only (what a captured graph's refresh asks: their scalars and seeds for this call, no
+ * kernel). */
 eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run_entries) {
     eg_status status = EG_OK;
     /* each step's iteration: the optimizer's count, plus one per earlier step on it */
@@ -571,7 +572,9 @@ eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run
                                         &parallel);
     for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
         entry *e = &t->entries[i];
-        if (run_entries) status = eg__graph_run_entry(t, e);
+        /* a refresh also runs the dropouts: their seeds are this call's too */
+        if (run_entries || (e->role == ROLE_BUFFER && e->tensor->lazy->op == EG__OP_DROPOUT))
+            status = eg__graph_run_entry(t, e);
         for (int p = 0; p < e->n_parts && status == EG_OK; p++)
             status = run_part(t, &t->parts[t->part_order[e->first_part + p]]);
     }
@@ -608,7 +611,8 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
         eg_status status = eg__graph_capture_call(f, t, inputs, outputs, &handled);
         if (handled) return status;
     }
-    if (!just_traced) redraw_random(t);
+    if (!just_traced && !t->redrawn) eg__graph_redraw_random(t);
+    t->redrawn = false;
     eg_status status = eg__graph_ensure_arena(f, t);
     eg_tensor *copies[64] = {0};
     for (int i = 0; i < f->n_inputs && status == EG_OK; i++) {

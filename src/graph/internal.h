@@ -98,6 +98,7 @@ typedef struct trace {
     eg__storage *captured_arena;
     eg__storage **captured_inputs;
     bool capture_refused;
+    bool redrawn; /* this call's random draws are made (by the capture path) */
 } trace;
 
 /* Plans a trace whose entries (topological order) and actions are set: common subexpressions,
@@ -131,6 +132,8 @@ void eg__graph_capture_free(trace *t);
  * computed, and a caller-owned view of a graph output. */
 eg_status eg__graph_ensure_arena(eg_function *f, trace *t);
 eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run_entries);
+/* Draws again what the trace drew (random constants refilled, dropout seeds), as each call does. */
+void eg__graph_redraw_random(trace *t);
 eg_status eg__graph_run_entry(trace *t, entry *e);
 eg_tensor *eg__graph_output_for(const eg_tensor *graph_output);
 eg_function_stats *eg__graph_stats(eg_function *f);

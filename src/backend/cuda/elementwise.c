@@ -200,6 +200,16 @@ static eg_status cuda_dropout(const eg__kernel_call *call) {
     eg__cuda_ew_type type;
     if (!type_of(call->output->dtype, &type)) return no_kernel(call, call->output->dtype);
     if (call->output->n_elems == 0) return eg__cuda_launched(call);
+    /* In a captured graph the seed, which changes every call, is read from the graph's memory
+     * (graphs.c); a refresh writes this call's seed there and launches nothing. */
+    uint64_t seed = call->attrs->seed;
+    const uint64_t *live_seed = NULL;
+    if (d->refreshing) {
+        eg__cuda_refresh_scalars(d, &seed, sizeof seed);
+        return EG_OK;
+    }
+    if (d->capturing && !(live_seed = eg__cuda_capture_scalars(d, &seed, sizeof seed)))
+        return eg_last_status();
     double rate = call->attrs->scalars[0];
     /* As dropout.c: uniform_f32(w) = (w >> 8) 2^-24 >= (float)rate exactly when (w >> 8) >=
      * ceil((float)rate 2^24), a product that is exact in double. */
@@ -209,9 +219,8 @@ static eg_status cuda_dropout(const eg__kernel_call *call) {
     eg__cuda_scratch scratch;
     const void *x = eg__cuda_contiguous(d, call->inputs[0], &scratch);
     if (!x) return eg_last_status();
-    int status =
-        eg__cuda_ew_dropout(type, eg__data(call->output), x, call->output->n_elems,
-                            call->attrs->seed, threshold, 1.0 / (1.0 - rate), eg__cuda_stream(d));
+    int status = eg__cuda_ew_dropout(type, eg__data(call->output), x, call->output->n_elems, seed,
+                                     live_seed, threshold, 1.0 / (1.0 - rate), eg__cuda_stream(d));
     eg__cuda_scratch_free(&scratch); /* safe once enqueued: the stream orders its reuse */
     if (status != 0) return no_kernel(call, call->output->dtype);
     return eg__cuda_launched(call);

@@ -155,7 +155,9 @@ int cast_from(eg__cuda_ew_type to, void *out, const void *x, const eg__cuda_ew_g
 // Blocks [first, first + count) of the dense tensor's (n elements; the last may be partial).
 template <typename T>
 __global__ void dropout_kernel(T *out, const T *x, long long n, long long first, long long count,
-                               unsigned long long seed, unsigned threshold, T scale) {
+                               unsigned long long seed, const unsigned long long *live_seed,
+                               unsigned threshold, T scale) {
+    if (live_seed) seed = *live_seed;
     for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < count;
          b += (long long)gridDim.x * blockDim.x) {
         unsigned long long block = (unsigned long long)(first + b);
@@ -171,7 +173,9 @@ __global__ void dropout_kernel(T *out, const T *x, long long n, long long first,
 // f32 with 16-byte aligned x and out: a block's four elements in one float4 load and store
 // (the scalar kernel's warp touches each sector with four separate instructions).
 __global__ void dropout_f32x4_kernel(float4 *out, const float4 *x, long long count,
-                                     unsigned long long seed, unsigned threshold, float scale) {
+                                     unsigned long long seed, const unsigned long long *live_seed,
+                                     unsigned threshold, float scale) {
+    if (live_seed) seed = *live_seed;
     for (long long b = blockIdx.x * (long long)blockDim.x + threadIdx.x; b < count;
          b += (long long)gridDim.x * blockDim.x) {
         unsigned int words[4];
@@ -186,8 +190,9 @@ __global__ void dropout_f32x4_kernel(float4 *out, const float4 *x, long long cou
 }
 
 template <typename T>
-void dropout_launch(T *out, const T *x, long long n, unsigned long long seed, unsigned threshold,
-                    T scale, cudaStream_t stream) {
+void dropout_launch(T *out, const T *x, long long n, unsigned long long seed,
+                    const unsigned long long *live_seed, unsigned threshold, T scale,
+                    cudaStream_t stream) {
     long long blocks = (n + 3) / 4, first = 0;
     if constexpr (sizeof(T) == 4) {
         if ((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(x)) % 16 == 0) {
@@ -195,13 +200,13 @@ void dropout_launch(T *out, const T *x, long long n, unsigned long long seed, un
             if (whole > 0)
                 dropout_f32x4_kernel<<<eg_ew::blocks_for(whole), eg_ew::threads, 0, stream>>>(
                     reinterpret_cast<float4 *>(out), reinterpret_cast<const float4 *>(x), whole,
-                    seed, threshold, scale);
+                    seed, live_seed, threshold, scale);
             first = whole;
         }
     }
     if (blocks > first)
         dropout_kernel<T><<<eg_ew::blocks_for(blocks - first), eg_ew::threads, 0, stream>>>(
-            out, x, n, first, blocks - first, seed, threshold, scale);
+            out, x, n, first, blocks - first, seed, live_seed, threshold, scale);
 }
 
 } // namespace
@@ -265,17 +270,18 @@ extern "C" int eg__cuda_ew_cast(eg__cuda_ew_type from, eg__cuda_ew_type to, void
 }
 
 extern "C" int eg__cuda_ew_dropout(eg__cuda_ew_type type, void *out, const void *x, int64_t n,
-                                   uint64_t seed, uint32_t threshold, double scale,
-                                   cudaStream_t stream) {
+                                   uint64_t seed, const uint64_t *live_seed, uint32_t threshold,
+                                   double scale, cudaStream_t stream) {
     if (n <= 0) return type == EG__CUDA_EW_F32 || type == EG__CUDA_EW_F64 ? 0 : -1;
+    const unsigned long long *live = reinterpret_cast<const unsigned long long *>(live_seed);
     switch (type) {
     case EG__CUDA_EW_F32:
         dropout_launch(static_cast<float *>(out), static_cast<const float *>(x), (long long)n,
-                       (unsigned long long)seed, threshold, (float)scale, stream);
+                       (unsigned long long)seed, live, threshold, (float)scale, stream);
         return 0;
     case EG__CUDA_EW_F64:
         dropout_launch(static_cast<double *>(out), static_cast<const double *>(x), (long long)n,
-                       (unsigned long long)seed, threshold, scale, stream);
+                       (unsigned long long)seed, live, threshold, scale, stream);
         return 0;
     default:
         return -1;

@@ -105,9 +105,12 @@ int eg__cuda_ew_mul_add(eg__cuda_ew_type type, void *out, const void *x, const v
                         const void *shift, const eg__cuda_ew_geometry *g, cudaStream_t stream);
 
 /* out[i] = (word i % 4 of Philox block i / 4 under seed) >> 8 >= threshold ? x[i] * scale : 0
- * for i < n, x and out dense; type f32 (scale rounded to f32) or f64. */
+ * for i < n, x and out dense; type f32 (scale rounded to f32) or f64. live_seed: NULL, or
+ * device memory the kernels read the seed from instead (a captured graph's dropout: each launch
+ * gets its call's seed there). */
 int eg__cuda_ew_dropout(eg__cuda_ew_type type, void *out, const void *x, int64_t n, uint64_t seed,
-                        uint32_t threshold, double scale, cudaStream_t stream);
+                        const uint64_t *live_seed, uint32_t threshold, double scale,
+                        cudaStream_t stream);
 
 #ifdef __cplusplus
 }
