@@ -18,6 +18,7 @@
 
 #include "base/error.h"
 #include "dispatch/dispatch.h"
+#include "eagle/runtime.h"
 #include "graph/internal.h"
 
 /* Why t cannot be captured on a backend with these hooks, or NULL. */
@@ -31,6 +32,13 @@ static const char *refusal(const trace *t, const eg__backend *backend) {
             return "it draws a seed for an op whose kernel cannot take it from graph memory";
     for (int a = 0; a < t->n_actions; a++)
         if (t->actions[a].run) return "it runs deferred host actions (an assign)";
+    for (int i = 0; i < t->n_entries; i++) { /* one device's stream is captured */
+        const eg_tensor *x = t->entries[i].tensor;
+        if (x->device != t->device) return "it computes on more than one device";
+        for (int j = 0; x->lazy && j < x->lazy->n_inputs; j++)
+            if (x->lazy->inputs[j]->device != t->device)
+                return "it reads tensors of more than one device";
+    }
     if (t->n_parts && !backend->graph_refresh_begin)
         return "it updates variables, and the device cannot refresh an update's scalars";
     for (int p = 0; p < t->n_parts; p++)
@@ -109,11 +117,31 @@ static eg_status capture(eg_function *f, trace *t, const eg_tensor *const *input
     void *graph = NULL;
     eg_status ended = backend->capture_end(t->device, &graph);
     if (status == EG_OK) status = ended;
+    if (status != EG_OK) restore_iterations(t); /* run_steps advanced them; nothing ran */
     if (status == EG_OK) {
         t->captured = graph;
         eg__graph_stats(f)->n_captures++;
     }
     return status;
+}
+
+/* The op-by-op replay takes over from here (for good): nothing of this call stays bound. */
+static void fall_back(eg_function *f, trace *t, const char *why) {
+    note(f, "not captured as a graph: %s", why);
+    eg_clear_error();
+    eg__graph_capture_free(t);
+    for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
+    for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+    t->capture_refused = true;
+}
+
+/* Whether a caller still holds an earlier call's output that shares one of the graph's input
+ * buffers (an output that is an input, or a view of one): new values copied there would change
+ * it under the caller. */
+static bool inputs_held(const trace *t) {
+    for (int i = 0; t->captured_inputs && i < t->n_inputs; i++)
+        if (t->captured_inputs[i] && atomic_load(&t->captured_inputs[i]->refcount) > 1) return true;
+    return false;
 }
 
 eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *const *inputs,
@@ -127,22 +155,25 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
         note(f, "not captured as a graph: %s", why);
         return EG_OK;
     }
+    /* the op-by-op replay realizes, packs or refuses these inputs, and checks numerics (which
+     * reads every result back on the host) */
+    if (eg_check_numerics()) return EG_OK;
     for (int i = 0; i < t->n_inputs; i++)
         if (!inputs[i]->storage || !eg__is_contiguous(inputs[i]) || inputs[i]->device != t->device)
-            return EG_OK;       /* the op-by-op replay realizes, packs or refuses it */
+            return EG_OK;
     /* as every call: new constants in place, new dropout seeds (once: a fallback to the
      * op-by-op replay below does not draw again) */
     bool was_pending = eg__error_pending();
     eg__graph_redraw_random(t);
     t->redrawn = true;
     *handled = true;
-    eg_status status = !was_pending && eg__error_pending() ? eg_last_status()
-                                                            : eg__graph_ensure_arena(f, t);
+    eg_status status =
+        !was_pending && eg__error_pending() ? eg_last_status() : eg__graph_ensure_arena(f, t);
     if (status != EG_OK) {
         t->redrawn = false;
         return status;
     }
-    if (t->captured && t->arena != t->captured_arena) {
+    if (t->captured && (t->arena != t->captured_arena || inputs_held(t))) {
         note(f, "%s",
              "captured again: the previous call's outputs still held the graph's "
              "memory (release them before the next call)");
@@ -150,14 +181,8 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
     }
     if (!t->captured) {
         status = capture(f, t, inputs);
-        if (status != EG_OK) restore_iterations(t);
         if (status != EG_OK) { /* what the device could not record runs op by op from now on */
-            note(f, "not captured as a graph: %s", eg_last_error());
-            eg_clear_error();
-            eg__graph_capture_free(t);
-            for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
-            for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
-            t->capture_refused = true;
+            fall_back(f, t, eg_last_error());
             *handled = false;
             return EG_OK;
         }
@@ -175,11 +200,19 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
                 status = eg__graph_run_steps(t, t->n_inputs, false, false);
                 eg_status ended = backend->graph_refresh_end(t->device, t->captured);
                 if (status == EG_OK) status = ended;
-                if (status != EG_OK) restore_iterations(t);
+                if (status != EG_OK) { /* the graph no longer matches the calls: op by op */
+                    restore_iterations(t);
+                    fall_back(f, t, eg_last_error());
+                    *handled = false;
+                    return EG_OK;
+                }
             }
         }
     }
-    if (status == EG_OK) status = backend->graph_launch(t->device, t->captured);
+    if (status == EG_OK) {
+        status = backend->graph_launch(t->device, t->captured);
+        if (status != EG_OK) restore_iterations(t); /* the step did not happen */
+    }
     if (status == EG_OK) eg__graph_stats(f)->n_graph_launches++;
     for (int i = 0; i < eg__graph_n_outputs(f); i++) {
         outputs[i] = NULL;

@@ -424,7 +424,9 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
 /* ---- replay ---- */
 
 eg_status eg__graph_ensure_arena(eg_function *f, trace *t) {
-    if (t->arena && atomic_load(&t->arena->refcount) == 1) return EG_OK;
+    /* the trace's own reference, and a captured graph's (capture.c), are not a caller's */
+    long owners = 1 + (t->captured_arena && t->captured_arena == t->arena);
+    if (t->arena && atomic_load(&t->arena->refcount) == owners) return EG_OK;
     /* First call, or outputs of an earlier call still hold the old arena: a new one. */
     if (t->arena) eg__storage_unref(t->arena);
     t->arena = NULL;
@@ -573,8 +575,10 @@ eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run
     for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
         entry *e = &t->entries[i];
         /* a refresh also runs the dropouts: their seeds are this call's too */
-        if (run_entries || (e->role == ROLE_BUFFER && e->tensor->lazy->op == EG__OP_DROPOUT))
+        if (run_entries)
             status = eg__graph_run_entry(t, e);
+        else if (e->role == ROLE_BUFFER && e->tensor->lazy->op == EG__OP_DROPOUT)
+            status = eg__graph_run_kernel(t, e, false); /* bound already by the caller */
         for (int p = 0; p < e->n_parts && status == EG_OK; p++)
             status = run_part(t, &t->parts[t->part_order[e->first_part + p]]);
     }

@@ -72,7 +72,8 @@ static eg_status cuda_to_device(const eg__kernel_call *call) {
         free(packed);
         return status == EG_OK ? eg__cuda_launched(call) : status;
     }
-    eg__cuda_scratch scratch;
+    eg__cuda_scratch scratch; /* a strided source is packed on its own GPU's stream */
+    if (eg__cuda_enter(eg__cuda_of(x->device)) != EG_OK) return eg_last_status();
     const void *src = eg__cuda_contiguous(eg__cuda_of(x->device), x, &scratch);
     if (!src) return eg_last_status();
     status = x->device->copy(out->device, eg__data(out), x->device, src, bytes, NULL);

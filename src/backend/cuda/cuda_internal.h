@@ -55,6 +55,7 @@ typedef struct eg__cuda_device {
     /* While a graph is being captured on the stream (graphs.c): the temporaries freed during
      * the capture, kept for the graph (its kernels use them at every launch). */
     bool capturing;
+    pthread_t capture_owner; /* the thread that captures or refreshes */
     struct eg__cuda_capture_list *captured_scratch;
     /* While a captured graph's per-call scalars are written (graphs.c: refresh). */
     struct eg__cuda_graph *refreshing;

@@ -120,6 +120,7 @@ eg_status eg__cuda_graph_refresh_begin(const eg_device *device, void *graph) {
     }
     g->next_slot = 0;
     g->refresh_failed = false;
+    d->capture_owner = pthread_self();
     d->refreshing = g;
     return EG_OK;
 }
@@ -153,6 +154,7 @@ eg_status eg__cuda_capture_begin(const eg_device *device) {
         return eg__cuda_error(e, device, "cudaStreamBeginCapture");
     }
     d->captured_scratch = list;
+    d->capture_owner = pthread_self();
     d->capturing = true;
     return EG_OK;
 }
@@ -161,6 +163,9 @@ eg_status eg__cuda_capture_end(const eg_device *device, void **graph_out) {
     eg__cuda_device *d = eg__cuda_of(device);
     *graph_out = NULL;
     if (!d->capturing) return eg__error(EG_ERR_STATE, "%s is not capturing a graph", device->name);
+    /* the graph's event belongs on this GPU, whatever was current meanwhile */
+    eg_status entered = eg__cuda_enter(d);
+    if (entered != EG_OK) eg_clear_error();
     d->capturing = false;
     eg__cuda_capture_list *list = d->captured_scratch;
     d->captured_scratch = NULL;
@@ -199,7 +204,11 @@ eg_status eg__cuda_graph_launch(const eg_device *device, void *graph) {
     if (status != EG_OK) return status;
     cuda_graph *g = graph;
     cudaError_t e = cudaGraphLaunch(g->exec, d->stream);
-    if (e == cudaSuccess) e = cudaEventRecord(g->done, d->stream);
+    if (e == cudaSuccess && (e = cudaEventRecord(g->done, d->stream)) != cudaSuccess) {
+        /* without the event a refresh could not tell when this launch has read its scalars */
+        (void)cudaStreamSynchronize(d->stream);
+        g->launched = false;
+    }
     if (e != cudaSuccess) return eg__cuda_error(e, device, "cudaGraphLaunch");
     g->launched = true;
     atomic_store_explicit(&d->last_op, "a captured graph", memory_order_relaxed);

@@ -63,6 +63,14 @@ static int sync_every_op(void) {
 static _Thread_local int current_ordinal = -1;
 
 eg_status eg__cuda_enter(eg__cuda_device *d) {
+    /* While a graph is captured or refreshed, other threads' work on the device would be
+     * recorded into it (or write its scalars): they must wait for the capture to end. */
+    if (__builtin_expect(d->capturing || d->refreshing, 0) &&
+        !pthread_equal(d->capture_owner, pthread_self()))
+        return eg__error(EG_ERR_STATE,
+                         "%s is capturing a graph on another thread; its ops wait until the "
+                         "capture ends",
+                         d->device->name);
     if (current_ordinal != d->ordinal) {
         cudaError_t e = cudaSetDevice(d->ordinal);
         if (e != cudaSuccess) return eg__cuda_error(e, d->device, "cudaSetDevice");
@@ -142,10 +150,14 @@ static void *raw_alloc(void *context, size_t bytes) {
 static void raw_free(void *context, void *pointer, size_t bytes) {
     (void)bytes;
     eg__cuda_device *d = context;
-    if (eg__cuda_enter(d) == EG_OK)
-        (void)cudaFree(pointer); /* waits for the device, as a segment may still be read */
-    else
+    if (eg__cuda_enter(d) != EG_OK) {
         eg_clear_error();
+        return;
+    }
+    /* queued kernels may still read the segment: cudaFree only "may" wait for them */
+    if (atomic_load_explicit(&d->stream_ready, memory_order_acquire))
+        (void)cudaStreamSynchronize(d->stream);
+    (void)cudaFree(pointer);
 }
 
 static void describe_free(void *context, char *out, size_t size) {
@@ -251,10 +263,19 @@ static eg_status cuda_copy(const eg_device *dst_device, void *dst, const eg_devi
                          gpu->name);
     cudaError_t e;
     if (!dst_device->host && !src_device->host) {
-        e = dst_device == src_device
-                ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream)
-                : cudaMemcpyPeerAsync(dst, eg__cuda_of(dst_device)->ordinal, src,
-                                      eg__cuda_of(src_device)->ordinal, bytes, d->stream);
+        /* between GPUs: the source's pending work (what made the bytes) finishes first, as the
+         * peer copy is ordered on the destination's stream only */
+        eg__cuda_device *source = eg__cuda_of(src_device);
+        e = cudaSuccess;
+        if (dst_device != src_device && (status = eg__cuda_enter(source)) == EG_OK)
+            e = cudaStreamSynchronize(source->stream);
+        if (status != EG_OK) return status;
+        if (e == cudaSuccess && (status = eg__cuda_enter(d)) != EG_OK) return status;
+        if (e == cudaSuccess)
+            e = dst_device == src_device
+                    ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, d->stream)
+                    : cudaMemcpyPeerAsync(dst, eg__cuda_of(dst_device)->ordinal, src,
+                                          source->ordinal, bytes, d->stream);
         if (e == cudaSuccess && dst_device != src_device) e = cudaStreamSynchronize(d->stream);
     } else if (dst_device->host) {
         e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, d->stream);
@@ -269,6 +290,10 @@ static eg_status cuda_copy(const eg_device *dst_device, void *dst, const eg_devi
             e = cudaHostAlloc(&d->staging[slot], STAGING_BYTES, cudaHostAllocDefault);
             if (e == cudaSuccess)
                 e = cudaEventCreateWithFlags(&d->staging_free[slot], cudaEventDisableTiming);
+            if (e != cudaSuccess && d->staging[slot]) { /* both or neither, for the next copy */
+                (void)cudaFreeHost(d->staging[slot]);
+                d->staging[slot] = NULL;
+            }
         } else {
             e = cudaEventSynchronize(d->staging_free[slot]);
         }
