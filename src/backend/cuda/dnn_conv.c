@@ -242,9 +242,13 @@ static bool algo_is_deterministic(conv_kind kind, int algo) {
 /* ---- cuDNN objects ---- */
 
 static eg_status dnn_error(const eg__kernel_call *call, cudnnStatus_t status, const char *what) {
-    return eg__op_error(
-        call->op, status == CUDNN_STATUS_ALLOC_FAILED ? EG_ERR_OUT_OF_MEMORY : EG_ERR_DEVICE,
-        "%s on %s: %s", what, call->output->device->name, eg__cuda_fn(cudnnGetErrorString)(status));
+    return eg__op_error(call->op,
+                        status == CUDNN_STATUS_ALLOC_FAILED ||
+                                status == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED
+                            ? EG_ERR_OUT_OF_MEMORY
+                            : EG_ERR_DEVICE,
+                        "%s on %s: %s", what, call->output->device->name,
+                        eg__cuda_fn(cudnnGetErrorString)(status));
 }
 
 /* Serializes the use of each device's handle. */

@@ -441,6 +441,10 @@ static void describe_entry(cache_entry *e) {
 
 static bool workspace_tried[EG__MAX_DEVICES_PER_KIND];
 
+void eg__cuda_products_reset(int index) {
+    if (index >= 0 && index < EG__MAX_DEVICES_PER_KIND) workspace_tried[index] = false;
+}
+
 static eg_status blas_error(const eg__kernel_call *call, const eg__cuda_device *d, cublasStatus_t s,
                             const char *what) {
     return eg__op_error(call->op, EG_ERR_DEVICE, "%s on %s: %s", what, d->device->name,
@@ -670,11 +674,20 @@ static eg_status cuda_product(const eg__kernel_call *call) {
         bool f64 = p.dtype == EG_DTYPE_F64;
         const void *alpha = f64 ? (const void *)&one_d : (const void *)&one_f;
         const void *beta = f64 ? (const void *)&zero_d : (const void *)&zero_f;
-        cublasStatus_t s = eg__cuda_fn(cublasLtMatmul)(
-            handle, x.op, alpha, b_data, x.a, a_data, x.b, beta, eg__data(out), x.c, eg__data(out),
-            x.c, &chosen.algo, chosen.workspace_bytes ? workspace : NULL, chosen.workspace_bytes,
-            eg__cuda_stream(d));
-        if (s != CUBLAS_STATUS_SUCCESS) {
+        if (chosen.workspace_bytes > workspace_bytes) /* chosen when the device had more */
+            status = eg__op_error(call->op, EG_ERR_STATE,
+                                  "on %s: the product's algorithm needs a %zu-byte workspace, "
+                                  "the device has %zu",
+                                  d->device->name, (size_t)chosen.workspace_bytes, workspace_bytes);
+        cublasStatus_t s =
+            status != EG_OK
+                ? CUBLAS_STATUS_SUCCESS
+                : eg__cuda_fn(cublasLtMatmul)(handle, x.op, alpha, b_data, x.a, a_data, x.b, beta,
+                                              eg__data(out), x.c, eg__data(out), x.c, &chosen.algo,
+                                              chosen.workspace_bytes ? workspace : NULL,
+                                              chosen.workspace_bytes, eg__cuda_stream(d));
+        if (status != EG_OK) {
+        } else if (s != CUBLAS_STATUS_SUCCESS) {
             status = blas_error(call, d, s, "cublasLtMatmul");
         } else if (activation != EG__CUDA_ACTIVATION_NONE || (bias && !bias_epilogue)) {
             int64_t cols = p.n;

@@ -41,6 +41,8 @@ struct eg__kernel_call;
  * call is not one of these ops or no product of its kind has run yet. Takes no lock on the GPU
  * and queries nothing: it reads the table of algorithms chosen so far. */
 const char *eg__cuda_product_note(const struct eg__kernel_call *call);
+/* Forgets that device `index`'s workspace was tried (its workspace was freed: eg_shutdown). */
+void eg__cuda_products_reset(int index);
 #endif
 
 #endif

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/fusion.h"
 #include "backend/cuda/libraries.h"
+#include "backend/cuda/products_launch.h"
 #include "base/error.h"
 
 static struct eg_device devices[EG__MAX_DEVICES_PER_KIND];
@@ -511,6 +512,7 @@ void eg__cuda_shutdown(void) {
         if (d->workspace) (void)cudaFree(d->workspace);
         d->blas_lt = d->dnn = d->workspace = NULL;
         d->workspace_bytes = 0;
+        eg__cuda_products_reset(i); /* made again at the next product */
         for (int k = 0; k < 2; k++) {
             if (d->staging[k]) (void)cudaFreeHost(d->staging[k]);
             if (d->staging_free[k]) (void)cudaEventDestroy(d->staging_free[k]);
