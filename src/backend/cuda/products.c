@@ -686,10 +686,10 @@ static eg_status cuda_product(const eg__kernel_call *call) {
                                               eg__data(out), x.c, eg__data(out), x.c, &chosen.algo,
                                               chosen.workspace_bytes ? workspace : NULL,
                                               chosen.workspace_bytes, eg__cuda_stream(d));
-        if (status != EG_OK) {
-        } else if (s != CUBLAS_STATUS_SUCCESS) {
+        if (status == EG_OK && s != CUBLAS_STATUS_SUCCESS) {
             status = blas_error(call, d, s, "cublasLtMatmul");
-        } else if (activation != EG__CUDA_ACTIVATION_NONE || (bias && !bias_epilogue)) {
+        } else if (status == EG_OK &&
+                   (activation != EG__CUDA_ACTIVATION_NONE || (bias && !bias_epilogue))) {
             int64_t cols = p.n;
             eg__cuda_product_epilogue(f64, eg__data(out), out->n_elems / cols, cols,
                                       bias_epilogue ? NULL : bias, 1, activation,
