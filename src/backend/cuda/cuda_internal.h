@@ -54,11 +54,11 @@ typedef struct eg__cuda_device {
     _Atomic(const char *) last_op;
     /* While a graph is being captured on the stream (graphs.c): the temporaries freed during
      * the capture, kept for the graph (its kernels use them at every launch). */
-    bool capturing;
+    atomic_bool capturing;   /* read by every thread's ops (eg__cuda_enter) */
     pthread_t capture_owner; /* the thread that captures or refreshes */
     struct eg__cuda_capture_list *captured_scratch;
     /* While a captured graph's per-call scalars are written (graphs.c: refresh). */
-    struct eg__cuda_graph *refreshing;
+    struct eg__cuda_graph *_Atomic refreshing;
     /* Library handles (cuBLASLt, cuDNN) and their workspace, made at first use. */
     void *blas_lt, *dnn;
     void *workspace;
