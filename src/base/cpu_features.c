@@ -8,7 +8,7 @@
 
 /* 0: not detected yet; else 1 + a bit set of FEATURE_*. Detection is idempotent, so racing
  * first calls just store the same value. */
-enum { FEATURE_AVX2_FMA = 1, FEATURE_F16C = 2 };
+enum { FEATURE_AVX2_FMA = 1, FEATURE_F16C = 2, FEATURE_AVX512 = 4 };
 static atomic_int detected;
 /* 0: not chosen yet; else 1 + the eg__cpu_level in use. */
 static atomic_int active_level;
@@ -26,6 +26,8 @@ static int features(void) {
     if (__builtin_cpu_supports("avx") &&
         __get_cpuid(1, &leaf1[0], &leaf1[1], &leaf1[2], &leaf1[3]) && (leaf1[2] & bit_F16C))
         bits |= FEATURE_F16C;
+    /* libgcc (and compiler-rt) check XGETBV for the opmask and ZMM state too */
+    if ((bits & FEATURE_AVX2_FMA) && __builtin_cpu_supports("avx512f")) bits |= FEATURE_AVX512;
     atomic_store_explicit(&detected, bits + 1, memory_order_relaxed);
     return bits;
 }
@@ -36,6 +38,20 @@ bool eg__cpu_has_avx2_fma(void) {
 bool eg__cpu_has_f16c(void) {
     return features() & FEATURE_F16C;
 }
+bool eg__cpu_has_avx512(void) {
+    return features() & FEATURE_AVX512;
+}
+
+bool eg__cpu_avx512_active(void) {
+    static atomic_int allowed = -1; /* EG_CPU leaves AVX-512 on: read once */
+    int a = atomic_load_explicit(&allowed, memory_order_relaxed);
+    if (a < 0) {
+        const char *value = getenv("EG_CPU");
+        a = !value || !*value || strcmp(value, "avx512") == 0;
+        atomic_store_explicit(&allowed, a, memory_order_relaxed);
+    }
+    return a && eg__cpu_has_avx512() && eg__cpu_active_level() == EG__CPU_AVX2;
+}
 
 static eg__cpu_level best_level(void) {
     return eg__cpu_has_avx2_fma() ? EG__CPU_AVX2 : EG__CPU_BASELINE;
@@ -43,7 +59,8 @@ static eg__cpu_level best_level(void) {
 
 static eg__cpu_level level_from_environment(void) {
     const char *value = getenv("EG_CPU");
-    if (!value || !*value || strcmp(value, "avx2") == 0) return best_level();
+    if (!value || !*value || strcmp(value, "avx2") == 0 || strcmp(value, "avx512") == 0)
+        return best_level();
     return EG__CPU_BASELINE;
 }
 

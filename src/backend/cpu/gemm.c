@@ -420,54 +420,166 @@ AVX2 static void kernel_4x16_direct(int64_t kc, a_panel a, const float *b, int64
 }
 #undef FMA_ROW
 
+#define AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+/* Two 6x16 tiles side by side (B micro-panels at b0 and b1, the same stride; C tiles at c0 and
+ * c1) in twelve 512-bit accumulators: twelve independent chains of multiply-adds, enough to keep
+ * both FMA units busy, where one tile's six zmm chains would wait on their latency. Each element
+ * is the same chain of fused multiply-adds in k order as in tile_6x16, so the bits are the same
+ * as the AVX2 kernels'. */
+AVX512 static inline __attribute__((always_inline)) void
+tile_6x32(int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b0, const float *b1,
+          int64_t b_stride, float *c0, float *c1, int64_t ldc, bool accumulate) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
+    __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
+    __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
+    __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
+    __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
+    __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
+#define FMA_ROW_512(r, lo, hi)                                                                     \
+    do {                                                                                           \
+        __m512 x_ = _mm512_set1_ps(a[(r)*a_rs]);                                                   \
+        lo = _mm512_fmadd_ps(x_, v0, lo);                                                          \
+        hi = _mm512_fmadd_ps(x_, v1, hi);                                                          \
+    } while (0)
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 v0 = _mm512_loadu_ps(b0), v1 = _mm512_loadu_ps(b1);
+        FMA_ROW_512(0, c00, c01);
+        FMA_ROW_512(1, c10, c11);
+        FMA_ROW_512(2, c20, c21);
+        FMA_ROW_512(3, c30, c31);
+        FMA_ROW_512(4, c40, c41);
+        FMA_ROW_512(5, c50, c51);
+        a += a_ps;
+        b0 += b_stride;
+        b1 += b_stride;
+    }
+#undef FMA_ROW_512
+#define STORE_ROW_512(r, lo, hi)                                                                   \
+    do {                                                                                           \
+        float *left = c0 + (r)*ldc, *right = c1 + (r)*ldc;                                         \
+        if (accumulate) {                                                                          \
+            lo = _mm512_add_ps(_mm512_loadu_ps(left), lo);                                         \
+            hi = _mm512_add_ps(_mm512_loadu_ps(right), hi);                                        \
+        }                                                                                          \
+        _mm512_storeu_ps(left, lo);                                                                \
+        _mm512_storeu_ps(right, hi);                                                               \
+    } while (0)
+    STORE_ROW_512(0, c00, c01);
+    STORE_ROW_512(1, c10, c11);
+    STORE_ROW_512(2, c20, c21);
+    STORE_ROW_512(3, c30, c31);
+    STORE_ROW_512(4, c40, c41);
+    STORE_ROW_512(5, c50, c51);
+#undef STORE_ROW_512
+}
+
+AVX512 static void kernel_6x32(int64_t kc, const float *a, const float *b0, const float *b1,
+                               int64_t b_stride, float *c0, float *c1, int64_t ldc,
+                               bool accumulate) {
+    tile_6x32(kc, a, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
+}
+
+AVX512 static void kernel_6x32_direct(int64_t kc, a_panel a, const float *b0, const float *b1,
+                                      int64_t b_stride, float *c0, float *c1, int64_t ldc,
+                                      bool accumulate) {
+    tile_6x32(kc, a.a, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc, accumulate);
+}
+
+/* Where micro-panel jr of B is read: packed at bp, or for direct B (k = p0..) B's own rows when
+ * the micro-panel is full, the packed last one (at bp) when not. */
+static inline const float *b_micro_panel(const eg__gemm_f32 *g, const float *bp, bool direct,
+                                         int64_t j0, int64_t jr, int64_t cols, int64_t p0,
+                                         int64_t kc, int64_t *b_stride) {
+    *b_stride = NR;
+    if (direct && cols == NR) {
+        *b_stride = g->b_row;
+        return g->b + p0 * g->b_row + (j0 + jr);
+    }
+    return direct ? bp : bp + jr * kc;
+}
+
+/* The geometry of one macro-kernel tile: rows [i0 + ir, + rows) (micro-panel `panel` of the A
+ * block), columns [j0 + jr, + cols). */
+typedef struct tile_place {
+    int64_t ir, rows, panel, jr, cols;
+} tile_place;
+
+/* One tile of macro_kernel: the kernel for its rows, into C, or through a local tile at edges. */
+AVX2 static inline __attribute__((always_inline)) void
+one_tile(const eg__gemm_f32 *g, bool c_transposed, const float *ap, bool direct_a, int64_t i0,
+         int64_t j0, int64_t p0, int64_t kc, tile_place t, const float *b, int64_t b_stride,
+         bool accumulate) {
+    int64_t c_row = c_transposed ? 1 : g->ldc, c_col = c_transposed ? g->ldc : 1;
+    bool own_a = direct_a && reads_own_a(t.rows);
+    const float *a = direct_a ? ap : ap + t.panel * kc * MR;
+    a_panel own = {g->a + (i0 + t.ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
+    float *c = g->c + (i0 + t.ir) * c_row + (j0 + t.jr) * c_col;
+    /* the kernels write exactly 6, 4 or 2 rows of 16 columns: such tiles go into C */
+    bool in_place =
+        t.cols == NR && !c_transposed && (t.rows == MR || t.rows == 4 || t.rows == 2);
+    float tile[MR * NR] __attribute__((aligned(32)));
+    float *out = in_place ? c : tile;
+    int64_t ld = in_place ? g->ldc : NR;
+    bool add = in_place && accumulate;
+    if (own_a && t.rows == MR)
+        kernel_6x16_direct(kc, own, b, b_stride, out, ld, add);
+    else if (own_a)
+        kernel_4x16_direct(kc, own, b, b_stride, out, ld, add);
+    else if (t.rows <= 4)
+        kernel_few_rows_x16((int)t.rows, kc, a, b, b_stride, out, ld, add);
+    else
+        kernel_6x16(kc, a, b, b_stride, out, ld, add);
+    if (in_place) return;
+    for (int64_t r = 0; r < t.rows; r++)
+        for (int64_t j = 0; j < t.cols; j++) {
+            float *element = &c[r * c_row + j * c_col];
+            *element = accumulate ? *element + tile[r * NR + j] : tile[r * NR + j];
+        }
+}
+
 /* C[i0.., j0..] (mc x nc) [+]= A block · B panel. A is the packed block at ap, or when direct_a
  * op(A) where it lies, except a panel reads_own_a refuses, packed at ap. B is the packed panel at
  * bp, or when direct B's own rows (k = p0..) for full micro-panels and the packed last one (at bp)
  * for a partial one. Tiles of 16 columns with 6, 4 or 2 rows are written into C; other edge
  * tiles go through a local tile and the same additions, so an element's bits do not depend on
- * whether it is at an edge, nor on whether A or B was packed. */
+ * whether it is at an edge, nor on whether A or B was packed. With AVX-512, two full 6-row tiles
+ * side by side run as one 6x32 tile (the same bits). */
 AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const float *ap,
                               bool direct_a, const float *bp, bool direct, int64_t i0, int64_t mc,
                               int64_t j0, int64_t nc, int64_t p0, int64_t kc, bool accumulate) {
-    /* C[i, j] at c[i * c_row + j * c_col]: row-major, or (a swapped product) column-major */
-    int64_t c_row = c_transposed ? 1 : g->ldc, c_col = c_transposed ? g->ldc : 1;
-    for (int64_t jr = 0; jr < nc; jr += NR) {
-        int64_t cols = nc - jr < NR ? nc - jr : NR;
-        const float *b = bp + jr * kc;
-        int64_t b_stride = NR;
-        if (direct && cols == NR) {
-            b = g->b + p0 * g->b_row + (j0 + jr);
-            b_stride = g->b_row;
-        } else if (direct) {
-            b = bp;
-        }
+    bool wide = !c_transposed && eg__cpu_avx512_active();
+    for (int64_t jr = 0; jr < nc;) {
+        int64_t cols = nc - jr < NR ? nc - jr : NR, b_stride, b2_stride;
+        const float *b = b_micro_panel(g, bp, direct, j0, jr, cols, p0, kc, &b_stride);
+        bool pair = wide && nc - jr >= 2 * NR;
+        const float *b2 =
+            pair ? b_micro_panel(g, bp, direct, j0, jr + NR, NR, p0, kc, &b2_stride) : NULL;
         for (int64_t ir = 0, rows, panel = 0; ir < mc; ir += rows, panel++) {
             rows = panel_rows(mc - ir);
-            bool own_a = direct_a && reads_own_a(rows);
-            const float *a = direct_a ? ap : ap + panel * kc * MR;
-            a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
-            float *c = g->c + (i0 + ir) * c_row + (j0 + jr) * c_col;
-            /* the kernels write exactly 6, 4 or 2 rows of 16 columns: such tiles go into C */
-            bool in_place = cols == NR && !c_transposed && (rows == MR || rows == 4 || rows == 2);
-            float tile[MR * NR] __attribute__((aligned(32)));
-            float *out = in_place ? c : tile;
-            int64_t ld = in_place ? g->ldc : NR;
-            bool add = in_place && accumulate;
-            if (own_a && rows == MR)
-                kernel_6x16_direct(kc, own, b, b_stride, out, ld, add);
-            else if (own_a)
-                kernel_4x16_direct(kc, own, b, b_stride, out, ld, add);
-            else if (rows <= 4)
-                kernel_few_rows_x16((int)rows, kc, a, b, b_stride, out, ld, add);
-            else
-                kernel_6x16(kc, a, b, b_stride, out, ld, add);
-            if (in_place) continue;
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t j = 0; j < cols; j++) {
-                    float *element = &c[r * c_row + j * c_col];
-                    *element = accumulate ? *element + tile[r * NR + j] : tile[r * NR + j];
+            if (pair && rows == MR) {
+                float *c = g->c + (i0 + ir) * g->ldc + (j0 + jr);
+                if (direct_a) {
+                    a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row,
+                                   g->a_col};
+                    kernel_6x32_direct(kc, own, b, b2, b_stride, c, c + NR, g->ldc, accumulate);
+                } else {
+                    kernel_6x32(kc, ap + panel * kc * MR, b, b2, b_stride, c, c + NR, g->ldc,
+                                accumulate);
                 }
+                continue;
+            }
+            tile_place t = {ir, rows, panel, jr, cols};
+            one_tile(g, c_transposed, ap, direct_a, i0, j0, p0, kc, t, b, b_stride, accumulate);
+            if (pair) {
+                t.jr = jr + NR;
+                t.cols = NR;
+                one_tile(g, c_transposed, ap, direct_a, i0, j0, p0, kc, t, b2, b2_stride,
+                         accumulate);
+            }
         }
+        jr += pair ? 2 * NR : NR;
     }
 }
 

@@ -16,6 +16,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "eagle/nn.h"
 #include "eagle/runtime.h"
@@ -24,7 +25,9 @@ static char blas_description[256];
 
 static void describe_blas(void) {
     snprintf(blas_description, sizeof blas_description, "%s%s", openblas_get_config(),
-             eg__gemm_f32_available() ? "; f32 matmul: Eagle's AVX2/FMA GEMM" : "");
+             !eg__gemm_f32_available() ? ""
+             : eg__cpu_avx512_active() ? "; f32 matmul: Eagle's GEMM, AVX-512 micro-kernel"
+                                       : "; f32 matmul: Eagle's AVX2/FMA GEMM");
 }
 
 #define TILE_ROWS 64
