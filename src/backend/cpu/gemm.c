@@ -475,6 +475,56 @@ tile_6x32(int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b
 #undef STORE_ROW_512
 }
 
+/* Twelve rows (two 6-row micro-panels of A, at a and a2) by 32 columns: 24 accumulators, and per
+ * k step two B loads and twelve broadcasts for 24 FMAs, so the FMA units, not the loads, bound
+ * it. The same chains per element as tile_6x16. */
+AVX512 static inline __attribute__((always_inline)) void
+tile_12x32(int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_ps,
+           const float *b0, const float *b1, int64_t b_stride, float *c0, float *c1, int64_t ldc,
+           bool accumulate) {
+    __m512 acc[24];
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; i++) acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 v0 = _mm512_loadu_ps(b0), v1 = _mm512_loadu_ps(b1);
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++) {
+            __m512 x = _mm512_set1_ps(r < 6 ? a[r * a_rs] : a2[(r - 6) * a_rs]);
+            acc[2 * r] = _mm512_fmadd_ps(x, v0, acc[2 * r]);
+            acc[2 * r + 1] = _mm512_fmadd_ps(x, v1, acc[2 * r + 1]);
+        }
+        a += a_ps;
+        a2 += a_ps;
+        b0 += b_stride;
+        b1 += b_stride;
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < 12; r++) {
+        float *left = c0 + r * ldc, *right = c1 + r * ldc;
+        __m512 lo = acc[2 * r], hi = acc[2 * r + 1];
+        if (accumulate) {
+            lo = _mm512_add_ps(_mm512_loadu_ps(left), lo);
+            hi = _mm512_add_ps(_mm512_loadu_ps(right), hi);
+        }
+        _mm512_storeu_ps(left, lo);
+        _mm512_storeu_ps(right, hi);
+    }
+}
+
+AVX512 static void kernel_12x32(int64_t kc, const float *a, const float *b0, const float *b1,
+                                int64_t b_stride, float *c0, float *c1, int64_t ldc,
+                                bool accumulate) {
+    tile_12x32(kc, a, a + kc * MR, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
+}
+
+AVX512 static void kernel_12x32_direct(int64_t kc, a_panel a, const float *b0, const float *b1,
+                                       int64_t b_stride, float *c0, float *c1, int64_t ldc,
+                                       bool accumulate) {
+    tile_12x32(kc, a.a, a.a + MR * a.a_rs, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc,
+               accumulate);
+}
+
 AVX512 static void kernel_6x32(int64_t kc, const float *a, const float *b0, const float *b1,
                                int64_t b_stride, float *c0, float *c1, int64_t ldc,
                                bool accumulate) {
@@ -558,6 +608,20 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const fl
             pair ? b_micro_panel(g, bp, direct, j0, jr + NR, NR, p0, kc, &b2_stride) : NULL;
         for (int64_t ir = 0, rows, panel = 0; ir < mc; ir += rows, panel++) {
             rows = panel_rows(mc - ir);
+            if (pair && rows == MR && panel_rows(mc - ir - MR) == MR) { /* two panels at once */
+                float *c = g->c + (i0 + ir) * g->ldc + (j0 + jr);
+                if (direct_a) {
+                    a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row,
+                                   g->a_col};
+                    kernel_12x32_direct(kc, own, b, b2, b_stride, c, c + NR, g->ldc, accumulate);
+                } else {
+                    kernel_12x32(kc, ap + panel * kc * MR, b, b2, b_stride, c, c + NR, g->ldc,
+                                 accumulate);
+                }
+                rows = 2 * MR;
+                panel++;
+                continue;
+            }
             if (pair && rows == MR) {
                 float *c = g->c + (i0 + ir) * g->ldc + (j0 + jr);
                 if (direct_a) {
