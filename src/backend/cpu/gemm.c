@@ -482,6 +482,11 @@ AVX512 static inline __attribute__((always_inline)) void
 tile_12x32(int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_ps,
            const float *b0, const float *b1, int64_t b_stride, float *c0, float *c1, int64_t ldc,
            bool accumulate) {
+    /* C's rows are far apart: start loading the 12 x 128 bytes now, not at the end */
+    for (int r = 0; r < 12; r++) {
+        _mm_prefetch((const char *)(c0 + r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c1 + r * ldc + NR - 1), _MM_HINT_T0);
+    }
     __m512 acc[24];
 #pragma GCC unroll 24
     for (int i = 0; i < 24; i++) acc[i] = _mm512_setzero_ps();
