@@ -422,80 +422,32 @@ AVX2 static void kernel_4x16_direct(int64_t kc, a_panel a, const float *b, int64
 
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
-/* Two 6x16 tiles side by side (B micro-panels at b0 and b1, the same stride; C tiles at c0 and
- * c1) in twelve 512-bit accumulators: twelve independent chains of multiply-adds, enough to keep
- * both FMA units busy, where one tile's six zmm chains would wait on their latency. Each element
- * is the same chain of fused multiply-adds in k order as in tile_6x16, so the bits are the same
- * as the AVX2 kernels'. */
+/* `rows` (6 or 12, a constant once inlined) rows by 32 columns: one or two 6-row micro-panels
+ * of A (at a and a2) against two 16-column micro-panels of B side by side (at b0 and b1, the same
+ * stride; C tiles at c0 and c1), in 512-bit accumulators. Twelve rows make 24 chains of
+ * multiply-adds and, per k step, two B loads and twelve broadcasts for 24 FMAs, so the FMA
+ * units, not the loads, bound it; six rows (a lone panel) still make twelve chains, enough to
+ * hide the FMA latency that one 6x16 tile's six zmm chains would wait on. Each element is the
+ * same chain of fused multiply-adds in k order as in tile_6x16, so the bits are the same as the
+ * AVX2 kernels'. */
 AVX512 static inline __attribute__((always_inline)) void
-tile_6x32(int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b0, const float *b1,
-          int64_t b_stride, float *c0, float *c1, int64_t ldc, bool accumulate) {
-    __m512 c00 = _mm512_setzero_ps(), c01 = _mm512_setzero_ps();
-    __m512 c10 = _mm512_setzero_ps(), c11 = _mm512_setzero_ps();
-    __m512 c20 = _mm512_setzero_ps(), c21 = _mm512_setzero_ps();
-    __m512 c30 = _mm512_setzero_ps(), c31 = _mm512_setzero_ps();
-    __m512 c40 = _mm512_setzero_ps(), c41 = _mm512_setzero_ps();
-    __m512 c50 = _mm512_setzero_ps(), c51 = _mm512_setzero_ps();
-#define FMA_ROW_512(r, lo, hi)                                                                     \
-    do {                                                                                           \
-        __m512 x_ = _mm512_set1_ps(a[(r)*a_rs]);                                                   \
-        lo = _mm512_fmadd_ps(x_, v0, lo);                                                          \
-        hi = _mm512_fmadd_ps(x_, v1, hi);                                                          \
-    } while (0)
-#pragma GCC unroll 4
-    for (int64_t p = 0; p < kc; p++) {
-        __m512 v0 = _mm512_loadu_ps(b0), v1 = _mm512_loadu_ps(b1);
-        FMA_ROW_512(0, c00, c01);
-        FMA_ROW_512(1, c10, c11);
-        FMA_ROW_512(2, c20, c21);
-        FMA_ROW_512(3, c30, c31);
-        FMA_ROW_512(4, c40, c41);
-        FMA_ROW_512(5, c50, c51);
-        a += a_ps;
-        b0 += b_stride;
-        b1 += b_stride;
-    }
-#undef FMA_ROW_512
-#define STORE_ROW_512(r, lo, hi)                                                                   \
-    do {                                                                                           \
-        float *left = c0 + (r)*ldc, *right = c1 + (r)*ldc;                                         \
-        if (accumulate) {                                                                          \
-            lo = _mm512_add_ps(_mm512_loadu_ps(left), lo);                                         \
-            hi = _mm512_add_ps(_mm512_loadu_ps(right), hi);                                        \
-        }                                                                                          \
-        _mm512_storeu_ps(left, lo);                                                                \
-        _mm512_storeu_ps(right, hi);                                                               \
-    } while (0)
-    STORE_ROW_512(0, c00, c01);
-    STORE_ROW_512(1, c10, c11);
-    STORE_ROW_512(2, c20, c21);
-    STORE_ROW_512(3, c30, c31);
-    STORE_ROW_512(4, c40, c41);
-    STORE_ROW_512(5, c50, c51);
-#undef STORE_ROW_512
-}
-
-/* Twelve rows (two 6-row micro-panels of A, at a and a2) by 32 columns: 24 accumulators, and per
- * k step two B loads and twelve broadcasts for 24 FMAs, so the FMA units, not the loads, bound
- * it. The same chains per element as tile_6x16. */
-AVX512 static inline __attribute__((always_inline)) void
-tile_12x32(int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_ps,
-           const float *b0, const float *b1, int64_t b_stride, float *c0, float *c1, int64_t ldc,
-           bool accumulate) {
-    /* C's rows are far apart: start loading the 12 x 128 bytes now, not at the end */
-    for (int r = 0; r < 12; r++) {
+tile_x32(int rows, int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_ps,
+         const float *b0, const float *b1, int64_t b_stride, float *c0, float *c1, int64_t ldc,
+         bool accumulate) {
+    /* C's rows are far apart: start loading them now, not at the end */
+    for (int r = 0; r < rows; r++) {
         _mm_prefetch((const char *)(c0 + r * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c1 + r * ldc + NR - 1), _MM_HINT_T0);
     }
     __m512 acc[24];
 #pragma GCC unroll 24
-    for (int i = 0; i < 24; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < 2 * rows; i++) acc[i] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t p = 0; p < kc; p++) {
         __m512 v0 = _mm512_loadu_ps(b0), v1 = _mm512_loadu_ps(b1);
 #pragma GCC unroll 12
-        for (int r = 0; r < 12; r++) {
-            __m512 x = _mm512_set1_ps(r < 6 ? a[r * a_rs] : a2[(r - 6) * a_rs]);
+        for (int r = 0; r < rows; r++) {
+            __m512 x = _mm512_set1_ps(r < MR ? a[r * a_rs] : a2[(r - MR) * a_rs]);
             acc[2 * r] = _mm512_fmadd_ps(x, v0, acc[2 * r]);
             acc[2 * r + 1] = _mm512_fmadd_ps(x, v1, acc[2 * r + 1]);
         }
@@ -505,7 +457,7 @@ tile_12x32(int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_
         b1 += b_stride;
     }
 #pragma GCC unroll 12
-    for (int r = 0; r < 12; r++) {
+    for (int r = 0; r < rows; r++) {
         float *left = c0 + r * ldc, *right = c1 + r * ldc;
         __m512 lo = acc[2 * r], hi = acc[2 * r + 1];
         if (accumulate) {
@@ -517,29 +469,31 @@ tile_12x32(int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_
     }
 }
 
+/* Packed A: the second panel follows the first (kc x MR each). */
 AVX512 static void kernel_12x32(int64_t kc, const float *a, const float *b0, const float *b1,
                                 int64_t b_stride, float *c0, float *c1, int64_t ldc,
                                 bool accumulate) {
-    tile_12x32(kc, a, a + kc * MR, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
+    tile_x32(2 * MR, kc, a, a + kc * MR, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
 }
 
 AVX512 static void kernel_12x32_direct(int64_t kc, a_panel a, const float *b0, const float *b1,
                                        int64_t b_stride, float *c0, float *c1, int64_t ldc,
                                        bool accumulate) {
-    tile_12x32(kc, a.a, a.a + MR * a.a_rs, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc,
-               accumulate);
+    tile_x32(2 * MR, kc, a.a, a.a + MR * a.a_rs, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc,
+             accumulate);
 }
 
+/* One panel: a2 is never read (a stands in, so that stepping it stays defined). */
 AVX512 static void kernel_6x32(int64_t kc, const float *a, const float *b0, const float *b1,
                                int64_t b_stride, float *c0, float *c1, int64_t ldc,
                                bool accumulate) {
-    tile_6x32(kc, a, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
+    tile_x32(MR, kc, a, a, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
 }
 
 AVX512 static void kernel_6x32_direct(int64_t kc, a_panel a, const float *b0, const float *b1,
                                       int64_t b_stride, float *c0, float *c1, int64_t ldc,
                                       bool accumulate) {
-    tile_6x32(kc, a.a, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc, accumulate);
+    tile_x32(MR, kc, a.a, a.a, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc, accumulate);
 }
 
 /* Where micro-panel jr of B is read: packed at bp, or for direct B (k = p0..) B's own rows when
@@ -572,8 +526,7 @@ one_tile(const eg__gemm_f32 *g, bool c_transposed, const float *ap, bool direct_
     a_panel own = {g->a + (i0 + t.ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
     float *c = g->c + (i0 + t.ir) * c_row + (j0 + t.jr) * c_col;
     /* the kernels write exactly 6, 4 or 2 rows of 16 columns: such tiles go into C */
-    bool in_place =
-        t.cols == NR && !c_transposed && (t.rows == MR || t.rows == 4 || t.rows == 2);
+    bool in_place = t.cols == NR && !c_transposed && (t.rows == MR || t.rows == 4 || t.rows == 2);
     float tile[MR * NR] __attribute__((aligned(32)));
     float *out = in_place ? c : tile;
     int64_t ld = in_place ? g->ldc : NR;
@@ -613,29 +566,20 @@ AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const fl
             pair ? b_micro_panel(g, bp, direct, j0, jr + NR, NR, p0, kc, &b2_stride) : NULL;
         for (int64_t ir = 0, rows, panel = 0; ir < mc; ir += rows, panel++) {
             rows = panel_rows(mc - ir);
-            if (pair && rows == MR && panel_rows(mc - ir - MR) == MR) { /* two panels at once */
+            if (pair && rows == MR) { /* zmm tiles: two 6-row panels at once where there are */
+                bool two = panel_rows(mc - ir - MR) == MR;
                 float *c = g->c + (i0 + ir) * g->ldc + (j0 + jr);
                 if (direct_a) {
-                    a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row,
-                                   g->a_col};
-                    kernel_12x32_direct(kc, own, b, b2, b_stride, c, c + NR, g->ldc, accumulate);
+                    a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
+                    (two ? kernel_12x32_direct : kernel_6x32_direct)(kc, own, b, b2, b_stride, c,
+                                                                     c + NR, g->ldc, accumulate);
                 } else {
-                    kernel_12x32(kc, ap + panel * kc * MR, b, b2, b_stride, c, c + NR, g->ldc,
-                                 accumulate);
+                    (two ? kernel_12x32 : kernel_6x32)(kc, ap + panel * kc * MR, b, b2, b_stride, c,
+                                                       c + NR, g->ldc, accumulate);
                 }
-                rows = 2 * MR;
-                panel++;
-                continue;
-            }
-            if (pair && rows == MR) {
-                float *c = g->c + (i0 + ir) * g->ldc + (j0 + jr);
-                if (direct_a) {
-                    a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row,
-                                   g->a_col};
-                    kernel_6x32_direct(kc, own, b, b2, b_stride, c, c + NR, g->ldc, accumulate);
-                } else {
-                    kernel_6x32(kc, ap + panel * kc * MR, b, b2, b_stride, c, c + NR, g->ldc,
-                                accumulate);
+                if (two) {
+                    rows = 2 * MR;
+                    panel++;
                 }
                 continue;
             }
