@@ -1,7 +1,6 @@
 /* copy and to_device on a GPU: a strided view made dense, and tensors moved between the host
  * and a GPU or between GPUs (the GPU side of the pair runs them, dispatch.h). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/copy_launch.h"
 #include "backend/cuda/kernels.h"
@@ -31,25 +30,6 @@ static eg_status cuda_copy_kernel(const eg__kernel_call *call) {
     return eg__cuda_launched(call);
 }
 
-/* A host tensor's elements packed in row-major order into dst (x strided). */
-static void pack_host(char *dst, const eg_tensor *x) {
-    size_t size = eg__dtype_size(x->dtype);
-    const char *base = (const char *)x->storage->data + x->offset * (int64_t)size;
-    int64_t index[EG_MAX_DIMS] = {0};
-    int64_t offset = 0;
-    for (int64_t n = 0; n < x->n_elems; n++) {
-        memcpy(dst + (size_t)n * size, base + offset * (int64_t)size, size);
-        for (int dim = x->n_dims - 1; dim >= 0; dim--) {
-            if (++index[dim] < x->shape[dim]) {
-                offset += x->strides[dim];
-                break;
-            }
-            offset -= x->strides[dim] * (index[dim] - 1);
-            index[dim] = 0;
-        }
-    }
-}
-
 static eg_status cuda_to_device(const eg__kernel_call *call) {
     eg__cuda_device *d = eg__cuda_call_device(call);
     if (!d) return eg_last_status();
@@ -57,18 +37,21 @@ static eg_status cuda_to_device(const eg__kernel_call *call) {
     eg_tensor *out = call->output;
     size_t bytes = (size_t)x->n_elems * eg__dtype_size(x->dtype);
     eg_status status;
-    if (x->device->host) { /* host -> GPU */
-        if (eg__is_contiguous(x))
-            return out->device->copy(out->device, eg__data(out), x->device, eg__data(x), bytes,
-                                     NULL) == EG_OK
-                       ? eg__cuda_launched(call)
-                       : eg_last_status();
-        char *packed = malloc(bytes ? bytes : 1);
-        if (!packed) return eg__error(EG_ERR_OUT_OF_MEMORY, "to_device: out of host memory");
-        pack_host(packed, x);
+    if (x->device->host) { /* host -> GPU: a strided source is packed on the host first */
+        const void *src = eg__data(x);
+        char *packed = NULL;
+        if (!eg__is_contiguous(x)) {
+            if (!(packed = malloc(bytes ? bytes : 1)))
+                return eg__error(EG_ERR_OUT_OF_MEMORY, "to_device: out of host memory");
+            if (eg_tensor_copy_to_host(x, packed, bytes) != EG_OK) {
+                free(packed);
+                return eg_last_status();
+            }
+            src = packed;
+        }
         /* cudaMemcpyAsync from pageable memory has read it all when it returns, and the
          * staged path copies it first: the buffer may go at once. */
-        status = out->device->copy(out->device, eg__data(out), x->device, packed, bytes, NULL);
+        status = out->device->copy(out->device, eg__data(out), x->device, src, bytes, NULL);
         free(packed);
         return status == EG_OK ? eg__cuda_launched(call) : status;
     }

@@ -54,10 +54,6 @@ bool eg__cuda_tf32_allowed(void) {
     return eg__cuda_env_flag(&tf32_setting, "EG_CUDA_TF32");
 }
 
-/* EG_CUDA_SYNC=1: wait after every op. */
-static int sync_every_op(void) {
-    return eg__cuda_sync_every_op();
-}
 
 /* ---- entering a device ---- */
 
@@ -93,10 +89,14 @@ eg_status eg__cuda_enter(eg__cuda_device *d) {
     return status;
 }
 
-eg__cuda_device *eg__cuda_call_device(const eg__kernel_call *call) {
+/* The GPU a call runs on: the output's, or for a copy to the host its input's (dispatch.h). */
+static const eg_device *call_gpu(const eg__kernel_call *call) {
     const eg_device *device = call->output->device;
-    if (call->op == EG__OP_TO_DEVICE && device->host) device = call->inputs[0]->device;
-    eg__cuda_device *d = eg__cuda_of(device);
+    return call->op == EG__OP_TO_DEVICE && device->host ? call->inputs[0]->device : device;
+}
+
+eg__cuda_device *eg__cuda_call_device(const eg__kernel_call *call) {
+    eg__cuda_device *d = eg__cuda_of(call_gpu(call));
     return eg__cuda_enter(d) == EG_OK ? d : NULL;
 }
 
@@ -104,7 +104,7 @@ eg__cuda_device *eg__cuda_call_device(const eg__kernel_call *call) {
 static eg_status report_fault(eg__cuda_device *d, cudaError_t e) {
     const char *op = atomic_load_explicit(&d->last_op, memory_order_relaxed);
     (void)cudaGetLastError();
-    if (sync_every_op() || !op)
+    if (eg__cuda_sync_every_op() || !op)
         return eg__error(EG_ERR_DEVICE, "%s: %s (%s)", d->device->name, cudaGetErrorName(e),
                          cudaGetErrorString(e));
     return eg__error(EG_ERR_DEVICE,
@@ -114,8 +114,7 @@ static eg_status report_fault(eg__cuda_device *d, cudaError_t e) {
 }
 
 eg_status eg__cuda_launched(const eg__kernel_call *call) {
-    const eg_device *device = call->output->device;
-    if (call->op == EG__OP_TO_DEVICE && device->host) device = call->inputs[0]->device;
+    const eg_device *device = call_gpu(call);
     eg__cuda_device *d = eg__cuda_of(device);
     const char *name = eg__op_defs[call->op].name;
     cudaError_t e = cudaGetLastError();
@@ -123,7 +122,7 @@ eg_status eg__cuda_launched(const eg__kernel_call *call) {
         return eg__op_error(call->op, EG_ERR_DEVICE, "launch on %s: %s (%s)", device->name,
                             cudaGetErrorName(e), cudaGetErrorString(e));
     atomic_store_explicit(&d->last_op, name, memory_order_relaxed);
-    if (sync_every_op()) {
+    if (eg__cuda_sync_every_op()) {
         e = cudaStreamSynchronize(d->stream);
         if (e != cudaSuccess)
             return eg__op_error(call->op, EG_ERR_DEVICE, "on %s: %s (%s)", device->name,
