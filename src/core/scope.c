@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/settings.h"
 #include "core/tensor_internal.h"
 
 typedef struct eg__scope {
@@ -110,8 +111,7 @@ static void debug_report_at_exit(void) {
 }
 
 static void debug_read_environment(void) {
-    const char *value = getenv("EG_DEBUG_TENSORS");
-    if (value && value[0] && strcmp(value, "0") != 0) {
+    if (eg__setting_on("EG_DEBUG_TENSORS")) {
         atomic_store(&debug_enabled, true);
         atexit(debug_report_at_exit);
     }

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "base/error.h"
+#include "base/settings.h"
 #include "device/device.h"
 
 /* Host memory in blocks of at least HUGE_PAGE is advised onto transparent huge pages (the
@@ -188,8 +189,7 @@ static int count_from_environment(void) {
  * checkpoints and optimizer slots then take the paths a GPU needs (staging copies, read-backs),
  * which the CPU's kernels still compute on, so those paths are tested on any machine. */
 static bool opaque_from_environment(void) {
-    const char *env = getenv("EG_CPU_DEVICES_OPAQUE");
-    return env && *env && strcmp(env, "0") != 0;
+    return eg__setting_on("EG_CPU_DEVICES_OPAQUE");
 }
 
 void eg__host_devices_init(void) {

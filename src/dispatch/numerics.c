@@ -5,14 +5,14 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/settings.h"
 #include "dispatch/dispatch.h"
 #include "eagle/runtime.h"
 
 atomic_int eg__check_numerics_state = -1;
 
 static int state_from_environment(void) {
-    const char *env = getenv("EG_CHECK_NUMERICS");
-    return env && *env && strcmp(env, "0") != 0;
+    return eg__setting_on("EG_CHECK_NUMERICS");
 }
 
 void eg_set_check_numerics(bool on) {

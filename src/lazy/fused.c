@@ -9,6 +9,7 @@
 #include "base/threadpool.h"
 #include "dispatch/dispatch.h"
 #include "base/error.h"
+#include "base/settings.h"
 #include "lazy/internal.h"
 
 enum { BLOCK = 256 };
@@ -195,13 +196,7 @@ static eg_status describe_group(const fused_plan *plan, eg__fused_group *group) 
  * compiler (NVRTC needs no GPU), so a test run checks that each pattern it produces compiles. */
 static bool fusion_check_on(void) {
     static atomic_int state = -1;
-    int s = atomic_load_explicit(&state, memory_order_relaxed);
-    if (s < 0) {
-        const char *env = getenv("EG_FUSION_CHECK");
-        s = env && *env && strcmp(env, "0") != 0;
-        atomic_store_explicit(&state, s, memory_order_relaxed);
-    }
-    return s;
+    return eg__setting_on_once(&state, "EG_FUSION_CHECK");
 }
 
 static eg_status check_compiles(const eg__fused_group *group) {

@@ -107,9 +107,6 @@ bool eg__cuda_sync_every_op(void);
 /* Whether EG_CUDA_TF32=1 lets f32 products and convolutions use TF32 tensor cores (off by
  * default: f32 results then match the CPU's to f32 rounding). */
 bool eg__cuda_tf32_allowed(void);
-/* A yes/no setting of the environment (set, non-empty and not "0"), read once into *state
- * (initially -1). */
-bool eg__cuda_env_flag(atomic_int *state, const char *name);
 
 /* Graph capture (graphs.c): while d is capturing, a freed temporary goes to the graph being
  * recorded instead of back to the allocator (false when it could not: out of host memory, then

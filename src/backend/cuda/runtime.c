@@ -13,6 +13,7 @@
 #include "backend/cuda/libraries.h"
 #include "backend/cuda/products_launch.h"
 #include "base/error.h"
+#include "base/settings.h"
 
 static struct eg_device devices[EG__MAX_DEVICES_PER_KIND];
 static eg__cuda_device states[EG__MAX_DEVICES_PER_KIND];
@@ -34,24 +35,14 @@ eg_status eg__cuda_error(cudaError_t error, const eg_device *device, const char 
                      cudaGetErrorName(error), cudaGetErrorString(error));
 }
 
-bool eg__cuda_env_flag(atomic_int *state, const char *name) {
-    int s = atomic_load_explicit(state, memory_order_relaxed);
-    if (s < 0) {
-        const char *env = getenv(name);
-        s = env && *env && strcmp(env, "0") != 0;
-        atomic_store_explicit(state, s, memory_order_relaxed);
-    }
-    return s != 0;
-}
-
 static atomic_int sync_setting = -1, tf32_setting = -1;
 
 bool eg__cuda_sync_every_op(void) {
-    return eg__cuda_env_flag(&sync_setting, "EG_CUDA_SYNC");
+    return eg__setting_on_once(&sync_setting, "EG_CUDA_SYNC");
 }
 
 bool eg__cuda_tf32_allowed(void) {
-    return eg__cuda_env_flag(&tf32_setting, "EG_CUDA_TF32");
+    return eg__setting_on_once(&tf32_setting, "EG_CUDA_TF32");
 }
 
 
