@@ -130,8 +130,7 @@ static void fall_back(eg_function *f, trace *t, const char *why) {
     note(f, "not captured as a graph: %s", why);
     eg_clear_error();
     eg__graph_capture_free(t);
-    for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
-    for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+    eg__graph_unbind(t);
     t->capture_refused = true;
 }
 
@@ -224,8 +223,7 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
             eg_release(outputs[i]);
             outputs[i] = NULL;
         }
-    for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
-    for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+    eg__graph_unbind(t);
     eg__graph_stats(f)->n_replays++;
     t->redrawn = false;
     return status;

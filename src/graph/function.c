@@ -598,6 +598,11 @@ eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run
     return status;
 }
 
+void eg__graph_unbind(trace *t) {
+    for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
+    for (int i = 0; i < t->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+}
+
 eg_function_stats *eg__graph_stats(eg_function *f) {
     return &f->stats;
 }
@@ -646,8 +651,7 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
             eg_release(outputs[i]);
             outputs[i] = NULL;
         }
-    for (int i = 0; i < t->n_entries; i++) eg__tensor_detach_storage(t->entries[i].tensor);
-    for (int i = 0; i < f->n_inputs; i++) eg__tensor_detach_storage(t->placeholders[i]);
+    eg__graph_unbind(t);
     for (int i = 0; i < f->n_inputs && i < 64; i++) eg__unref(copies[i]);
     f->stats.n_replays++;
     return status;

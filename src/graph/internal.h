@@ -132,6 +132,8 @@ void eg__graph_capture_free(trace *t);
  * computed, and a caller-owned view of a graph output. */
 eg_status eg__graph_ensure_arena(eg_function *f, trace *t);
 eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run_entries);
+/* Ends a call: every entry and placeholder lets go of the memory it was bound to. */
+void eg__graph_unbind(trace *t);
 /* Draws again what the trace drew (random constants refilled, dropout seeds), as each call does. */
 void eg__graph_redraw_random(trace *t);
 eg_status eg__graph_run_entry(trace *t, entry *e);
