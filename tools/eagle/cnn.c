@@ -57,21 +57,8 @@ eg_optimizer *cnn_optimizer_new(double learning_rate, int64_t total_steps) {
 
 eg_status cnn_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
                     eg_tensor **labels) {
-    /* Batches are cut on the host, where the data set lives, then moved to the device the
-     * caller trains on (its current device: --device). */
-    const eg_device *target = eg_device_current();
-    eg_device_scope_begin(eg_tensor_device(data->images));
-    eg_tensor *index = eg_tensor_from_data(indices, EG_DTYPE_I64, 1, &n);
-    eg_tensor *pixels = eg_gather(data->images, index, 0);
     int64_t image[4] = {n, 28, 28, 1};
-    *x = eg_reshape(eg_mul_scalar(eg_cast(pixels, EG_DTYPE_F32), 1.0 / 255.0), 4, image);
-    *labels = eg_gather(data->labels, index, 0);
-    eg_device_scope_end();
-    if (*x && *labels && target != eg_tensor_device(*x)) {
-        *x = eg_tensor_to(*x, target);
-        *labels = eg_tensor_to(*labels, target);
-    }
-    return *x && *labels ? EG_OK : eg_last_status();
+    return mlp_image_batch(data, indices, n, 4, image, x, labels);
 }
 
 eg_status cnn_evaluate(eg_model *model, const mlp_data *data, double *accuracy, double *loss) {

@@ -28,8 +28,7 @@ eg_model *cnn_build(void);
  * total_steps < 1 keeps it constant. NULL with the library's error. */
 eg_optimizer *cnn_optimizer_new(double learning_rate, int64_t total_steps);
 
-/* The examples at indices[0..n) as x f32 (n, 28, 28, 1) scaled to [0, 1] and labels u8 (n,);
- * both owned by the current scope. */
+/* mlp_image_batch with x (n, 28, 28, 1). */
 eg_status cnn_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
                     eg_tensor **labels);
 

@@ -204,16 +204,15 @@ void mlp_data_free(mlp_data *data) {
     memset(data, 0, sizeof *data);
 }
 
-eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
-                    eg_tensor **labels) {
+eg_status mlp_image_batch(const mlp_data *data, const int64_t *indices, int64_t n, int n_dims,
+                          const int64_t *x_shape, eg_tensor **x, eg_tensor **labels) {
     /* Batches are cut on the host, where the data set lives, then moved to the device the
      * caller trains on (its current device: --device). */
     const eg_device *target = eg_device_current();
     eg_device_scope_begin(eg_tensor_device(data->images));
     eg_tensor *index = eg_tensor_from_data(indices, EG_DTYPE_I64, 1, &n);
     eg_tensor *pixels = eg_gather(data->images, index, 0);
-    int64_t flat[2] = {n, 784};
-    *x = eg_reshape(eg_mul_scalar(eg_cast(pixels, EG_DTYPE_F32), 1.0 / 255.0), 2, flat);
+    *x = eg_reshape(eg_mul_scalar(eg_cast(pixels, EG_DTYPE_F32), 1.0 / 255.0), n_dims, x_shape);
     *labels = eg_gather(data->labels, index, 0);
     eg_device_scope_end();
     if (*x && *labels && target != eg_tensor_device(*x)) {
@@ -221,6 +220,12 @@ eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_
         *labels = eg_tensor_to(*labels, target);
     }
     return *x && *labels ? EG_OK : eg_last_status();
+}
+
+eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
+                    eg_tensor **labels) {
+    int64_t flat[2] = {n, 784};
+    return mlp_image_batch(data, indices, n, 2, flat, x, labels);
 }
 
 eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, double *loss) {

@@ -51,8 +51,13 @@ bool mlp_data_try_load(const char *directory, bool train, int64_t limit, mlp_dat
 bool mlp_data_fingerprint(const mlp_data *data, char *buf, size_t size);
 void mlp_data_free(mlp_data *data);
 
-/* The examples at indices[0..n) as x f32 (n, 784) scaled to [0, 1] and labels u8 (n,); both
- * owned by the current scope. */
+/* The examples at indices[0..n) as x f32 scaled to [0, 1] in the shape x_shape (n_dims dims,
+ * x_shape[0] = n) and labels u8 (n,), cut on the host and then put on the current device
+ * (--device); both owned by the current scope. */
+eg_status mlp_image_batch(const mlp_data *data, const int64_t *indices, int64_t n, int n_dims,
+                          const int64_t *x_shape, eg_tensor **x, eg_tensor **labels);
+
+/* mlp_image_batch with x (n, 784). */
 eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_tensor **x,
                     eg_tensor **labels);
 
