@@ -25,6 +25,10 @@ const char *eg_build_info(void);
  * storage. */
 const char *eg_blas_info(void);
 
+/* Which of the CPU kernels' paths runs, and why: "avx512 (...; the best this CPU has)", or a
+ * lower one that EG_CPU=baseline|avx2|avx512 forced. Chosen once per process. Static storage. */
+const char *eg_cpu_kernels_info(void);
+
 /* Threads used by CPU kernels. The default is EG_NUM_THREADS from the environment, else the
  * number of cores. n >= 1; the pool is resized at the next parallel op. BLAS runs
  * single-threaded on tiles that this pool shares out, so the two never oversubscribe; results

@@ -27,7 +27,10 @@ static int features(void) {
         __get_cpuid(1, &leaf1[0], &leaf1[1], &leaf1[2], &leaf1[3]) && (leaf1[2] & bit_F16C))
         bits |= FEATURE_F16C;
     /* libgcc (and compiler-rt) check XGETBV for the opmask and ZMM state too */
-    if ((bits & FEATURE_AVX2_FMA) && __builtin_cpu_supports("avx512f")) bits |= FEATURE_AVX512;
+    if ((bits & FEATURE_AVX2_FMA) && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        bits |= FEATURE_AVX512;
     atomic_store_explicit(&detected, bits + 1, memory_order_relaxed);
     return bits;
 }
@@ -42,26 +45,21 @@ bool eg__cpu_has_avx512(void) {
     return features() & FEATURE_AVX512;
 }
 
-bool eg__cpu_avx512_active(void) {
-    static atomic_int allowed = -1; /* EG_CPU leaves AVX-512 on: read once */
-    int a = atomic_load_explicit(&allowed, memory_order_relaxed);
-    if (a < 0) {
-        const char *value = getenv("EG_CPU");
-        a = !value || !*value || strcmp(value, "avx512") == 0;
-        atomic_store_explicit(&allowed, a, memory_order_relaxed);
-    }
-    return a && eg__cpu_has_avx512() && eg__cpu_active_level() == EG__CPU_AVX2;
-}
-
-static eg__cpu_level best_level(void) {
-    return eg__cpu_has_avx2_fma() ? EG__CPU_AVX2 : EG__CPU_BASELINE;
+eg__cpu_level eg__cpu_best_level(void) {
+    return eg__cpu_has_avx512()     ? EG__CPU_AVX512
+           : eg__cpu_has_avx2_fma() ? EG__CPU_AVX2
+                                    : EG__CPU_BASELINE;
 }
 
 static eg__cpu_level level_from_environment(void) {
     const char *value = getenv("EG_CPU");
-    if (!value || !*value || strcmp(value, "avx2") == 0 || strcmp(value, "avx512") == 0)
-        return best_level();
-    return EG__CPU_BASELINE;
+    eg__cpu_level wanted = EG__CPU_BASELINE;
+    if (!value || !*value || strcmp(value, "avx512") == 0)
+        wanted = EG__CPU_AVX512;
+    else if (strcmp(value, "avx2") == 0)
+        wanted = EG__CPU_AVX2;
+    eg__cpu_level best = eg__cpu_best_level();
+    return wanted < best ? wanted : best;
 }
 
 eg__cpu_level eg__cpu_active_level(void) {
@@ -74,11 +72,15 @@ eg__cpu_level eg__cpu_active_level(void) {
 
 eg__cpu_level eg__cpu_set_level(eg__cpu_level level) {
     eg__cpu_level previous = eg__cpu_active_level();
-    if (level > best_level()) level = best_level();
+    if (level > eg__cpu_best_level()) level = eg__cpu_best_level();
     atomic_store_explicit(&active_level, (int)level + 1, memory_order_relaxed);
     return previous;
 }
 
+bool eg__cpu_avx512_active(void) {
+    return eg__cpu_active_level() == EG__CPU_AVX512;
+}
+
 const char *eg__cpu_level_name(eg__cpu_level level) {
-    return level == EG__CPU_AVX2 ? "avx2" : "baseline";
+    return level == EG__CPU_AVX512 ? "avx512" : level == EG__CPU_AVX2 ? "avx2" : "baseline";
 }

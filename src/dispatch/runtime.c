@@ -1,4 +1,5 @@
 /* Process-wide runtime: version, build, shutdown of every backend and device. */
+#include "base/cpu_features.h"
 #include "base/threadpool.h"
 #include "dispatch/dispatch.h"
 #include "eagle/runtime.h"
@@ -12,6 +13,18 @@ const char *eg_version(void) {
 }
 const char *eg_build_info(void) {
     return EG_BUILD_INFO;
+}
+
+const char *eg_cpu_kernels_info(void) {
+    static const char *const lines[EG__CPU_LEVEL_COUNT][EG__CPU_LEVEL_COUNT] = {
+        {"baseline (SSE2; the CPU has nothing wider)", "", ""},
+        {"baseline (SSE2; forced by EG_CPU, the CPU has avx2)",
+         "avx2 (AVX2 + FMA; the best this CPU has)", ""},
+        {"baseline (SSE2; forced by EG_CPU, the CPU has avx512)",
+         "avx2 (AVX2 + FMA; forced by EG_CPU, the CPU has avx512)",
+         "avx512 (AVX-512 F/BW/DQ/VL; the best this CPU has)"},
+    };
+    return lines[eg__cpu_best_level()][eg__cpu_active_level()];
 }
 
 eg_status eg_set_num_threads(int n) {

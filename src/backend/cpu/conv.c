@@ -32,6 +32,7 @@
 
 #include "backend/cpu/conv_internal.h"
 #include "backend/cpu/kernels.h"
+#include "base/cpu_features.h"
 #include "base/error.h"
 
 /* Rows (output pixels, counted across the images of the batch) per im2col tile: enough that the
@@ -182,13 +183,9 @@ static void col2im(const conv_geometry *g, void *dx, int64_t grp, int64_t q0, in
 /* ---- the direct kernel (f32, NHWC output, AVX2 + FMA) ---- */
 
 #ifdef EG_CONV_X86
+/* At the dispatch level, so that EG_CPU=baseline takes the baseline path here too. */
 static bool cpu_has_avx2_fma(void) {
-    static int known; /* 0 unknown, 1 yes, 2 no; racing first calls write the same value */
-    if (!known) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 2;
-    }
-    return known == 1;
+    return eg__cpu_active_level() >= EG__CPU_AVX2;
 }
 
 /* One output pixel of one group: acc[v] (8 outputs each) over every valid tap and channel. */

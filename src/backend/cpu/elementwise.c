@@ -132,7 +132,7 @@ UNARY_VARIANT(avx2, AVX2_TARGET)
 
 static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const unary_context *c = context;
-    bool avx2 = eg__cpu_active_level() == EG__CPU_AVX2;
+    bool avx2 = eg__cpu_active_level() >= EG__CPU_AVX2;
     if (c->dtype == EG_DTYPE_F32) {
         int fn = vecmath_of(c->op);
         if (fn >= 0) {
@@ -311,7 +311,7 @@ BINARY_VARIANT(avx2, AVX2_TARGET)
 
 static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
-    bool avx2 = eg__cpu_active_level() == EG__CPU_AVX2;
+    bool avx2 = eg__cpu_active_level() >= EG__CPU_AVX2;
     switch (c->dtype) {
     case EG_DTYPE_F32:
         (avx2 ? float_binary_avx2 : float_binary_baseline)(c, n, p, s);

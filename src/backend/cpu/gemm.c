@@ -72,7 +72,7 @@ void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64
     if (dtype == EG_DTYPE_F32 && (!bias || bias_stride == 1) &&
         (activation == EG__OP_RELU || activation == EG__OP_COUNT)) {
         const float *b = bias ? (const float *)bias + j0 : NULL;
-        (eg__cpu_active_level() == EG__CPU_AVX2 ? bias_relu_rows_avx2 : bias_relu_rows_baseline)(
+        (eg__cpu_active_level() >= EG__CPU_AVX2 ? bias_relu_rows_avx2 : bias_relu_rows_baseline)(
             (float *)c, ldc, rows, cols, b, activation == EG__OP_RELU);
         return;
     }
@@ -103,9 +103,7 @@ void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64
 
 static bool detect(void) {
     const char *env = getenv("EG_MATMUL");
-    if (env && strcmp(env, "openblas") == 0) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return !(env && strcmp(env, "openblas") == 0);
 }
 
 static bool available;
@@ -116,7 +114,7 @@ static void run_detect(void) {
 
 bool eg__gemm_f32_available(void) {
     pthread_once(&detect_once, run_detect);
-    return available;
+    return available && eg__cpu_active_level() >= EG__CPU_AVX2;
 }
 
 /* Packing buffers, one pair per thread, freed when the thread exits. */

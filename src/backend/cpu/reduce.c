@@ -111,7 +111,7 @@ static double sum_block_f32_avx2(const float *x, int64_t n) {
 
 static double sum_block_float(const float *x, int64_t n, int64_t inner) {
     if (inner != 1) return sum_block_strided_float(x, n, inner);
-    return eg__cpu_active_level() == EG__CPU_AVX2 ? sum_block_f32_avx2(x, n)
+    return eg__cpu_active_level() >= EG__CPU_AVX2 ? sum_block_f32_avx2(x, n)
                                                   : sum_block_f32_baseline(x, n);
 }
 static double sum_block_double(const double *x, int64_t n, int64_t inner) {

@@ -43,14 +43,15 @@ typedef uint32_t vu __attribute__((vector_size(32)));
 #undef VM_FMA
 
 typedef void (*driver_fn)(int64_t n, float *out, const float *in);
-static const driver_fn drivers[2][EG__VECMATH_COUNT] = {
+static const driver_fn drivers[EG__CPU_LEVEL_COUNT][EG__VECMATH_COUNT] = {
     {exp_baseline, log_baseline, tanh_baseline, sigmoid_baseline, gelu_baseline, softplus_baseline},
+    {exp_avx2, log_avx2, tanh_avx2, sigmoid_avx2, gelu_avx2, softplus_avx2},
     {exp_avx2, log_avx2, tanh_avx2, sigmoid_avx2, gelu_avx2, softplus_avx2},
 };
 
 void eg__vecmath_f32_at(eg__cpu_level level, eg__vecmath_fn fn, int64_t n, float *out,
                         const float *in) {
-    if (level == EG__CPU_AVX2 && !eg__cpu_has_avx2_fma()) level = EG__CPU_BASELINE;
+    if (level > eg__cpu_best_level()) level = eg__cpu_best_level();
     drivers[level][fn](n, out, in);
 }
 
