@@ -130,11 +130,13 @@ static void test_gemm_order(void **state) {
     if (!eg__gemm_f32_available()) skip(); /* OpenBLAS computes the products there */
     /* {m, k, n}; m = 6j + 2 ends in two 4-row panels (m = 2: one of 2 rows); up to 128 columns
      * op(A) is read in place (direct), past that packed; 16-column tiles of 6, 4 or 2 rows are
-     * written into C, with several k blocks where k > 256 */
+     * written into C, with several k blocks where k > 256; with AVX-512, 32-column tiles of 12,
+     * 8, 6 and 4 rows (4 x 64, 10 x 96 and 16 x 300 take the lone 4- and 6-row ones) */
     static const int64_t shapes[][3] = {{32, 64, 10},  {128, 512, 10}, {512, 128, 10}, {64, 32, 10},
                                         {5, 3, 7},     {37, 300, 45},  {33, 600, 17},  {130, 40, 1},
                                         {49, 257, 3},  {32, 784, 64},  {8, 9, 16},     {20, 50, 33},
-                                        {50, 70, 140}, {134, 40, 200}, {2, 300, 32}};
+                                        {50, 70, 140}, {134, 40, 200}, {2, 300, 32},
+                                        {4, 33, 64},   {10, 20, 96},   {16, 300, 300}};
     eg_generator *g = eg_generator_new(11);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int64_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];

@@ -316,7 +316,7 @@ tile_6x16(int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b
     __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
     __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
     __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int64_t p = 0; p < kc; p++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         FMA_ROW(0, c00, c01);
@@ -362,7 +362,7 @@ AVX2 static void kernel_6x16_direct(int64_t kc, a_panel a, const float *b, int64
 AVX2 static inline __attribute__((always_inline)) void
 few_rows_steps(int rows, int64_t kc, const float *a, int64_t a_rs, int64_t a_ps, const float *b,
                int64_t b_stride, __m256 acc[8]) {
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int64_t p = 0; p < kc; p++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         FMA_ROW(0, acc[0], acc[1]);
@@ -420,18 +420,19 @@ AVX2 static void kernel_4x16_direct(int64_t kc, a_panel a, const float *b, int64
 
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 
-/* `rows` (6 or 12, a constant once inlined) rows by 32 columns: one or two 6-row micro-panels
- * of A (at a and a2) against two 16-column micro-panels of B side by side (at b0 and b1, the same
- * stride; C tiles at c0 and c1), in 512-bit accumulators. Twelve rows make 24 chains of
- * multiply-adds and, per k step, two B loads and twelve broadcasts for 24 FMAs, so the FMA
- * units, not the loads, bound it; six rows (a lone panel) still make twelve chains, enough to
- * hide the FMA latency that one 6x16 tile's six zmm chains would wait on. Each element is the
- * same chain of fused multiply-adds in k order as in tile_6x16, so the bits are the same as the
- * AVX2 kernels'. */
+/* `rows` rows by 32 columns: one micro-panel of A at a, or two (rows 0..first-1 at a, the rest at
+ * a2), against two 16-column micro-panels of B side by side (at b0 and b1, the same stride; C
+ * tiles at c0 and c1), in 512-bit accumulators. rows and first are constants once inlined: 12
+ * and 6 (two full panels), 6 and 6 (a lone one), 8 and 4 (the two 4-row panels a block of
+ * 6n + 2 rows ends in), 4 and 4. Twelve rows make 24 chains of multiply-adds and, per k step,
+ * two B loads and twelve broadcasts for 24 FMAs, so the FMA units, not the loads, bound it;
+ * four rows still make the eight chains that cover the FMA latency on two ports. Each element
+ * is the same chain of fused multiply-adds in k order as in tile_6x16, so the bits are the same
+ * as the AVX2 kernels'. */
 AVX512 static inline __attribute__((always_inline)) void
-tile_x32(int rows, int64_t kc, const float *a, const float *a2, int64_t a_rs, int64_t a_ps,
-         const float *b0, const float *b1, int64_t b_stride, float *c0, float *c1, int64_t ldc,
-         bool accumulate) {
+tile_x32(int rows, int first, int64_t kc, const float *a, const float *a2, int64_t a_rs,
+         int64_t a_ps, const float *b0, const float *b1, int64_t b_stride, float *c0, float *c1,
+         int64_t ldc, bool accumulate) {
     /* C's rows are far apart: start loading them now, not at the end */
     for (int r = 0; r < rows; r++) {
         _mm_prefetch((const char *)(c0 + r * ldc), _MM_HINT_T0);
@@ -445,7 +446,7 @@ tile_x32(int rows, int64_t kc, const float *a, const float *a2, int64_t a_rs, in
         __m512 v0 = _mm512_loadu_ps(b0), v1 = _mm512_loadu_ps(b1);
 #pragma GCC unroll 12
         for (int r = 0; r < rows; r++) {
-            __m512 x = _mm512_set1_ps(r < MR ? a[r * a_rs] : a2[(r - MR) * a_rs]);
+            __m512 x = _mm512_set1_ps(r < first ? a[r * a_rs] : a2[(r - first) * a_rs]);
             acc[2 * r] = _mm512_fmadd_ps(x, v0, acc[2 * r]);
             acc[2 * r + 1] = _mm512_fmadd_ps(x, v1, acc[2 * r + 1]);
         }
@@ -467,32 +468,32 @@ tile_x32(int rows, int64_t kc, const float *a, const float *a2, int64_t a_rs, in
     }
 }
 
-/* Packed A: the second panel follows the first (kc x MR each). */
-AVX512 static void kernel_12x32(int64_t kc, const float *a, const float *b0, const float *b1,
-                                int64_t b_stride, float *c0, float *c1, int64_t ldc,
-                                bool accumulate) {
-    tile_x32(2 * MR, kc, a, a + kc * MR, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
-}
+/* The zmm kernels by (rows, first): packed A (the second panel follows the first, kc x MR
+ * each), and A where it lies (a_panel). With one panel, a2 is never read (a stands in, so that
+ * stepping it stays defined). */
+#define DEFINE_X32(ROWS, FIRST)                                                                    \
+    AVX512 static void kernel_##ROWS##x32(int64_t kc, const float *a, const float *b0,            \
+                                          const float *b1, int64_t b_stride, float *c0,           \
+                                          float *c1, int64_t ldc, bool accumulate) {              \
+        tile_x32(ROWS, FIRST, kc, a, ROWS > FIRST ? a + kc * MR : a, 1, MR, b0, b1, b_stride, c0, \
+                 c1, ldc, accumulate);                                                             \
+    }                                                                                              \
+    AVX512 static void kernel_##ROWS##x32_direct(int64_t kc, a_panel a, const float *b0,          \
+                                                 const float *b1, int64_t b_stride, float *c0,    \
+                                                 float *c1, int64_t ldc, bool accumulate) {       \
+        tile_x32(ROWS, FIRST, kc, a.a, ROWS > FIRST ? a.a + FIRST * a.a_rs : a.a, a.a_rs, a.a_ps, \
+                 b0, b1, b_stride, c0, c1, ldc, accumulate);                                       \
+    }
+DEFINE_X32(12, 6)
+DEFINE_X32(6, 6)
+DEFINE_X32(8, 4)
+DEFINE_X32(4, 4)
+#undef DEFINE_X32
 
-AVX512 static void kernel_12x32_direct(int64_t kc, a_panel a, const float *b0, const float *b1,
-                                       int64_t b_stride, float *c0, float *c1, int64_t ldc,
-                                       bool accumulate) {
-    tile_x32(2 * MR, kc, a.a, a.a + MR * a.a_rs, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc,
-             accumulate);
-}
-
-/* One panel: a2 is never read (a stands in, so that stepping it stays defined). */
-AVX512 static void kernel_6x32(int64_t kc, const float *a, const float *b0, const float *b1,
-                               int64_t b_stride, float *c0, float *c1, int64_t ldc,
-                               bool accumulate) {
-    tile_x32(MR, kc, a, a, 1, MR, b0, b1, b_stride, c0, c1, ldc, accumulate);
-}
-
-AVX512 static void kernel_6x32_direct(int64_t kc, a_panel a, const float *b0, const float *b1,
-                                      int64_t b_stride, float *c0, float *c1, int64_t ldc,
-                                      bool accumulate) {
-    tile_x32(MR, kc, a.a, a.a, a.a_rs, a.a_ps, b0, b1, b_stride, c0, c1, ldc, accumulate);
-}
+typedef void (*x32_kernel)(int64_t, const float *, const float *, const float *, int64_t, float *,
+                           float *, int64_t, bool);
+typedef void (*x32_direct_kernel)(int64_t, a_panel, const float *, const float *, int64_t, float *,
+                                  float *, int64_t, bool);
 
 /* Where micro-panel jr of B is read: packed at bp, or for direct B (k = p0..) B's own rows when
  * the micro-panel is full, the packed last one (at bp) when not. */
@@ -550,33 +551,39 @@ one_tile(const eg__gemm_f32 *g, bool c_transposed, const float *ap, bool direct_
  * bp, or when direct B's own rows (k = p0..) for full micro-panels and the packed last one (at bp)
  * for a partial one. Tiles of 16 columns with 6, 4 or 2 rows are written into C; other edge
  * tiles go through a local tile and the same additions, so an element's bits do not depend on
- * whether it is at an edge, nor on whether A or B was packed. With AVX-512, two full 6-row tiles
- * side by side run as one 6x32 tile (the same bits). */
+ * whether it is at an edge, nor on whether A or B was packed. With AVX-512, two full 16-column
+ * tiles side by side run as one 32-column zmm tile (tile_x32; the same bits) for every panel of 6
+ * or 4 rows, two such panels at once where two follow. */
 AVX2 static void macro_kernel(const eg__gemm_f32 *g, bool c_transposed, const float *ap,
                               bool direct_a, const float *bp, bool direct, int64_t i0, int64_t mc,
                               int64_t j0, int64_t nc, int64_t p0, int64_t kc, bool accumulate) {
     bool wide = !c_transposed && eg__cpu_avx512_active();
     for (int64_t jr = 0; jr < nc;) {
-        int64_t cols = nc - jr < NR ? nc - jr : NR, b_stride, b2_stride;
+        int64_t cols = nc - jr < NR ? nc - jr : NR, b_stride, b2_stride = NR;
         const float *b = b_micro_panel(g, bp, direct, j0, jr, cols, p0, kc, &b_stride);
         bool pair = wide && nc - jr >= 2 * NR;
         const float *b2 =
             pair ? b_micro_panel(g, bp, direct, j0, jr + NR, NR, p0, kc, &b2_stride) : NULL;
         for (int64_t ir = 0, rows, panel = 0; ir < mc; ir += rows, panel++) {
             rows = panel_rows(mc - ir);
-            if (pair && rows == MR) { /* zmm tiles: two 6-row panels at once where there are */
-                bool two = panel_rows(mc - ir - MR) == MR;
+            if (pair && (rows == MR || rows == 4)) { /* zmm tiles, two panels at once if can */
+                bool two = ir + rows < mc && panel_rows(mc - ir - rows) == rows;
                 float *c = g->c + (i0 + ir) * g->ldc + (j0 + jr);
+                int which = (rows == MR ? 0 : 2) + (two ? 0 : 1);
                 if (direct_a) {
+                    static const x32_direct_kernel kernels[4] = {
+                        kernel_12x32_direct, kernel_6x32_direct, kernel_8x32_direct,
+                        kernel_4x32_direct};
                     a_panel own = {g->a + (i0 + ir) * g->a_row + p0 * g->a_col, g->a_row, g->a_col};
-                    (two ? kernel_12x32_direct : kernel_6x32_direct)(kc, own, b, b2, b_stride, c,
-                                                                     c + NR, g->ldc, accumulate);
+                    kernels[which](kc, own, b, b2, b_stride, c, c + NR, g->ldc, accumulate);
                 } else {
-                    (two ? kernel_12x32 : kernel_6x32)(kc, ap + panel * kc * MR, b, b2, b_stride, c,
-                                                       c + NR, g->ldc, accumulate);
+                    static const x32_kernel kernels[4] = {kernel_12x32, kernel_6x32, kernel_8x32,
+                                                          kernel_4x32};
+                    kernels[which](kc, ap + panel * kc * MR, b, b2, b_stride, c, c + NR, g->ldc,
+                                   accumulate);
                 }
                 if (two) {
-                    rows = 2 * MR;
+                    rows *= 2;
                     panel++;
                 }
                 continue;
