@@ -63,8 +63,14 @@ __attribute__((target("avx2,fma"))) static void bias_relu_rows_avx2(float *c, in
                                                                     const float *bias, bool relu) {
     bias_relu_rows(c, ldc, rows, cols, bias, relu);
 }
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) static void
+bias_relu_rows_avx512(float *c, int64_t ldc, int64_t rows, int64_t cols, const float *bias,
+                      bool relu) {
+    bias_relu_rows(c, ldc, rows, cols, bias, relu);
+}
 #else
-#define bias_relu_rows_avx2 bias_relu_rows_baseline
+#define bias_relu_rows_avx2   bias_relu_rows_baseline
+#define bias_relu_rows_avx512 bias_relu_rows_baseline
 #endif
 
 void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64_t cols, int64_t j0,
@@ -72,8 +78,11 @@ void eg__gemm_epilogue(eg_dtype dtype, char *c, int64_t ldc, int64_t rows, int64
     if (dtype == EG_DTYPE_F32 && (!bias || bias_stride == 1) &&
         (activation == EG__OP_RELU || activation == EG__OP_COUNT)) {
         const float *b = bias ? (const float *)bias + j0 : NULL;
-        (eg__cpu_active_level() >= EG__CPU_AVX2 ? bias_relu_rows_avx2 : bias_relu_rows_baseline)(
-            (float *)c, ldc, rows, cols, b, activation == EG__OP_RELU);
+        eg__cpu_level level = eg__cpu_active_level();
+        (level >= EG__CPU_AVX512 ? bias_relu_rows_avx512
+         : level >= EG__CPU_AVX2 ? bias_relu_rows_avx2
+                                 : bias_relu_rows_baseline)((float *)c, ldc, rows, cols, b,
+                                                            activation == EG__OP_RELU);
         return;
     }
     size_t size = eg_dtype_size(dtype);
