@@ -1,8 +1,10 @@
-/* f32 vector math (src/backend/cpu/vecmath.c), at each CPU level separately (baseline, and AVX2
- * with FMA: their bits differ): maximum error in ulp against a double-precision reference over a
- * stratified sweep of all f32 bit patterns (every EG_VECMATH_STRIDE-th, default 1009;
- * EG_VECMATH_SWEEP=all for every one of the 2^32) and a dense sweep of [-20, 20], special values,
- * and no dependence on alignment, position in the array or strides. */
+/* f32 vector math (src/backend/cpu/vecmath.c), at each CPU level separately (baseline; AVX2 with
+ * FMA, whose bits differ from the baseline's; AVX-512, which must give the AVX2 bits): maximum
+ * error in ulp against a double-precision reference over a stratified sweep of all f32 bit
+ * patterns (every EG_VECMATH_STRIDE-th, default 1009; EG_VECMATH_SWEEP=all for every one of the
+ * 2^32) and a dense sweep of [-20, 20], special values, AVX-512 bits equal to AVX2's on every
+ * input swept, and no dependence on alignment, position in the array or strides. A level the CPU
+ * lacks runs the best one it has (eg__vecmath_f32_at clamps), so every check still holds. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -70,27 +72,31 @@ static uint64_t sweep_stride(void) {
 
 enum { CHUNK = 1 << 16 };
 
+enum { LEVELS = EG__CPU_LEVEL_COUNT };
+
 typedef struct sweep_result {
-    double worst_ulp[2]; /* per level: baseline, AVX2 */
-    float worst_input[2];
+    double worst_ulp[LEVELS]; /* per level: baseline, AVX2, AVX-512 */
+    float worst_input[LEVELS];
     uint64_t samples;
-    uint64_t differing_paths; /* inputs where the two levels' bits differ (FMA): reported only */
+    uint64_t differing_paths; /* baseline against AVX2 bits (FMA): reported only */
+    uint64_t wide_differs;    /* AVX2 against AVX-512 bits: must be 0 */
+    float wide_first;         /* the first input where they differ */
 } sweep_result;
 
-/* Both levels on the same inputs. Without AVX2 both runs take the baseline path. */
+/* Every level on the same inputs. */
 static sweep_result sweep(eg__vecmath_fn fn, uint64_t stride) {
-    static float inputs[CHUNK], outputs[2][CHUNK];
-    sweep_result result = {{0, 0}, {0, 0}, 0, 0};
+    static float inputs[CHUNK], outputs[LEVELS][CHUNK];
+    sweep_result result = {{0}, {0}, 0, 0, 0, 0};
     uint64_t next = 0;
     while (next < (1ull << 32)) {
         int n = 0;
         for (; n < CHUNK && next < (1ull << 32); next += stride)
             inputs[n++] = from_bits((uint32_t)next);
-        for (int level = 0; level < 2; level++)
+        for (int level = 0; level < LEVELS; level++)
             eg__vecmath_f32_at((eg__cpu_level)level, fn, n, outputs[level], inputs);
         for (int i = 0; i < n; i++) {
             double exact = reference(fn, inputs[i]);
-            for (int level = 0; level < 2; level++) {
+            for (int level = 0; level < LEVELS; level++) {
                 double error = ulp_error(outputs[level][i], exact);
                 if (!(error <= result.worst_ulp[level])) {
                     result.worst_ulp[level] = error;
@@ -98,6 +104,10 @@ static sweep_result sweep(eg__vecmath_fn fn, uint64_t stride) {
                 }
             }
             result.differing_paths += memcmp(&outputs[0][i], &outputs[1][i], sizeof(float)) != 0;
+            if (memcmp(&outputs[EG__CPU_AVX2][i], &outputs[EG__CPU_AVX512][i], sizeof(float))) {
+                if (!result.wide_differs) result.wide_first = inputs[i];
+                result.wide_differs++;
+            }
         }
         result.samples += (uint64_t)n;
     }
@@ -108,7 +118,7 @@ static void check_function(eg__vecmath_fn fn) {
     const char *only = getenv("EG_VECMATH_ONLY"); /* e.g. EG_VECMATH_ONLY=exp */
     if (only && strcmp(only, eg__vecmath_name(fn)) != 0) skip();
     sweep_result r = sweep(fn, sweep_stride());
-    for (int level = 0; level < 2; level++)
+    for (int level = 0; level < LEVELS; level++)
         printf("%-8s %-8s max error %.3f ulp at x = %a (%.9g), %llu inputs\n", eg__vecmath_name(fn),
                eg__cpu_level_name((eg__cpu_level)level), r.worst_ulp[level],
                (double)r.worst_input[level], (double)r.worst_input[level],
@@ -116,8 +126,14 @@ static void check_function(eg__vecmath_fn fn) {
     printf("%-8s baseline and avx2 bits differ on %llu inputs (%s)\n", eg__vecmath_name(fn),
            (unsigned long long)r.differing_paths,
            eg__cpu_has_avx2_fma() ? "FMA on the AVX2 path" : "no AVX2: both ran the baseline");
-    assert_true(r.worst_ulp[EG__CPU_BASELINE] <= max_ulp[fn]);
-    assert_true(r.worst_ulp[EG__CPU_AVX2] <= max_ulp[fn]);
+    printf("%-8s avx2 and avx512 bits differ on %llu inputs (%s)\n", eg__vecmath_name(fn),
+           (unsigned long long)r.wide_differs,
+           eg__cpu_has_avx512() ? "both ran" : "no AVX-512: both ran the best level below");
+    if (r.wide_differs)
+        printf("%-8s first input where they differ: %a\n", eg__vecmath_name(fn),
+               (double)r.wide_first);
+    for (int level = 0; level < LEVELS; level++) assert_true(r.worst_ulp[level] <= max_ulp[fn]);
+    assert_true(r.wide_differs == 0);
 }
 
 static void test_exp(void **state) {
@@ -144,7 +160,7 @@ static void test_softplus(void **state) {
 static void test_dense_central_region(void **state) {
     (void)state;
     static float inputs[CHUNK], outputs[CHUNK];
-    for (int level = 0; level < 2; level++)
+    for (int level = 0; level < LEVELS; level++)
         for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
             double worst = 0;
             for (int sign = 0; sign < 2; sign++) {
@@ -170,7 +186,7 @@ static void test_special_values(void **state) {
     const float in[] = {0.0f,     -0.0f,   INFINITY, -INFINITY, NAN,       FLT_MIN,
                         -FLT_MIN, FLT_MAX, -FLT_MAX, 0x1p-149f, -0x1p-149f};
     enum { N = sizeof in / sizeof in[0] };
-    for (int level = 0; level < 2; level++) {
+    for (int level = 0; level < LEVELS; level++) {
         for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
             float out[N];
             eg__vecmath_f32_at((eg__cpu_level)level, fn, N, out, in);
@@ -193,10 +209,10 @@ static void test_special_values(void **state) {
 }
 
 /* At each level, every element's bits are those of a one-element call at that level: whatever
- * the array's length, alignment, the element's position (vector body or padded tail) or the
- * stride, and whatever its neighbours (every 7th element is beyond +-87 and one is NaN, which
- * send their whole vector off the AVX2 exp's fast path for |x| < 87). (The two levels differ:
- * the AVX2 one uses FMA.) */
+ * the array's length (tails of 0 to 15 past the last whole vector), alignment, the element's
+ * position (vector body or padded tail) or the stride, and whatever its neighbours (every 7th
+ * element is beyond +-87 and one is NaN, which send their whole vector off the FMA exp's fast
+ * path for |x| < 87). (The baseline's bits differ from the others': AVX2 and AVX-512 use FMA.) */
 static void test_position_alignment_strides(void **state) {
     (void)state;
     enum { MAX = 80 };
@@ -209,7 +225,7 @@ static void test_position_alignment_strides(void **state) {
     }
     data[11] = NAN;
     eg__cpu_level original = eg__cpu_active_level();
-    for (int level = 0; level < 2; level++) {
+    for (int level = 0; level < LEVELS; level++) {
         eg__cpu_set_level((eg__cpu_level)level); /* for eg__vecmath_f32_strided */
         for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
             for (int i = 0; i < MAX + 8; i++)
@@ -244,11 +260,13 @@ static void test_cpu_level(void **state) {
     eg__cpu_set_level(EG__CPU_AVX2);
     assert_int_equal(eg__cpu_active_level(),
                      eg__cpu_has_avx2_fma() ? EG__CPU_AVX2 : EG__CPU_BASELINE);
+    eg__cpu_set_level(EG__CPU_AVX512);
+    assert_int_equal(eg__cpu_active_level(), eg__cpu_best_level());
     eg__cpu_set_level(original);
     const char *env = getenv("EG_CPU");
-    printf("EG_CPU=%s: level %s (avx2+fma %s, f16c %s)\n", env ? env : "(unset)",
+    printf("EG_CPU=%s: level %s (avx2+fma %s, avx512 %s, f16c %s)\n", env ? env : "(unset)",
            eg__cpu_level_name(original), eg__cpu_has_avx2_fma() ? "yes" : "no",
-           eg__cpu_has_f16c() ? "yes" : "no");
+           eg__cpu_has_avx512() ? "yes" : "no", eg__cpu_has_f16c() ? "yes" : "no");
     if (env && strcmp(env, "baseline") == 0) assert_int_equal(original, EG__CPU_BASELINE);
 }
 

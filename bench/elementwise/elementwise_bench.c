@@ -237,9 +237,17 @@ static void vector_math_costs(void) {
     for (int i = 0; i < VM_N; i++) vm_in[i] = ((float)i / VM_N - 0.5f) * 20.0f;
     printf("vector math, ns per element (4096 in-cache f32 in [-10, 10], one thread):\n");
     for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
-        vm_context base = {EG__CPU_BASELINE, fn}, avx2 = {EG__CPU_AVX2, fn};
-        printf("  %-8s eagle baseline %6.3f  eagle avx2 %6.3f\n", eg__vecmath_name(fn),
-               measure(vm_body, &base) / VM_N * 1e9, measure(vm_body, &avx2) / VM_N * 1e9);
+        printf("  %-8s", eg__vecmath_name(fn));
+        for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
+            vm_context c = {(eg__cpu_level)level, fn};
+            if (level > (int)eg__cpu_best_level()) {
+                printf("  eagle %s  (not on this CPU)", eg__cpu_level_name(c.level));
+                continue;
+            }
+            printf("  eagle %s %6.3f", eg__cpu_level_name(c.level),
+                   measure(vm_body, &c) / VM_N * 1e9);
+        }
+        printf("\n");
     }
 #ifdef EG_BENCH_SLEEF
     struct {

@@ -22,6 +22,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-elems", type=int, default=64 << 20)
+    parser.add_argument("--min-elems", type=int, default=1024)
+    parser.add_argument("--no-layouts", action="store_true")
     parser.add_argument("--seconds", type=float, default=0.35)
     parser.add_argument("--wall", action="store_true")
     parser.add_argument("--tsv")
@@ -60,11 +62,18 @@ def main():
     g = torch.Generator().manual_seed(1)
     n = 1024
     while n <= args.max_elems:
+        if n < args.min_elems:
+            n *= 4
+            continue
         x = torch.rand(n, generator=g) * 8 - 4
         y = torch.rand(n, generator=g) * 8 - 4
         for name, (nbytes, fn) in OPS.items():
             report(name, "contiguous", n, measure(lambda: fn(x, y)), nbytes * n)
         n *= 4
+    if args.no_layouts:
+        if out:
+            out.close()
+        return
     side = 1
     while side * side * 4 <= min(args.max_elems, 16 << 20):
         side *= 2

@@ -13,6 +13,7 @@
 #endif
 
 #include "backend/cpu/kernels.h"
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "core/random.h"
 
@@ -25,13 +26,10 @@ static void philox_blocks_scalar(uint64_t key, uint64_t first, int n, uint32_t *
 }
 
 #ifdef EG_DROPOUT_X86
+/* The AVX2 blocks follow EG_CPU like every other kernel (so EG_CPU=baseline tests the portable
+ * path), and the dispatch level also checks that the OS saves the YMM registers. */
 static bool cpu_has_avx2(void) {
-    static int known; /* 0 unknown, 1 yes, 2 no; racing first calls write the same value */
-    if (!known) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 2;
-    }
-    return known == 1;
+    return eg__cpu_active_level() >= EG__CPU_AVX2;
 }
 
 /* hi and lo halves of the eight 32 x 32 -> 64 products a[l] * m. */

@@ -116,9 +116,10 @@ static int vecmath_of(eg__op op) {
     }
 }
 
-/* The plain loops are compiled twice, for the baseline and for AVX2 (wider vectors for the
- * compiler's vectorizer); both do the same IEEE operations, so the bits agree. */
-#define AVX2_TARGET __attribute__((target("avx2,fma")))
+/* The plain loops are compiled once per level, for the baseline, AVX2 and AVX-512 (wider vectors
+ * for the compiler's vectorizer); all do the same IEEE operations, so the bits agree. */
+#define AVX2_TARGET   __attribute__((target("avx2,fma")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #define UNARY_VARIANT(SUFFIX, ATTRIBUTES)                                                          \
     ATTRIBUTES static void float_unary_##SUFFIX(const unary_context *c, int64_t n, char **p,       \
                                                 const int64_t *s){UNARY_CASES(                     \
@@ -129,10 +130,17 @@ static int vecmath_of(eg__op op) {
     }
 UNARY_VARIANT(baseline, )
 UNARY_VARIANT(avx2, AVX2_TARGET)
+UNARY_VARIANT(avx512, AVX512_TARGET)
+
+typedef void (*unary_fn)(const unary_context *, int64_t, char **, const int64_t *);
+static const unary_fn float_unary_at[EG__CPU_LEVEL_COUNT] = {
+    float_unary_baseline, float_unary_avx2, float_unary_avx512};
+static const unary_fn double_unary_at[EG__CPU_LEVEL_COUNT] = {
+    double_unary_baseline, double_unary_avx2, double_unary_avx512};
 
 static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const unary_context *c = context;
-    bool avx2 = eg__cpu_active_level() >= EG__CPU_AVX2;
+    eg__cpu_level level = eg__cpu_active_level();
     if (c->dtype == EG_DTYPE_F32) {
         int fn = vecmath_of(c->op);
         if (fn >= 0) {
@@ -142,9 +150,9 @@ static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
                 eg__vecmath_f32_strided((eg__vecmath_fn)fn, n, p[0], s[0], p[1], s[1]);
             return;
         }
-        (avx2 ? float_unary_avx2 : float_unary_baseline)(c, n, p, s);
+        float_unary_at[level](c, n, p, s);
     } else {
-        (avx2 ? double_unary_avx2 : double_unary_baseline)(c, n, p, s);
+        double_unary_at[level](c, n, p, s);
     }
 }
 
@@ -308,16 +316,22 @@ typedef struct binary_context {
     }
 BINARY_VARIANT(baseline, )
 BINARY_VARIANT(avx2, AVX2_TARGET)
+BINARY_VARIANT(avx512, AVX512_TARGET)
+
+typedef void (*binary_fn)(const binary_context *, int64_t, char **, const int64_t *);
+static const binary_fn float_binary_at[EG__CPU_LEVEL_COUNT] = {
+    float_binary_baseline, float_binary_avx2, float_binary_avx512};
+static const binary_fn double_binary_at[EG__CPU_LEVEL_COUNT] = {
+    double_binary_baseline, double_binary_avx2, double_binary_avx512};
 
 static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
-    bool avx2 = eg__cpu_active_level() >= EG__CPU_AVX2;
     switch (c->dtype) {
     case EG_DTYPE_F32:
-        (avx2 ? float_binary_avx2 : float_binary_baseline)(c, n, p, s);
+        float_binary_at[eg__cpu_active_level()](c, n, p, s);
         break;
     case EG_DTYPE_F64:
-        (avx2 ? double_binary_avx2 : double_binary_baseline)(c, n, p, s);
+        double_binary_at[eg__cpu_active_level()](c, n, p, s);
         break;
     case EG_DTYPE_I32:
         INT_BINARY_CASES(int32_t, uint32_t, INT32_MIN) break;

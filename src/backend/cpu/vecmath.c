@@ -16,16 +16,27 @@
 /* The vector helpers (vecmath_kernels.h) are always inlined: no vector crosses a call boundary. */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-enum { LANES = 8 };
-typedef float vf __attribute__((vector_size(32)));
-typedef int32_t vi __attribute__((vector_size(32)));
-typedef uint32_t vu __attribute__((vector_size(32)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
 
 /* A macro, not a function: a function without the AVX2 target attribute, inlined into an AVX2
  * one, has its vectors assembled lane by lane by GCC 12. */
-#define splat(v) ((vf){(v), (v), (v), (v), (v), (v), (v), (v)})
+#define splat8(v) ((vf8){(v), (v), (v), (v), (v), (v), (v), (v)})
+#define splat16(v)                                                                                 \
+    ((vf16){(v), (v), (v), (v), (v), (v), (v), (v), (v), (v), (v), (v), (v), (v), (v), (v)})
 
-/* The functions, once per level (vecmath_kernels.h): exp_baseline, exp_avx2, ... */
+/* The functions, once per level (vecmath_kernels.h): exp_baseline, exp_avx2, exp_avx512, ... */
+#define vf        vf8
+#define vi        vi8
+#define vu        vu8
+#define splat     splat8
+#define LANES     8
+#define VM_AVX512 0
+
 #define VM_SUFFIX baseline
 #define VM_TARGET
 #define VM_FMA 0
@@ -42,11 +53,39 @@ typedef uint32_t vu __attribute__((vector_size(32)));
 #undef VM_TARGET
 #undef VM_FMA
 
+#undef vf
+#undef vi
+#undef vu
+#undef splat
+#undef LANES
+#undef VM_AVX512
+#define vf        vf16
+#define vi        vi16
+#define vu        vu16
+#define splat     splat16
+#define LANES     16
+#define VM_AVX512 1
+
+#define VM_SUFFIX avx512
+#define VM_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define VM_FMA    1
+#include "backend/cpu/vecmath_kernels.h"
+#undef VM_SUFFIX
+#undef VM_TARGET
+#undef VM_FMA
+
+#undef vf
+#undef vi
+#undef vu
+#undef splat
+#undef LANES
+#undef VM_AVX512
+
 typedef void (*driver_fn)(int64_t n, float *out, const float *in);
 static const driver_fn drivers[EG__CPU_LEVEL_COUNT][EG__VECMATH_COUNT] = {
     {exp_baseline, log_baseline, tanh_baseline, sigmoid_baseline, gelu_baseline, softplus_baseline},
     {exp_avx2, log_avx2, tanh_avx2, sigmoid_avx2, gelu_avx2, softplus_avx2},
-    {exp_avx2, log_avx2, tanh_avx2, sigmoid_avx2, gelu_avx2, softplus_avx2},
+    {exp_avx512, log_avx512, tanh_avx512, sigmoid_avx512, gelu_avx512, softplus_avx512},
 };
 
 void eg__vecmath_f32_at(eg__cpu_level level, eg__vecmath_fn fn, int64_t n, float *out,

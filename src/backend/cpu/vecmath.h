@@ -1,21 +1,28 @@
 /* Internal: f32 vector math for the elementwise kernels (eager and lazy fused loops share it).
  *
  * Our own polynomials, written once with GCC vector extensions (vecmath_kernels.h) and compiled
- * twice: for baseline SSE2 without FMA, and for AVX2 with fused multiply-adds (every Horner step,
+ * three times: for baseline SSE2 without FMA; for AVX2 with fused multiply-adds (every Horner step,
  * and exp's Cody-Waite reduction, where the FMA makes x - n LN2_HI exact with LN2_HI the float
- * nearest ln 2); chosen at run time by eg__cpu_active_level(). The two paths' bits differ (on
- * up to a few inputs per thousand; each meets the bounds below): since 2026-11-30 the AVX2 path
- * has FMA, which made exp 1.6x faster per element in cache and took exp on a large tensor at one
- * thread from 67-78 % to 91-94 % of the STREAM triad (bench/elementwise/README.md). (The GEMM
- * differs per path as well.) What stays: every lane is computed independently
- * and the compiler contracts nothing on its own, so a result's bits depend only on its input and
- * the CPU level: not on the thread count, the array's alignment, the element's position (the
- * tail past the last 8 runs through the same vector code on a padded copy) or the execution mode.
+ * nearest ln 2); and for AVX-512 with the AVX2 level's operations in 16 lanes. Chosen at run time
+ * by eg__cpu_active_level(). The baseline's bits differ from the FMA levels' (on up to a few
+ * inputs per thousand; each meets the bounds below): since 2026-11-30 the AVX2 path has FMA,
+ * which made exp 1.6x faster per element in cache (bench/elementwise/README.md). The AVX-512
+ * level gives the AVX2 level's bits exactly: per lane it performs the same IEEE operations (the
+ * same FMAs, divisions, min/max, conversions and integer steps, in the same order); only the
+ * selections (blends from mask registers instead of blendv) and the all-lanes test of exp's fast
+ * path are spelled differently, and those move bits without rounding. Checked on all 2^32 inputs
+ * of every function when it was written, and on the sweeps of tests/test_vecmath.c every run.
+ * The AVX-512 drivers also prefetch the input a few KiB ahead (vecmath_kernels.h), which changes
+ * no result. (The GEMM differs per path as well.) What stays: every lane is computed
+ * independently and the compiler contracts nothing on its own, so a result's bits depend only on
+ * its input and the CPU level (and AVX2 and AVX-512 agree): not on the thread count, the array's
+ * alignment, the element's position (the tail past the last whole vector runs through the same
+ * vector code on a zero-padded copy, a masked load at AVX-512) or the execution mode.
  *
  * Maximum error against the exact function (measured with a double-precision reference; asserted
  * per path by tests/test_vecmath.c, which sweeps every 1009th f32 bit pattern plus a dense sweep
  * of [-20, 20]; EG_VECMATH_STRIDE=101 sweeps every 101st, EG_VECMATH_SWEEP=all all 2^32 inputs).
- * Measured baseline / AVX2, the larger of the stride-101 and dense sweeps:
+ * Measured baseline / AVX2 (= AVX-512), the larger of the stride-101 and dense sweeps:
  *   exp       1 ulp     (0.97 / 0.99)
  *   log       1 ulp     (0.78 / 0.78; x < 0 and NaN give NaN, 0 gives -inf)
  *   tanh      2 ulp     (1.29 / 1.29)

@@ -1,22 +1,50 @@
 /* Internal to vecmath.c, which includes this file once per CPU level (no include guard on
  * purpose). Before each inclusion it defines:
- *   VM_SUFFIX  the level's name (baseline, avx2), appended to every function defined here;
- *   VM_TARGET  the functions' target attribute (empty, or target("avx2,fma"));
- *   VM_FMA     0 or 1: whether a*b + c is one fused multiply-add (one rounding) at this level.
- * The polynomials are the same at both levels; with VM_FMA each Horner step is one FMA and exp's
+ *   VM_SUFFIX  the level's name (baseline, avx2, avx512), appended to every function defined here;
+ *   VM_TARGET  the functions' target attribute (empty, target("avx2,fma") or the AVX-512 one);
+ *   VM_FMA     0 or 1: whether a*b + c is one fused multiply-add (one rounding) at this level;
+ *   VM_AVX512  0 or 1: whether the vectors are 16-lane zmm (the intrinsics below differ);
+ *   vf, vi, vu, splat, LANES  the level's vector types (8 or 16 lanes) and broadcast.
+ * The polynomials are the same at every level; with VM_FMA each Horner step is one FMA and exp's
  * range reduction takes a simpler split of ln 2 (see exp_hilo). Every lane is still computed
- * independently, so a result's bits depend only on its input and the level. */
+ * independently, so a result's bits depend only on its input and the level. The AVX-512 level
+ * performs, per lane, exactly the AVX2 level's IEEE operations (the same FMAs, divisions, min/max
+ * and integer steps; only selections and the fast-path test are spelled with mask registers, which
+ * move bits without rounding), so it gives the AVX2 level's bits in twice the lanes. */
 
 #define VM_CAT2(a, b) a##_##b
 #define VM_CAT(a, b)  VM_CAT2(a, b)
 #define VM(name)      VM_CAT(name, VM_SUFFIX)
 #define VM_INLINE     static inline __attribute__((always_inline)) VM_TARGET
 
+/* Lane masks: a comparison's all-ones / all-zeros lanes (vi) at 8 lanes, a mask register at 16,
+ * so that AVX-512 compares straight into k registers and blends from them. Macros, as splat. */
+#if VM_AVX512
+#define vmask              __mmask16
+#define VM_CMP(a, c, PRED) _mm512_cmp_ps_mask((__m512)(a), (__m512)splat(c), PRED)
+#define VM_LT(a, c)        VM_CMP(a, c, _CMP_LT_OQ)
+#define VM_GT(a, c)        VM_CMP(a, c, _CMP_GT_OQ)
+#define VM_GE(a, c)        VM_CMP(a, c, _CMP_GE_OQ)
+#define VM_EQ(a, c)        VM_CMP(a, c, _CMP_EQ_OQ)
+#define VM_IS_NAN(a)       _mm512_cmp_ps_mask((__m512)(a), (__m512)(a), _CMP_UNORD_Q)
+#define VM_ALL(m)          ((m) == 0xffff)
+#else
+#define vmask        vi
+#define VM_LT(a, c)  ((a) < (c))
+#define VM_GT(a, c)  ((a) > (c))
+#define VM_GE(a, c)  ((a) >= (c))
+#define VM_EQ(a, c)  ((a) == (c))
+#define VM_IS_NAN(a) ((a) != (a))
+#define VM_ALL(m)    (_mm256_movemask_ps((__m256)(m)) == 0xff)
+#endif
+
 /* Lane-wise helpers, defined per level too: clang rejects passing a 256-bit vector between
  * functions whose targets differ, even when one is inlined into the other. */
-/* m ? a : b, lane by lane (m is all ones or all zeros per lane) */
-VM_INLINE vf VM(choose)(vi m, vf a, vf b) {
-#if VM_FMA /* one blend instead of and, and-not, or: every m here is a comparison's */
+/* m ? a : b, lane by lane */
+VM_INLINE vf VM(choose)(vmask m, vf a, vf b) {
+#if VM_AVX512
+    return (vf)_mm512_mask_blend_ps(m, (__m512)b, (__m512)a);
+#elif VM_FMA /* one blend instead of and, and-not, or: every m here is a comparison's */
     return (vf)_mm256_blendv_ps((__m256)b, (__m256)a, (__m256)m);
 #else
     return (vf)((m & (vi)a) | (~m & (vi)b));
@@ -29,12 +57,14 @@ VM_INLINE vu VM(sign_of)(vf x) {
     return (vu)x & 0x80000000u;
 }
 VM_INLINE vf VM(is_nan_select)(vf x, vf result) {
-    return VM(choose)(x != x, x, result);
+    return VM(choose)(VM_IS_NAN(x), x, result);
 }
 
 /* a * b + c: fused (rounded once) at an FMA level, two roundings otherwise. */
 VM_INLINE vf VM(madd)(vf a, vf b, vf c) {
-#if VM_FMA
+#if VM_AVX512
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif VM_FMA
     return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
 #else
     return a * b + c;
@@ -42,7 +72,9 @@ VM_INLINE vf VM(madd)(vf a, vf b, vf c) {
 }
 /* c - a * b, the same way. */
 VM_INLINE vf VM(nmadd)(vf a, vf b, vf c) {
-#if VM_FMA
+#if VM_AVX512
+    return (vf)_mm512_fnmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif VM_FMA
     return (vf)_mm256_fnmadd_ps((__m256)a, (__m256)b, (__m256)c);
 #else
     return c - a * b;
@@ -51,17 +83,21 @@ VM_INLINE vf VM(nmadd)(vf a, vf b, vf c) {
 /* min(x, limit) and max(x, limit) for x not NaN (a NaN x gives limit here, x in the baseline:
  * callers put NaN lanes back themselves). */
 VM_INLINE vf VM(at_most)(vf x, float limit) {
-#if VM_FMA
+#if VM_AVX512
+    return (vf)_mm512_min_ps((__m512)x, (__m512)splat(limit));
+#elif VM_FMA
     return (vf)_mm256_min_ps((__m256)x, (__m256)splat(limit));
 #else
-    return VM(choose)(x > limit, splat(limit), x);
+    return VM(choose)(VM_GT(x, limit), splat(limit), x);
 #endif
 }
 VM_INLINE vf VM(at_least)(vf x, float limit) {
-#if VM_FMA
+#if VM_AVX512
+    return (vf)_mm512_max_ps((__m512)x, (__m512)splat(limit));
+#elif VM_FMA
     return (vf)_mm256_max_ps((__m256)x, (__m256)splat(limit));
 #else
-    return VM(choose)(x < limit, splat(limit), x);
+    return VM(choose)(VM_LT(x, limit), splat(limit), x);
 #endif
 }
 /* The same with a constant addend (a Horner step). A macro: GCC 12 builds splat(c) of a function
@@ -132,8 +168,7 @@ VM_INLINE vf VM(exp_normal)(vf x) {
 
 VM_INLINE vf VM(exp_v)(vf x) {
 #if VM_FMA
-    vi normal = VM(abs_of)(x) < 87.0f; /* false for NaN */
-    if (_mm256_movemask_ps((__m256)normal) == 0xff) return VM(exp_normal)(x);
+    if (VM_ALL(VM_LT(VM(abs_of)(x), 87.0f))) return VM(exp_normal)(x); /* false for NaN */
 #endif
     vf c = VM(at_least)(VM(at_most)(x, 89.0f), -104.0f);
     return VM(is_nan_select)(x, VM(exp_hilo)(c, c, false));
@@ -141,7 +176,7 @@ VM_INLINE vf VM(exp_v)(vf x) {
 
 /* log(x) + c for finite x > 0, c a small correction (log1p's rounding of 1 + t). */
 VM_INLINE vf VM(log_positive)(vf x, vf c) {
-    vi tiny = x < 0x1p-126f;
+    vmask tiny = VM_LT(x, 0x1p-126f);
     vf xs = VM(choose)(tiny, x * 0x1p23f, x);
     vf bias = VM(choose)(tiny, splat(-23.0f), splat(0.0f));
     /* x = 2^e m with m in [sqrt(1/2), sqrt(2)) */
@@ -164,12 +199,12 @@ VM_INLINE vf VM(log_positive)(vf x, vf c) {
 }
 
 VM_INLINE vf VM(log_v)(vf x) {
-    vf pos = VM(choose)(x > 0.0f, x, splat(1.0f));
-    pos = VM(choose)(pos == __builtin_inff(), splat(1.0f), pos);
+    vf pos = VM(choose)(VM_GT(x, 0.0f), x, splat(1.0f));
+    pos = VM(choose)(VM_EQ(pos, __builtin_inff()), splat(1.0f), pos);
     vf y = VM(log_positive)(pos, splat(0.0f));
-    y = VM(choose)(x == __builtin_inff(), x, y);
-    y = VM(choose)(x == 0.0f, splat(-__builtin_inff()), y);
-    return VM(choose)(x < 0.0f, splat(__builtin_nanf("")), VM(is_nan_select)(x, y));
+    y = VM(choose)(VM_EQ(x, __builtin_inff()), x, y);
+    y = VM(choose)(VM_EQ(x, 0.0f), splat(-__builtin_inff()), y);
+    return VM(choose)(VM_LT(x, 0.0f), splat(__builtin_nanf("")), VM(is_nan_select)(x, y));
 }
 
 /* log(1 + t) for t in [0, 1] */
@@ -193,20 +228,21 @@ VM_INLINE vf VM(tanh_v)(vf x) {
     vf twice = VM(at_most)(a + a, 88.0f);
     vf e = VM(exp_hilo)(twice, twice, false);
     vf large = (vf)((vu)(1.0f - 2.0f / (e + 1.0f)) | VM(sign_of)(x));
-    return VM(is_nan_select)(x, VM(choose)(a < 0.625f, small, large));
+    return VM(is_nan_select)(x, VM(choose)(VM_LT(a, 0.625f), small, large));
 }
 
 VM_INLINE vf VM(sigmoid_v)(vf x) {
     vf a = VM(abs_of)(x);
     vf e = VM(exp_v)(-a);
     /* one division: 1 / d or e / d, the numerator chosen first */
-    return VM(is_nan_select)(x, VM(choose)(x >= 0.0f, splat(1.0f), e) / (1.0f + e));
+    return VM(is_nan_select)(x, VM(choose)(VM_GE(x, 0.0f), splat(1.0f), e) / (1.0f + e));
 }
 
 VM_INLINE vf VM(softplus_v)(vf x) {
     vf e = VM(exp_v)(-VM(abs_of)(x));
-    vf positive = VM(choose)(x > 0.0f, x, splat(0.0f));
-    return VM(is_nan_select)(x, positive + VM(log1p_unit)(VM(choose)(e != e, splat(0.0f), e)));
+    vf positive = VM(choose)(VM_GT(x, 0.0f), x, splat(0.0f));
+    return VM(is_nan_select)(x,
+                             positive + VM(log1p_unit)(VM(choose)(VM_IS_NAN(e), splat(0.0f), e)));
 }
 
 VM_INLINE vf VM(gelu_v)(vf x) {
@@ -225,7 +261,7 @@ VM_INLINE vf VM(gelu_v)(vf x) {
     /* else through E = erfc(|x| / sqrt 2) = exp(-x^2 / 2) R(t), t = 1 / (1 + |x| / (2 sqrt 2)):
      * x^2 / 2 split exactly (hi has 12 significant bits) so exp sees it in full precision. */
     vf c = VM(at_most)(a, 15.0f);
-    c = VM(choose)(c != c, splat(1.0f), c); /* (the baseline's NaN) */
+    c = VM(choose)(VM_IS_NAN(c), splat(1.0f), c); /* (the baseline's NaN) */
     vf c_hi = (vf)((vu)c & 0xfffff000u), c_lo = c - c_hi;
     vf e = VM(exp_hilo)(-0.5f * (c_hi * c_hi), -0.5f * (c_lo * (c + c_hi)), true);
     vf t = 1.0f / VM_MADDC(c, splat(0x1.6a09e6p-2f), 1.0f);
@@ -241,26 +277,51 @@ VM_INLINE vf VM(gelu_v)(vf x) {
     r = VM_MADDC(r, t, 0x1.20c754p-2f);
     r = VM_MADDC(r, t, 0x1.6618c4p-19f);
     vf half_tail = (0.5f * c) * (e * r); /* 0.5 |x| erfc(|x| / sqrt 2) */
-    vf large = VM(choose)(x > 0.0f, x - half_tail, -half_tail);
-    return VM(is_nan_select)(x, VM(choose)(a < 0x1.6a09e6p-1f, small, large));
+    vf large = VM(choose)(VM_GT(x, 0.0f), x - half_tail, -half_tail);
+    return VM(is_nan_select)(x, VM(choose)(VM_LT(a, 0x1.6a09e6p-1f), small, large));
 }
 
-/* The drivers: whole vectors, then the tail through the same code on a padded copy. */
+/* The drivers: whole vectors, then the tail through the same code on a zero-padded vector (with
+ * AVX-512, a masked load and store; zeros in the other lanes either way). */
+#if VM_AVX512
+#define VM_TAIL(CORE)                                                                              \
+    if (i < n) {                                                                                   \
+        __mmask16 mask_ = (__mmask16)((1u << (n - i)) - 1);                                        \
+        vf y = VM(CORE)((vf)_mm512_maskz_loadu_ps(mask_, in + i));                                 \
+        _mm512_mask_storeu_ps(out + i, mask_, (__m512)y);                                          \
+    }
+#else
+#define VM_TAIL(CORE)                                                                              \
+    if (i < n) {                                                                                   \
+        vf x = splat(0.0f), y;                                                                     \
+        memcpy(&x, in + i, sizeof(float) * (size_t)(n - i));                                       \
+        y = VM(CORE)(x);                                                                           \
+        memcpy(out + i, &y, sizeof(float) * (size_t)(n - i));                                      \
+    }
+#endif
+/* At AVX-512, the input is prefetched VM_PREFETCH_BYTES ahead: a vector of the slower functions
+ * (gelu, softplus) takes long enough per cache line that the hardware prefetcher falls behind on
+ * arrays beyond the caches (bench/elementwise/README.md). An address, not a pointer past the
+ * array: a prefetch never faults, and no out-of-bounds pointer is formed. */
+#if VM_AVX512
+#ifndef VM_PREFETCH_BYTES
+#define VM_PREFETCH_BYTES 8192
+#endif
+#define VM_PREFETCH(p) _mm_prefetch((const char *)((uintptr_t)(p) + VM_PREFETCH_BYTES), _MM_HINT_T0)
+#else
+#define VM_PREFETCH(p) ((void)0)
+#endif
 #define VM_DRIVER(NAME, CORE)                                                                      \
     VM_TARGET static void VM(NAME)(int64_t n, float *out, const float *in) {                       \
         int64_t i = 0;                                                                             \
         for (; i + LANES <= n; i += LANES) {                                                       \
             vf x, y;                                                                               \
+            VM_PREFETCH(in + i);                                                                   \
             memcpy(&x, in + i, sizeof x);                                                          \
             y = VM(CORE)(x);                                                                       \
             memcpy(out + i, &y, sizeof y);                                                         \
         }                                                                                          \
-        if (i < n) {                                                                               \
-            vf x = splat(0.0f), y;                                                                 \
-            memcpy(&x, in + i, sizeof(float) * (size_t)(n - i));                                   \
-            y = VM(CORE)(x);                                                                       \
-            memcpy(out + i, &y, sizeof(float) * (size_t)(n - i));                                  \
-        }                                                                                          \
+        VM_TAIL(CORE)                                                                              \
     }
 VM_DRIVER(exp, exp_v)
 VM_DRIVER(log, log_v)
@@ -270,6 +331,16 @@ VM_DRIVER(gelu, gelu_v)
 VM_DRIVER(softplus, softplus_v)
 
 #undef VM_DRIVER
+#undef VM_PREFETCH
+#undef vmask
+#undef VM_CMP
+#undef VM_LT
+#undef VM_GT
+#undef VM_GE
+#undef VM_EQ
+#undef VM_IS_NAN
+#undef VM_ALL
+#undef VM_TAIL
 #undef VM_MADDC
 #undef VM_INLINE
 #undef VM
