@@ -1,10 +1,11 @@
-/* Elementwise ops and sums give the same bits whatever the CPU path (baseline or AVX2), the
- * thread count, the layout (a transposed view, a broadcast) and the length: the canonical
+/* Elementwise ops and sums give the same bits whatever the CPU path (baseline, AVX2 or AVX-512),
+ * the thread count, the layout (a transposed view, a broadcast) and the length: the canonical
  * summation order (src/backend/cpu/reduce.c) checked against a plain-C reference, long sums split
- * over threads, the vector-math ops against a one-element-at-a-time evaluation, and Adam's fused
- * update (one parallel pass over all variables) against Keras' formula in plain C. The one
- * exception is vector math (exp, tanh, ...): its AVX2 path uses FMA, so its bits depend on the
- * path (still not on threads, layout or length), and the two paths agree within their bounds. */
+ * over threads, the plain unary and binary loops (compiled once per level), the vector-math ops
+ * against a one-element-at-a-time evaluation, and Adam's fused update (one parallel pass over all
+ * variables) against Keras' formula in plain C. The one exception is vector math (exp, tanh, ...):
+ * its AVX2 and AVX-512 paths use FMA, so the baseline's bits differ from theirs (still not on
+ * threads, layout or length) within both bounds; AVX-512 gives AVX2's bits exactly. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -64,7 +65,7 @@ static void assert_sums_canonical(const eg_tensor *x) {
     double total = canonical_sum(data, n, 1);
     float expected[2] = {(float)total, (float)(total / (double)n)};
     int axis = 0;
-    for (int level = 0; level < 2; level++)
+    for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++)
         for (int threads = 1; threads <= 2; threads++) {
             eg__cpu_set_level(level);
             assert_int_equal(eg_set_num_threads(threads), EG_OK);
@@ -135,7 +136,7 @@ static void test_sum_layouts_agree(void **state) {
         eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
         int one = 1, zero = 0;
         eg_tensor *reference = NULL;
-        for (int level = 0; level < 2; level++)
+        for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++)
             for (int threads = 1; threads <= 2; threads++) {
                 eg__cpu_set_level(level);
                 assert_int_equal(eg_set_num_threads(threads), EG_OK);
@@ -187,9 +188,10 @@ static uint64_t ulp_distance(float a, float b) {
 }
 
 /* Vector-math ops: at each level, a transposed view, a contiguous copy, every thread count and
- * each element computed alone agree bitwise. Between the levels the bits may differ (the AVX2
- * path uses FMA; each meets the bounds of tests/test_vecmath.c): there they agree within the sum
- * of both levels' bounds, and bitwise for relu (no vector math). */
+ * each element computed alone agree bitwise. Between the baseline and AVX2 the bits may differ
+ * (AVX2 uses FMA; each meets the bounds of tests/test_vecmath.c): there they agree within the sum
+ * of both levels' bounds, and bitwise for relu (no vector math). AVX-512 gives AVX2's bits (the
+ * same operations per lane, vecmath.h). */
 static void test_unary_layouts_levels_threads(void **state) {
     (void)state;
     const unary_op ops[] = {op_exp, op_log, op_tanh, op_sigmoid, op_gelu, op_softplus, op_relu};
@@ -199,8 +201,8 @@ static void test_unary_layouts_levels_threads(void **state) {
     eg_tensor *xt = eg_transpose(x, 0, 1), *xt_copy = eg_contiguous(xt);
     const float *in = eg_tensor_data(xt_copy);
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
-        eg_tensor *reference[2];
-        for (int level = 0; level < 2; level++) {
+        eg_tensor *reference[EG__CPU_LEVEL_COUNT];
+        for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
             eg__cpu_set_level((eg__cpu_level)level);
             assert_int_equal(eg_set_num_threads(1), EG_OK);
             reference[level] = ops[o](xt_copy);
@@ -222,6 +224,7 @@ static void test_unary_layouts_levels_threads(void **state) {
             if (ulp_distance(r0[i], r1[i]) > level_ulp[o])
                 fail_msg("op %zu at x = %a: baseline %a, avx2 %a", o, (double)in[i], (double)r0[i],
                          (double)r1[i]);
+        assert_same_bits(reference[EG__CPU_AVX512], reference[EG__CPU_AVX2]);
     }
 }
 
@@ -250,7 +253,7 @@ static void test_softmax_f32_vector_exp(void **state) {
         eg_tensor *labels = eg_tensor_from_data(labels_v, EG_DTYPE_I32, 1, &rows);
         free(labels_v);
         const float *xv = eg_tensor_data(x);
-        for (int level = 0; level < 2; level++)
+        for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++)
             for (int threads = 1; threads <= 2; threads++) {
                 eg__cpu_set_level((eg__cpu_level)level);
                 assert_int_equal(eg_set_num_threads(threads), EG_OK);
@@ -299,7 +302,7 @@ static void test_binary_layouts(void **state) {
     eg_tensor *row_full = eg_contiguous(eg_broadcast_to(row, 2, shape));
     eg_tensor *column_full = eg_contiguous(eg_broadcast_to(column, 2, shape));
     eg_tensor *yt_full = eg_contiguous(yt);
-    for (int level = 0; level < 2; level++)
+    for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++)
         for (int threads = 1; threads <= 2; threads++) {
             eg__cpu_set_level(level);
             assert_int_equal(eg_set_num_threads(threads), EG_OK);
@@ -311,24 +314,107 @@ static void test_binary_layouts(void **state) {
         }
 }
 
+typedef eg_tensor *(*binary_op)(const eg_tensor *, const eg_tensor *);
+static eg_tensor *op_div(const eg_tensor *a, const eg_tensor *b) {
+    return eg_div(a, b);
+}
+static eg_tensor *op_pow(const eg_tensor *a, const eg_tensor *b) {
+    return eg_pow(eg_abs(a), b);
+}
+static eg_tensor *op_neg(const eg_tensor *x) {
+    return eg_neg(x);
+}
+static eg_tensor *op_sqrt(const eg_tensor *x) {
+    return eg_sqrt(eg_abs(x));
+}
+static eg_tensor *op_rsqrt(const eg_tensor *x) {
+    return eg_rsqrt(x);
+}
+static eg_tensor *op_square(const eg_tensor *x) {
+    return eg_square(x);
+}
+static eg_tensor *op_reciprocal(const eg_tensor *x) {
+    return eg_reciprocal(x);
+}
+static eg_tensor *op_clip(const eg_tensor *x) {
+    return eg_clip(x, -0.5, 0.25);
+}
+static eg_tensor *op_sign(const eg_tensor *x) {
+    return eg_sign(x);
+}
+
+/* The plain unary and binary loops (everything but f32 vector math) do the same IEEE operations
+ * at every level, in f32 and f64, contiguous (lengths with every vector tail) and with a
+ * broadcast scalar operand: the same bits as the baseline at every level, at 1 and 2 threads;
+ * f64 exp and tanh (libm per element) too. */
+static void test_plain_loops_levels_agree(void **state) {
+    (void)state;
+    const unary_op unary[] = {op_neg,  op_sqrt, op_rsqrt, op_square, op_reciprocal, op_clip,
+                              op_sign, op_relu, op_log,   op_exp,    op_tanh};
+    const binary_op binary[] = {eg_add, eg_sub, eg_mul, op_div, eg_maximum, eg_minimum, op_pow};
+    const eg_dtype dtypes[] = {EG_DTYPE_F32, EG_DTYPE_F64};
+    const int64_t lengths[] = {1, 15, 17, 33, 4099, 100003};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            int64_t n = lengths[l], one = 1;
+            eg_tensor *x = eg_cast(eg_mul_scalar(uniform_tensor(1, &n, 70 + l), 8.0), dtypes[d]);
+            eg_tensor *y = eg_cast(uniform_tensor(1, &n, 80 + l), dtypes[d]);
+            eg_tensor *scalar =
+                eg_cast(eg_add_scalar(uniform_tensor(1, &one, 90 + l), 1.5), dtypes[d]);
+            float *xv = eg_tensor_data(x);
+            if (dtypes[d] == EG_DTYPE_F32 && n > 10) /* special values: NaN, -0, a 0 divisor */
+                xv[3] = NAN, xv[5] = -0.0f, ((float *)eg_tensor_data(y))[7] = 0.0f;
+            for (size_t o = 0;
+                 o < sizeof unary / sizeof unary[0] + sizeof binary / sizeof binary[0]; o++) {
+                bool is_unary = o < sizeof unary / sizeof unary[0];
+                /* f32 exp, log, tanh are vector math (the test above); f64 ones are plain loops */
+                if (is_unary && dtypes[d] == EG_DTYPE_F32 &&
+                    (unary[o] == op_log || unary[o] == op_exp || unary[o] == op_tanh))
+                    continue;
+                eg_tensor *reference[3] = {NULL};
+                for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++)
+                    for (int threads = 1; threads <= 2; threads++) {
+                        eg__cpu_set_level((eg__cpu_level)level);
+                        assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                        const binary_op b =
+                            is_unary ? NULL : binary[o - sizeof unary / sizeof unary[0]];
+                        eg_tensor *r[3] = {is_unary ? unary[o](x) : b(x, y),
+                                           is_unary ? NULL : b(x, scalar),
+                                           is_unary ? NULL : b(scalar, y)};
+                        for (int k = 0; k < (is_unary ? 1 : 3); k++) {
+                            assert_non_null(r[k]);
+                            if (!reference[k]) reference[k] = r[k];
+                            assert_same_bits(r[k], reference[k]);
+                        }
+                    }
+            }
+        }
+}
+
 /* Adam's update of a weight (odd size, so every vector loop has a tail) and a bias, applied as
- * one parallel pass over both: the same bits on both CPU paths and thread counts, and equal to
- * Keras' formula evaluated one element at a time in float. */
+ * one parallel pass over both: the same bits at 1 and 2 threads on every CPU path; on the
+ * baseline and AVX2 paths equal to Keras' formula evaluated one element at a time in float; on
+ * the AVX-512 path (update.c: fused moments, the step without the divider) the moments equal the
+ * fused formula in float bitwise and the variable is within 3 ulp of each step (tests/test_optim.c
+ * bounds the step) plus one ulp of the variable per step (the rounding of x - step) of that
+ * formula's variable. */
 static void test_adam_levels_threads(void **state) {
     (void)state;
-    enum { STEPS = 3 };
+    enum { STEPS = 3, FORMS = 2 }; /* form 0: Keras' float formula; 1: the fused one */
     const int64_t weight_shape[2] = {613, 509}, bias_shape[1] = {7}; /* > the split size */
     const int64_t sizes[2] = {613 * 509, 7};
-    float *expected[2];
-    float *m_ref[2], *u_ref[2];
-    for (int k = 0; k < 2; k++) {
-        expected[k] = calloc((size_t)sizes[k], sizeof(float));
-        m_ref[k] = calloc((size_t)sizes[k], sizeof(float));
-        u_ref[k] = calloc((size_t)sizes[k], sizeof(float));
-        assert_non_null(expected[k]);
-        assert_non_null(m_ref[k]);
-        assert_non_null(u_ref[k]);
-    }
+    float *expected[FORMS][2], *m_ref[FORMS][2], *u_ref[FORMS][2];
+    double *steps_fused[2]; /* the sum of |step| over the steps, for the AVX-512 bound */
+    for (int f = 0; f < FORMS; f++)
+        for (int k = 0; k < 2; k++) {
+            expected[f][k] = calloc((size_t)sizes[k], sizeof(float));
+            m_ref[f][k] = calloc((size_t)sizes[k], sizeof(float));
+            u_ref[f][k] = calloc((size_t)sizes[k], sizeof(float));
+            assert_non_null(expected[f][k]);
+            assert_non_null(m_ref[f][k]);
+            assert_non_null(u_ref[f][k]);
+            if (f) assert_non_null(steps_fused[k] = calloc((size_t)sizes[k], sizeof(double)));
+        }
     eg_tensor *initial[2] = {uniform_tensor(2, weight_shape, 1), uniform_tensor(1, bias_shape, 2)};
     eg_tensor *grads[STEPS][2];
     for (int t = 0; t < STEPS; t++) {
@@ -336,24 +422,33 @@ static void test_adam_levels_threads(void **state) {
         grads[t][1] = uniform_tensor(1, bias_shape, 20 + (uint64_t)t);
     }
     /* the reference: eagle's float formula of Keras' Adam (lr 1e-3, betas .9/.999, eps 1e-7) */
-    for (int k = 0; k < 2; k++) memcpy(expected[k], eg_tensor_data(initial[k]), sizes[k] * 4);
+    for (int f = 0; f < FORMS; f++)
+        for (int k = 0; k < 2; k++)
+            memcpy(expected[f][k], eg_tensor_data(initial[k]), sizes[k] * 4);
     for (int t = 0; t < STEPS; t++) {
         double step = t + 1;
         float alpha = (float)(1e-3 * sqrt(1.0 - pow(0.999, step)) / (1.0 - pow(0.9, step)));
         float b1 = (float)(1.0 - 0.9), b2 = (float)(1.0 - 0.999), eps = (float)1e-7;
-        for (int k = 0; k < 2; k++) {
-            const float *g = eg_tensor_data(grads[t][k]);
-            for (int64_t i = 0; i < sizes[k]; i++) {
-                float mi = m_ref[k][i] + (g[i] - m_ref[k][i]) * b1;
-                float ui = u_ref[k][i] + (g[i] * g[i] - u_ref[k][i]) * b2;
-                m_ref[k][i] = mi;
-                u_ref[k][i] = ui;
-                expected[k][i] = expected[k][i] - (mi * alpha) / (sqrtf(ui) + eps);
+        for (int f = 0; f < FORMS; f++)
+            for (int k = 0; k < 2; k++) {
+                const float *g = eg_tensor_data(grads[t][k]);
+                float *m = m_ref[f][k], *u = u_ref[f][k];
+                for (int64_t i = 0; i < sizes[k]; i++) {
+                    float mi = f ? fmaf(g[i] - m[i], b1, m[i]) : m[i] + (g[i] - m[i]) * b1;
+                    float ui = f ? fmaf(fmaf(g[i], g[i], -u[i]), b2, u[i])
+                                 : u[i] + (g[i] * g[i] - u[i]) * b2;
+                    m[i] = mi;
+                    u[i] = ui;
+                    float increment = (mi * alpha) / (sqrtf(ui) + eps);
+                    expected[f][k][i] = expected[f][k][i] - increment;
+                    if (f) steps_fused[k][i] += fabsf(increment);
+                }
             }
-        }
     }
-    for (int level = EG__CPU_BASELINE; level <= EG__CPU_AVX2; level++) {
+    for (int level = EG__CPU_BASELINE; level <= (int)eg__cpu_best_level(); level++) {
         eg__cpu_set_level((eg__cpu_level)level);
+        int f = level == EG__CPU_AVX512;
+        float *first_threads[2] = {NULL, NULL};
         for (int threads = 1; threads <= 2; threads++) {
             assert_int_equal(eg_set_num_threads(threads), EG_OK);
             eg_tensor *vars[2] = {eg_variable(initial[0], "w"), eg_variable(initial[1], "b")};
@@ -363,22 +458,41 @@ static void test_adam_levels_threads(void **state) {
             for (int t = 0; t < STEPS; t++)
                 assert_int_equal(eg_optimizer_apply_gradients(opt, 2, grads[t], vars), EG_OK);
             for (int k = 0; k < 2; k++) {
-                assert_memory_equal(eg_tensor_data(vars[k]), expected[k], sizes[k] * 4);
+                const float *got = eg_tensor_data(vars[k]);
+                if (threads == 1) {
+                    first_threads[k] = malloc((size_t)sizes[k] * 4);
+                    assert_non_null(first_threads[k]);
+                    memcpy(first_threads[k], got, (size_t)sizes[k] * 4);
+                } else {
+                    assert_memory_equal(got, first_threads[k], (size_t)sizes[k] * 4);
+                }
+                if (f)
+                    for (int64_t i = 0; i < sizes[k]; i++) {
+                        double want = expected[f][k][i];
+                        if (fabs(got[i] - want) > 0x1p-23 * (STEPS * fabs(want) + 3 * steps_fused[k][i]))
+                            fail_msg("AVX-512 variable %d element %lld: %a, want %a", k,
+                                     (long long)i, (double)got[i], (double)expected[f][k][i]);
+                    }
+                else
+                    assert_memory_equal(got, expected[f][k], sizes[k] * 4);
                 assert_memory_equal(eg_tensor_data(eg_optimizer_get_slot(opt, vars[k], "momentum")),
-                                    m_ref[k], sizes[k] * 4);
+                                    m_ref[f][k], sizes[k] * 4);
                 assert_memory_equal(eg_tensor_data(eg_optimizer_get_slot(opt, vars[k], "velocity")),
-                                    u_ref[k], sizes[k] * 4);
+                                    u_ref[f][k], sizes[k] * 4);
             }
             eg_optimizer_free(opt);
             eg_release(vars[0]);
             eg_release(vars[1]);
         }
+        for (int k = 0; k < 2; k++) free(first_threads[k]);
     }
-    for (int k = 0; k < 2; k++) {
-        free(expected[k]);
-        free(m_ref[k]);
-        free(u_ref[k]);
-    }
+    for (int f = 0; f < FORMS; f++)
+        for (int k = 0; k < 2; k++) {
+            free(expected[f][k]);
+            free(m_ref[f][k]);
+            free(u_ref[f][k]);
+            if (f) free(steps_fused[k]);
+        }
 }
 
 /* Transposed inputs are staged through small transposed tiles (src/backend/cpu/loops.c): the
@@ -423,6 +537,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_unary_layouts_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_softmax_f32_vector_exp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_layouts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plain_loops_levels_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adam_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transposed_inputs_plain_c, setup, teardown),
     };

@@ -2,7 +2,8 @@
  * compared with values computed independently by tests/optim_reference/reference.py (NumPy in
  * float32, Keras 3's update equations); slots, step counter, gradient conversions, refusals that
  * leave everything unchanged; schedule values; a small regression that Adam solves; and state
- * (slots, step counter) restored into a fresh optimizer continuing bit-identically. */
+ * (slots, step counter) restored into a fresh optimizer continuing bit-identically; and Adam's f32
+ * step on every CPU path within stated bounds of a double-precision evaluation. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,8 +12,10 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu_features.h"
 #include "eagle.h"
 
 /* ---- reference values: printed by tests/optim_reference/reference.py ---- */
@@ -686,6 +689,122 @@ static void test_set_slot_errors(void **state) {
     eg_release(v);
 }
 
+/* |got - want| in units of the last place of the f32 nearest want; FLT_MIN at least, so that a
+ * value the update flushed to zero (it runs with subnormals flushed) is not counted. */
+static double ulps_from(double got, double want) {
+    int e;
+    frexp(want, &e);
+    double ulp = ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+    double diff = fabs(got - want);
+    return diff <= 0x1p-126 ? 0 : diff / ulp;
+}
+
+/* got is want, or 0 where want is subnormal (the update flushes subnormals). */
+static bool same_or_flushed(float got, float want) {
+    return got == want || (fabsf(want) < 0x1p-126f && got == 0);
+}
+
+static uint64_t next_random(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* sign * 10^[lo, hi), uniform in the exponent: moments and gradients of every scale. */
+static float random_scale(uint64_t *s, double lo, double hi, bool signed_) {
+    double t = (double)(next_random(s) >> 11) * 0x1p-53;
+    float x = (float)pow(10.0, lo + (hi - lo) * t);
+    return signed_ && (next_random(s) & 1) ? -x : x;
+}
+
+/* One f32 Adam step (from 0, so that the variable is minus the step) over moments and gradients
+ * of every scale, on each CPU path this CPU has. The AVX-512 moments are bitwise the fused
+ * formulas fmaf(g - m, 1 - b1, m) and fmaf(fmaf(g, g, -u), 1 - b2, u) (the other paths' are
+ * checked bitwise against the unfused ones in tests/test_elementwise_dispatch.c), and every
+ * path's step is within 3 ulp of (m alpha) / (sqrt(u) + eps) evaluated in double from the moments
+ * that path computed: the exact sqrt and divide round three times, AVX-512's refined rsqrt14 and
+ * rcp14 add a fraction of an ulp to that. The lanes that the AVX-512 approximations do not cover
+ * (u infinite, NaN or negative; m alpha infinite or NaN; a step that overflows), and u = 0, give
+ * the exact formula's float result. An odd size, so the vector loops have tails. */
+static void test_adam_f32_paths_within_bounds(void **state) {
+    (void)state;
+    enum { N = 40013, SPECIAL = 8 };
+    int64_t shape[1] = {N};
+    float *m0 = malloc(N * sizeof(float)), *u0 = malloc(N * sizeof(float));
+    float *g = malloc(N * sizeof(float));
+    assert_non_null(m0);
+    assert_non_null(u0);
+    assert_non_null(g);
+    uint64_t seed = 12345;
+    for (int i = 0; i < N; i++) {
+        m0[i] = random_scale(&seed, -12, 6, true);
+        u0[i] = i % 97 == 0 ? 0.0f : random_scale(&seed, -30, 20, false);
+        g[i] = i % 89 == 0 ? 0.0f : random_scale(&seed, -10, 5, true);
+    }
+    /* the special lanes, spread over vectors and the tail */
+    const int at[SPECIAL] = {3, 100, 1001, 5000, 17000, 30001, N - 2, N - 1};
+    g[at[0]] = 0, u0[at[0]] = 0;                    /* u stays 0: the step is m alpha / eps */
+    u0[at[1]] = INFINITY;                           /* the step is 0 */
+    u0[at[2]] = NAN;                                /* NaN */
+    m0[at[3]] = NAN;                                /* NaN */
+    g[at[4]] = 1e30f;                               /* g g overflows: u is infinite */
+    m0[at[5]] = 3e38f, g[at[5]] = 0, u0[at[5]] = 0; /* m alpha / eps overflows */
+    m0[at[6]] = -INFINITY;                          /* -inf / d */
+    u0[at[7]] = -1;                                 /* sqrt of a negative: NaN */
+    const double lr = 1e-3, beta_1 = 0.9, beta_2 = 0.999, epsilon = 1e-7;
+    const float alpha = (float)(lr * sqrt(1.0 - beta_2) / (1.0 - beta_1));
+    const float c1 = (float)(1.0 - beta_1), c2 = (float)(1.0 - beta_2), eps = (float)epsilon;
+    eg_tensor *moment = eg_tensor_from_data(m0, EG_DTYPE_F32, 1, shape);
+    eg_tensor *velocity = eg_tensor_from_data(u0, EG_DTYPE_F32, 1, shape);
+    eg_tensor *grad = eg_tensor_from_data(g, EG_DTYPE_F32, 1, shape);
+    eg__cpu_level saved = eg__cpu_active_level();
+    for (int level = EG__CPU_BASELINE; level <= (int)eg__cpu_best_level(); level++) {
+        eg__cpu_set_level((eg__cpu_level)level);
+        eg_tensor *v = eg_variable(eg_zeros(EG_DTYPE_F32, 1, shape), "w");
+        eg_optimizer *opt = eg_adam_new(NULL);
+        assert_int_equal(eg_optimizer_set_slot(opt, v, "momentum", moment), EG_OK);
+        assert_int_equal(eg_optimizer_set_slot(opt, v, "velocity", velocity), EG_OK);
+        assert_int_equal(eg_optimizer_apply_gradients(opt, 1, &grad, &v), EG_OK);
+        const float *x = eg_tensor_data(v);
+        const float *m = eg_tensor_data(eg_optimizer_get_slot(opt, v, "momentum"));
+        const float *u = eg_tensor_data(eg_optimizer_get_slot(opt, v, "velocity"));
+        double worst_step = 0;
+        for (int i = 0; i < N; i++) {
+            bool special = false;
+            for (int k = 0; k < SPECIAL; k++) special = special || at[k] == i;
+            if (special) {
+                float want = 0.0f - (m[i] * alpha) / (sqrtf(u[i]) + eps);
+                if (!(isnan(want) ? isnan(x[i]) : x[i] == want))
+                    fail_msg("level %d element %d: %a, want %a (m %a, u %a)", level, i,
+                             (double)x[i], (double)want, (double)m[i], (double)u[i]);
+                continue;
+            }
+            if (level == EG__CPU_AVX512) {
+                float want_m = fmaf(g[i] - m0[i], c1, m0[i]);
+                float want_u = fmaf(fmaf(g[i], g[i], -u0[i]), c2, u0[i]);
+                if (!same_or_flushed(m[i], want_m) || !same_or_flushed(u[i], want_u))
+                    fail_msg("element %d: moments %a %a, want %a %a", i, (double)m[i], (double)u[i],
+                             (double)want_m, (double)want_u);
+            }
+            double want = -(double)(m[i] * alpha) / (sqrt((double)u[i]) + eps);
+            double off = ulps_from(x[i], want);
+            worst_step = fmax(worst_step, off);
+            if (off > 3)
+                fail_msg("level %d element %d: step %a, want %a (%.2f ulp; m %a, u %a)", level, i,
+                         (double)x[i], want, off, (double)m[i], (double)u[i]);
+        }
+        print_message("level %s: Adam's step within %.2f ulp\n",
+                      eg__cpu_level_name((eg__cpu_level)level), worst_step);
+        eg_optimizer_free(opt);
+        eg_release(v);
+    }
+    eg__cpu_set_level(saved);
+    free(m0);
+    free(u0);
+    free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sgd, setup, teardown),
@@ -707,6 +826,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_state_restore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_set_slot_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_subnormal_moments_flush_to_zero, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_adam_f32_paths_within_bounds, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

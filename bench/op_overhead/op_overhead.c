@@ -2,7 +2,8 @@
 /* Eager dispatch cost of small ops and of a small MLP training step, as Eagle users pay it:
  * each iteration calls the op and releases its result. Prints one line per measurement:
  *   name median_wall_ns median_cpu_ns system_allocs_during_timed_loops
- * per iteration, medians over 9 repetitions. The CPU time is this thread's
+ * per iteration, medians over 9 repetitions. `bench_op_overhead THREADS seed` adds the seed
+ * model's ops one by one, at its shapes. The CPU time is this thread's
  * (CLOCK_THREAD_CPUTIME_ID): on a machine shared with other jobs it leaves out the time the thread
  * waited for a core. */
 #include <eagle.h>
@@ -89,6 +90,84 @@ static void mlp_body(void *context) {
     eg_scope_end();
 }
 
+/* The seed model's pieces one by one, at its shapes (batch 32, 784-64-10): what each op of its
+ * step costs alone, for a budget of the step (bench_modes_step times the whole). */
+typedef struct seed_case {
+    eg_tensor *x, *labels, *w1, *b1, *hidden, *w2, *logits, *dlogits, *dhidden;
+} seed_case;
+
+static void seed_dense1(void *context) {
+    seed_case *c = context;
+    eg_release(eg_relu(eg_add(eg_matmul(c->x, c->w1), c->b1)));
+}
+static void seed_dense1_dw(void *context) { /* x^T dhidden */
+    seed_case *c = context;
+    eg_release(eg_matmul_ex(c->x, c->dhidden, true, false));
+}
+static void seed_dense2(void *context) {
+    seed_case *c = context;
+    eg_release(eg_matmul(c->hidden, c->w2));
+}
+static void seed_xent(void *context) {
+    seed_case *c = context;
+    eg_release(eg_sparse_softmax_cross_entropy(c->logits, c->labels));
+}
+static void seed_loss(void *context) { /* what mlp_step calls: the Keras loss, mean-reduced */
+    seed_case *c = context;
+    eg_release(
+        eg_loss_sparse_categorical_crossentropy(c->labels, c->logits, true, EG_REDUCTION_MEAN));
+}
+static void seed_softmax(void *context) {
+    seed_case *c = context;
+    eg_release(eg_softmax(c->logits, 1));
+}
+static void seed_accuracy(void *context) { /* mlp_step's hits */
+    seed_case *c = context;
+    eg_scope_begin();
+    eg_sum(eg_metric_sparse_categorical_accuracy(c->labels, c->logits), 0, NULL, false);
+    eg_scope_end();
+}
+static void seed_bias_grad(void *context) {
+    seed_case *c = context;
+    eg_release(eg_sum(c->dhidden, 1, (int[]){0}, false));
+}
+static void seed_relu_grad(void *context) {
+    seed_case *c = context;
+    eg_scope_begin();
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tensor *y = eg_relu(c->hidden);
+    eg_tensor *grad;
+    const eg_tensor *sources[1] = {c->hidden};
+    eg_tape_gradient_ex(tape, y, c->dhidden, 1, sources, &grad, EG_UNCONNECTED_ZERO);
+    eg_tape_free(tape);
+    eg_scope_end();
+}
+
+static void measure_seed_pieces(void) {
+    eg_manual_seed(2);
+    int64_t xs[2] = {32, 784}, w1s[2] = {784, 64}, b1s = 64, hs[2] = {32, 64}, w2s[2] = {64, 10},
+            ls[2] = {32, 10}, batch = 32;
+    seed_case c;
+    c.x = eg_random_uniform(NULL, EG_DTYPE_F32, 2, xs, 0, 1);
+    c.labels = eg_cast(eg_random_uniform(NULL, EG_DTYPE_F32, 1, &batch, 0, 10), EG_DTYPE_I64);
+    c.w1 = eg_random_normal(NULL, EG_DTYPE_F32, 2, w1s, 0, 0.05);
+    c.b1 = eg_zeros(EG_DTYPE_F32, 1, &b1s);
+    c.hidden = eg_random_normal(NULL, EG_DTYPE_F32, 2, hs, 0, 1);
+    c.w2 = eg_random_normal(NULL, EG_DTYPE_F32, 2, w2s, 0, 0.05);
+    c.logits = eg_random_normal(NULL, EG_DTYPE_F32, 2, ls, 0, 3);
+    c.dlogits = eg_random_normal(NULL, EG_DTYPE_F32, 2, ls, 0, 0.1);
+    c.dhidden = eg_random_normal(NULL, EG_DTYPE_F32, 2, hs, 0, 0.1);
+    measure("seed: dense 1 fwd", seed_dense1, &c, 5000);
+    measure("seed: dense 1 dW (x^T dy)", seed_dense1_dw, &c, 5000);
+    measure("seed: matmul 32x64x10", seed_dense2, &c, 50000);
+    measure("seed: sparse xent (32,10)", seed_xent, &c, 50000);
+    measure("seed: keras loss, mean", seed_loss, &c, 50000);
+    measure("seed: softmax (32,10)", seed_softmax, &c, 50000);
+    measure("seed: accuracy, summed", seed_accuracy, &c, 50000);
+    measure("seed: bias grad (32,64)", seed_bias_grad, &c, 50000);
+    measure("seed: relu fwd+bwd (32,64)", seed_relu_grad, &c, 50000);
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     eg_set_num_threads(threads);
@@ -114,5 +193,6 @@ int main(int argc, char **argv) {
     mlp.w2 = eg_variable(eg_random_normal(NULL, EG_DTYPE_F32, 2, w2s, 0, 0.05), "w2");
     mlp.b2 = eg_variable(eg_zeros(EG_DTYPE_F32, 1, &b2s), "b2");
     measure("mlp 784-64-10 b32 step", mlp_body, &mlp, 2000);
+    if (argc > 2 && !strcmp(argv[2], "seed")) measure_seed_pieces();
     return 0;
 }

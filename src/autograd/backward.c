@@ -279,7 +279,14 @@ eg_status eg__backward_sum(const eg__backward_call *call) {
 
 eg_status eg__backward_mean(const eg__backward_call *call) {
     temps t = {0};
-    eg_tensor *g = expand_reduced(&t, GRAD, call->attrs, IN(0));
+    /* the broadcast view straight into the product (contiguous out): the same values without
+     * expand_reduced's copy */
+    const eg_tensor *x = IN(0);
+    int64_t kept[EG_MAX_DIMS];
+    memcpy(kept, x->shape, sizeof kept);
+    for (int i = 0; i < call->attrs->n_axes; i++) kept[call->attrs->axes[i]] = 1;
+    eg_tensor *reshaped = tmp(&t, eg_reshape(GRAD, x->n_dims, kept));
+    eg_tensor *g = tmp(&t, eg_broadcast_to(reshaped, x->n_dims, x->shape));
     SET_GRAD(0, eg_mul_scalar(g, 1.0 / reduced_count(call->attrs, IN(0))));
     return finish(&t);
 }
@@ -653,7 +660,12 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
     if (dz) {
         if (call->needs_grad[0]) call->grad_inputs[0] = eg_matmul_ex(dz, w, false, true);
         if (call->needs_grad[1]) call->grad_inputs[1] = eg_matmul_ex(x, dz, true, false);
-        if (call->needs_grad[2]) call->grad_inputs[2] = eg__sum_to_shape(dz, 1, b->shape);
+        /* (N, U) to (U,): the column sum itself, without sum_to_shape's keepdims and reshape */
+        int rows_axis = 0;
+        if (call->needs_grad[2])
+            call->grad_inputs[2] = dz->n_dims == 2 && b->n_dims == 1 && dz->shape[1] == b->shape[0]
+                                       ? eg_sum(dz, 1, &rows_axis, false)
+                                       : eg__sum_to_shape(dz, 1, b->shape);
     }
     for (int i = 0; i < n; i++) eg_release(items[i]);
     return eg_last_status();

@@ -147,11 +147,17 @@ eg_tensor *eg_loss_sparse_categorical_crossentropy(const eg_tensor *labels, cons
     int64_t rows = classes ? y_pred->n_elems / classes : idx->n_elems;
     int64_t shape2[2] = {rows, classes};
     if (from_logits) {
-        /* logits (N, C), labels (N,) -> (N,): the fused, stable op */
-        eg_tensor *logits = eg__temp(&temps, eg_reshape(y_pred, 2, shape2));
-        eg_tensor *flat = eg__temp(&temps, eg_reshape(idx, 1, &rows));
-        eg_tensor *loss = eg__temp(&temps, eg_sparse_softmax_cross_entropy(logits, flat));
-        if (loss) per_sample = eg_reshape(loss, idx->n_dims, idx->shape);
+        /* logits (N, C), labels (N,) -> (N,): the fused, stable op. Reshaped only where they
+         * have other ranks: a training step's loss then records one op, not four. */
+        bool flat_already = idx->n_dims == 1;
+        const eg_tensor *logits =
+            flat_already ? y_pred : eg__temp(&temps, eg_reshape(y_pred, 2, shape2));
+        const eg_tensor *flat = flat_already ? idx : eg__temp(&temps, eg_reshape(idx, 1, &rows));
+        eg_tensor *loss = eg_sparse_softmax_cross_entropy(logits, flat);
+        if (flat_already)
+            per_sample = loss;
+        else if (eg__temp(&temps, loss))
+            per_sample = eg_reshape(loss, idx->n_dims, idx->shape);
     } else {
         /* -sum(one_hot(label) * log(p), -1): one_hot gives a zero row for a bad label, so the
          * range is checked here. */

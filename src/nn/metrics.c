@@ -10,7 +10,14 @@ static bool same_shape(const eg_tensor *a, const eg_tensor *b) {
            (a->n_dims == 0 || !memcmp(a->shape, b->shape, (size_t)a->n_dims * sizeof(int64_t)));
 }
 
-/* 1.0f where a == b (both cast to f64 first), shaped like them; NULL with an error. */
+static bool is_integer(eg_dtype dtype) {
+    return dtype == EG_DTYPE_I32 || dtype == EG_DTYPE_I64 || dtype == EG_DTYPE_U8;
+}
+
+/* 1.0f where a == b, shaped like them; NULL with an error. Integers are compared as integers,
+ * the narrower cast to i64 where the two differ (exact, as their f64 casts are for the class
+ * indices that labels hold: two ops fewer in every training step's accuracy); anything else is
+ * compared as f64. */
 static eg_tensor *hits(const char *name, eg__temps *temps, const eg_tensor *a, const eg_tensor *b) {
     if (!a || !b) return NULL;
     if (!same_shape(a, b)) {
@@ -20,9 +27,17 @@ static eg_tensor *hits(const char *name, eg__temps *temps, const eg_tensor *a, c
                   eg__shape_format(b->n_dims, b->shape, sb, sizeof sb));
         return NULL;
     }
-    eg_tensor *a64 = eg__temp(temps, eg_cast(a, EG_DTYPE_F64));
-    eg_tensor *b64 = eg__temp(temps, eg_cast(b, EG_DTYPE_F64));
-    eg_tensor *equal = eg__temp(temps, eg_equal(a64, b64));
+    eg_tensor *equal;
+    if (is_integer(a->dtype) && is_integer(b->dtype)) {
+        eg_dtype common = a->dtype == b->dtype ? a->dtype : EG_DTYPE_I64;
+        const eg_tensor *a_common = a->dtype == common ? a : eg__temp(temps, eg_cast(a, common));
+        const eg_tensor *b_common = b->dtype == common ? b : eg__temp(temps, eg_cast(b, common));
+        equal = eg__temp(temps, eg_equal(a_common, b_common));
+    } else {
+        eg_tensor *a64 = eg__temp(temps, eg_cast(a, EG_DTYPE_F64));
+        eg_tensor *b64 = eg__temp(temps, eg_cast(b, EG_DTYPE_F64));
+        equal = eg__temp(temps, eg_equal(a64, b64));
+    }
     return equal ? eg_cast(equal, EG_DTYPE_F32) : NULL;
 }
 

@@ -270,16 +270,23 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     if (n > 0 && (!grads || !variables))
         return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s array is NULL", opt->name,
                          grads ? "variables" : "grads");
-    /* Check everything before writing anything. */
+    /* Check everything before writing anything. A model's few variables are compared pairwise
+     * (no map to allocate and free on every step), many through a map. */
+    enum { FEW_VARIABLES = 32 };
     eg__idmap seen = {0};
     eg_status status = EG_OK;
     for (int i = 0; i < n && status == EG_OK; i++) {
         status = check_pair(opt, i, grads[i], variables[i]);
         if (status != EG_OK) break;
-        if (eg__idmap_contains(&seen, variables[i]->id))
+        bool twice = false;
+        if (n <= FEW_VARIABLES)
+            for (int j = 0; j < i && !twice; j++) twice = variables[j]->id == variables[i]->id;
+        else
+            twice = eg__idmap_contains(&seen, variables[i]->id);
+        if (twice)
             status = eg__error(EG_ERR_INVALID_ARGUMENT, "%s: variable '%s' appears twice",
                                opt->name, eg_variable_name(variables[i]));
-        else if (!eg__idmap_put(&seen, variables[i]->id, variables[i]))
+        else if (n > FEW_VARIABLES && !eg__idmap_put(&seen, variables[i]->id, variables[i]))
             status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     }
     eg__idmap_clear(&seen);
@@ -293,13 +300,17 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
                            eg_tensor *const *variables) {
     eg_status status = EG_OK;
     /* Lazy gradients are computed together: one by one they would recompute shared work. */
-    const eg_tensor **pending = malloc(sizeof *pending * ((size_t)n + 1));
-    if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     int n_pending = 0;
-    for (int i = 0; i < n; i++)
-        if (grads[i] && !grads[i]->storage) pending[n_pending++] = grads[i];
-    status = n_pending ? eg_realize(n_pending, pending) : EG_OK;
-    free(pending);
+    for (int i = 0; i < n; i++) n_pending += grads[i] && !grads[i]->storage;
+    if (n_pending) {
+        const eg_tensor **pending = malloc(sizeof *pending * (size_t)n_pending);
+        if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+        n_pending = 0;
+        for (int i = 0; i < n; i++)
+            if (grads[i] && !grads[i]->storage) pending[n_pending++] = grads[i];
+        status = eg_realize(n_pending, pending);
+        free(pending);
+    }
     /* Pending lazy ops that read a variable keep the value they were called with. */
     for (int i = 0; i < n && status == EG_OK; i++)
         if (grads[i]) status = eg__lazy_before_write(variables[i]);
@@ -313,8 +324,12 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
         const void *grad;
         slot_set *slots;
     } prepared;
-    prepared *items = n ? calloc((size_t)n, sizeof *items) : NULL;
-    if (n && !items) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+    /* a model's few variables on the stack: no allocation in the step */
+    enum { ON_STACK = 16 };
+    prepared items_on_stack[ON_STACK] = {{0}};
+    eg__update_piece pieces_on_stack[ON_STACK];
+    prepared *items = n <= ON_STACK ? items_on_stack : calloc((size_t)n, sizeof *items);
+    if (!items) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     eg_no_grad_begin();
     eg__scope_suspend();
     for (int i = 0; i < n && status == EG_OK; i++) {
@@ -330,9 +345,11 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
         }
         items[i].grad = g->n_elems ? eg__data(g) : NULL; /* the device's memory */
     }
-    eg__update_piece *pieces = n && status == EG_OK ? calloc((size_t)n, sizeof *pieces) : NULL;
-    if (n && status == EG_OK && !pieces)
-        status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+    eg__update_piece *pieces = NULL;
+    if (status == EG_OK) {
+        pieces = n <= ON_STACK ? pieces_on_stack : calloc((size_t)n, sizeof *pieces);
+        if (!pieces) status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+    }
     if (status == EG_OK) {
         eg__update_params params = params_at(opt, lr, opt->iterations);
         /* one multi-tensor update per device the variables live on, in the order they first
@@ -370,9 +387,9 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
         }
         if (status == EG_OK) opt->iterations++;
     }
-    free(pieces);
+    if (pieces != pieces_on_stack) free(pieces);
     for (int i = 0; i < n; i++) eg__unref(items[i].owned);
-    free(items);
+    if (items != items_on_stack) free(items);
     eg__scope_resume();
     eg_no_grad_end();
     return status;

@@ -268,8 +268,9 @@ ROW_REDUCE(int64_t, int64_t, NO_CASES, INT_SUM)
  * column is summed in the canonical order (see SUM_BLOCK), as the row kernel sums a contiguous
  * row, so a reduction's bits never depend on the memory layout of its input — eager, lazy and
  * graph modes see different layouts. */
-static void sum_columns_chunked(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
-                                double *lanes, double *totals) {
+static inline __attribute__((always_inline)) void
+sum_columns_chunked_body(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
+                         double *lanes, double *totals) {
     const reduce_plan *plan = job->plan;
     const float *src = eg__data(plan->source);
     float *out = job->out;
@@ -316,6 +317,42 @@ static void sum_columns_chunked(const reduce_job *job, int64_t begin, int64_t en
                     (float)(job->op == EG__OP_MEAN ? totals[i] / (double)r : totals[i]);
         }
     }
+}
+
+/* The body compiled for the baseline and for AVX2 and AVX-512, where the column loops run 4 and 8
+ * doubles wide: every column's additions are the same, in the same order (no multiplies, so
+ * nothing to contract): the same bits on every path. */
+static void sum_columns_chunked_baseline(const reduce_job *job, int64_t begin, int64_t end,
+                                         int64_t chunk, double *lanes, double *totals) {
+    sum_columns_chunked_body(job, begin, end, chunk, lanes, totals);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void
+sum_columns_chunked_avx2(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
+                         double *lanes, double *totals) {
+    sum_columns_chunked_body(job, begin, end, chunk, lanes, totals);
+}
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) static void
+sum_columns_chunked_avx512(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
+                           double *lanes, double *totals) {
+    sum_columns_chunked_body(job, begin, end, chunk, lanes, totals);
+}
+#endif
+
+static void sum_columns_chunked(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
+                                double *lanes, double *totals) {
+#if defined(__x86_64__)
+    eg__cpu_level level = eg__cpu_active_level();
+    if (level >= EG__CPU_AVX512) {
+        sum_columns_chunked_avx512(job, begin, end, chunk, lanes, totals);
+        return;
+    }
+    if (level >= EG__CPU_AVX2) {
+        sum_columns_chunked_avx2(job, begin, end, chunk, lanes, totals);
+        return;
+    }
+#endif
+    sum_columns_chunked_baseline(job, begin, end, chunk, lanes, totals);
 }
 
 /* Wide chunks give long contiguous reads of each row (a 4096 x 4096 column sum, one thread, by
@@ -516,8 +553,65 @@ static double sum_exp_f32(const float *v, int64_t n, int64_t stride, float m) {
     return s;
 }
 
+/* Rows of one block of contiguous rows (inner == 1), the exponentials of all of them taken in one
+ * call: a batch of short rows (the seed model's 32 rows of 10 logits) otherwise pays the vector
+ * math's call and its padded tail once per row. The exponentials' bits do not depend on where an
+ * element sits in the call (vecmath.h), so a row's bits are those of softmax_f32's row loop. */
+enum { SOFTMAX_BLOCK = 2048 }; /* floats of exponentials per call; rows longer go one by one */
+
+/* The maxima of rows [0, rows) of x (r each). */
+static void row_maxima_f32(const float *x, int64_t rows, int64_t r, float *maxima) {
+    for (int64_t b = 0; b < rows; b++) {
+        const float *row = x + b * r;
+        float m = -INFINITY;
+        for (int64_t k = 0; k < r; k++) m = row[k] > m ? row[k] : m;
+        maxima[b] = m;
+    }
+}
+
+/* e[b r + k] = exp(x[b r + k] - maxima[b]) for rows [0, rows); e may be x. */
+static void row_exps_f32(const float *x, int64_t rows, int64_t r, const float *maxima, float *e) {
+    for (int64_t b = 0; b < rows; b++)
+        for (int64_t k = 0; k < r; k++) e[b * r + k] = x[b * r + k] - maxima[b];
+    eg__vecmath_f32(EG__VECMATH_EXP, rows * r, e, e);
+}
+
+/* The sum of row b of e, in double, in k order. */
+static double row_sum_f32(const float *e, int64_t b, int64_t r) {
+    double s = 0;
+    for (int64_t k = 0; k < r; k++) s += e[b * r + k];
+    return s;
+}
+
+static void softmax_rows_f32(const float *x, float *y, int64_t rows, int64_t r, bool log_) {
+    int64_t per_block = SOFTMAX_BLOCK / r;
+    float maxima[SOFTMAX_BLOCK], e[SOFTMAX_BLOCK];
+    for (int64_t first = 0; first < rows; first += per_block) {
+        int64_t n = rows - first < per_block ? rows - first : per_block;
+        const float *xb = x + first * r;
+        float *yb = y + first * r;
+        /* y may be x: every row's maximum is taken before any of the block is written */
+        row_maxima_f32(xb, n, r, maxima);
+        row_exps_f32(xb, n, r, maxima, log_ ? e : yb);
+        for (int64_t b = 0; b < n; b++) {
+            double s = row_sum_f32(log_ ? e : yb, b, r);
+            if (log_) {
+                float log_s = (float)log(s);
+                for (int64_t k = 0; k < r; k++) yb[b * r + k] = xb[b * r + k] - maxima[b] - log_s;
+            } else {
+                float inv = (float)(1.0 / s);
+                for (int64_t k = 0; k < r; k++) yb[b * r + k] *= inv;
+            }
+        }
+    }
+}
+
 static void softmax_f32(const float *x, float *y, int64_t outer, int64_t r, int64_t inner,
                         bool log_) {
+    if (inner == 1 && r > 0 && r <= SOFTMAX_BLOCK) {
+        softmax_rows_f32(x, y, outer, r, log_);
+        return;
+    }
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *xr = x + o * r * inner + i;
@@ -631,12 +725,43 @@ static double sum_exp_row_double(const double *row, int64_t n, double m) {
 XENT_ROWS(float)
 XENT_ROWS(double)
 
+/* The f32 rows in blocks, the exponentials of a block in one call (as softmax_rows_f32): the
+ * same bits as xent_float's row loop, which takes rows longer than a block. */
+static eg_status xent_blocks_float(const eg_tensor *logits, const eg_tensor *labels, float *loss) {
+    int64_t batch = logits->shape[0], classes = logits->shape[1];
+    if (classes < 1 || classes > SOFTMAX_BLOCK) return xent_float(logits, labels, loss);
+    const float *x = eg__data(logits);
+    const char *label_base = eg__data(labels);
+    int64_t per_block = SOFTMAX_BLOCK / classes;
+    float maxima[SOFTMAX_BLOCK], e[SOFTMAX_BLOCK];
+    for (int64_t first = 0; first < batch; first += per_block) {
+        int64_t n = batch - first < per_block ? batch - first : per_block;
+        const float *xb = x + first * classes;
+        for (int64_t b = first; b < first + n; b++) {
+            int64_t label = load_label(labels, label_base, b);
+            if (label < 0 || label >= classes)
+                return eg__error(EG_ERR_INVALID_ARGUMENT,
+                                 "sparse_softmax_cross_entropy: label %lld of row %lld is out "
+                                 "of range [0, %lld)",
+                                 (long long)label, (long long)b, (long long)classes);
+        }
+        row_maxima_f32(xb, n, classes, maxima);
+        row_exps_f32(xb, n, classes, maxima, e);
+        for (int64_t b = 0; b < n; b++) {
+            double s = row_sum_f32(e, b, classes);
+            int64_t label = load_label(labels, label_base, first + b);
+            loss[first + b] = (float)(log(s) + (double)maxima[b] - (double)xb[b * classes + label]);
+        }
+    }
+    return EG_OK;
+}
+
 eg_status eg__cpu_sparse_softmax_cross_entropy(const eg__kernel_call *call);
 eg_status eg__cpu_sparse_softmax_cross_entropy(const eg__kernel_call *call) {
     eg_tensor *logits = eg__contiguous_temp(call->inputs[0]);
     if (!logits) return eg_last_status();
     eg_status status = logits->dtype == EG_DTYPE_F32
-                           ? xent_float(logits, call->inputs[1], eg__data(call->output))
+                           ? xent_blocks_float(logits, call->inputs[1], eg__data(call->output))
                            : xent_double(logits, call->inputs[1], eg__data(call->output));
     eg__unref(logits);
     return status;
