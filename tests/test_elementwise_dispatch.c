@@ -20,8 +20,12 @@
 #include "eagle.h"
 #include "test_util.h"
 
+/* The level the process started at (EG_CPU or the best the CPU has): every test leaves it so. */
+static eg__cpu_level initial_level;
+
 static int setup(void **state) {
     (void)state;
+    initial_level = eg__cpu_active_level();
     eg_clear_error();
     eg_scope_begin();
     return 0;
@@ -30,7 +34,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     (void)state;
     eg_scope_end();
-    eg__cpu_set_level(EG__CPU_AVX2);
+    eg__cpu_set_level(initial_level);
     eg_set_num_threads(2);
     return 0;
 }
