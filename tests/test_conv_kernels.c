@@ -2,9 +2,10 @@
  * naive f64 reference on awkward shapes — channel counts that are not multiples of the 16-channel
  * register block, odd images, strides, dilation, valid/same/explicit padding, groups, strided
  * inputs, batch 1 and 3 — with each algorithm the dispatcher can pick: im2col + GEMM (what a CPU
- * without AVX2 runs), the AVX2 implicit GEMM (conv_avx2.c) where this CPU has AVX2, and the
- * automatic choice. Each result must also be bitwise the same with 1, 2 and 4 threads. Runs
- * under TSan (label "threads"). */
+ * without AVX2 runs), the AVX2 implicit GEMM (conv_avx2.c) where this CPU has AVX2, the AVX-512
+ * one (conv_avx512.c) where it has AVX-512, and the automatic choice. Each result must also be
+ * bitwise the same with 1, 2 and 4 threads, and the AVX-512 kernels bitwise the same as the AVX2
+ * ones (conv_avx512.c says why). Runs under TSan (label "threads"). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,8 +19,10 @@
 
 #include "eagle.h"
 #include "api/internal.h"
+#include "base/cpu_features.h"
 
-/* 0 auto, 1 im2col + GEMM, 2 direct, 3 col2im input gradient, 4 AVX2 implicit GEMM */
+/* 0 auto, 1 im2col + GEMM, 2 direct, 3 col2im input gradient, 4 AVX2 implicit GEMM, 5 AVX-512
+ * implicit GEMM */
 void eg__conv_set_algorithm(int algorithm);
 
 typedef struct conv_case {
@@ -104,6 +107,59 @@ static const conv_case cases[] = {
      1,
      EG_PADDING_SAME,
      {0},
+     false},
+    /* Shapes for conv_avx512.c's blocks: 14-pixel blocks that cross output rows, channel and
+     * output tails, 64-channel pixel steps (stride 2 over 32 channels too), groups of 32,
+     * filters whose 16-channel vectors do not come in threes, 1x1. */
+    {"32 channels, width 17", 2, 5, 17, 32, 3, 3, 40, {1, 1}, {1, 1}, 1, EG_PADDING_SAME, {0},
+     false},
+    {"dilation 2, 20 channels, 37 outputs",
+     2,
+     9,
+     8,
+     20,
+     3,
+     3,
+     37,
+     {1, 1},
+     {2, 2},
+     1,
+     EG_PADDING_SAME,
+     {0},
+     false},
+    {"groups 2 of 32 channels", 1, 6, 15, 64, 3, 3, 48, {1, 1}, {1, 1}, 2, EG_PADDING_SAME, {0},
+     false},
+    {"5x5 filter, 16 channels, 64 outputs, explicit padding",
+     2,
+     7,
+     6,
+     16,
+     5,
+     5,
+     64,
+     {1, 1},
+     {1, 1},
+     1,
+     EG_PADDING_EXPLICIT,
+     {1, 2, 0, 2},
+     false},
+    {"1x1 filter, 64 channels, 16 outputs",
+     2,
+     5,
+     14,
+     64,
+     1,
+     1,
+     16,
+     {1, 1},
+     {1, 1},
+     1,
+     EG_PADDING_VALID,
+     {0},
+     false},
+    {"stride 2, 32 channels", 2, 9, 12, 32, 3, 3, 32, {2, 2}, {1, 1}, 1, EG_PADDING_SAME, {0},
+     false},
+    {"the CNN's conv4 shape", 1, 14, 14, 64, 3, 3, 64, {1, 1}, {1, 1}, 1, EG_PADDING_SAME, {0},
      false},
     {"one input channel (a first layer)",
      3,
@@ -341,6 +397,150 @@ static void test_avx2_implicit_gemm(void **state) {
     test_algorithm(4);
 }
 
+/* conv_avx512.c wherever it applies (the AVX2 kernels on a CPU without AVX-512). */
+static void test_avx512_implicit_gemm(void **state) {
+    (void)state;
+    eg__cpu_level level = eg__cpu_set_level(EG__CPU_AVX512);
+    test_algorithm(5);
+    eg__cpu_set_level(level);
+}
+
+/* The AVX-512 kernels give the AVX2 kernels' bits, and so does the automatic choice at the two
+ * levels (on a CPU without AVX-512 both runs are AVX2 and this holds trivially). */
+static void test_avx512_same_bits_as_avx2(void **state) {
+    (void)state;
+    static const struct {
+        int algorithm_avx2, algorithm_avx512;
+    } pairs[] = {{4, 5}, {0, 0}};
+    eg__cpu_level level = eg__cpu_active_level();
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        problem p;
+        problem_init(&p, &cases[k]);
+        for (size_t q = 0; q < sizeof pairs / sizeof pairs[0]; q++) {
+            eg__cpu_set_level(EG__CPU_AVX2);
+            eg__conv_set_algorithm(pairs[q].algorithm_avx2);
+            results a = run_kernels(&p);
+            eg__cpu_set_level(EG__CPU_AVX512);
+            eg__conv_set_algorithm(pairs[q].algorithm_avx512);
+            results b = run_kernels(&p);
+            eg__conv_set_algorithm(0);
+            const char *what[3] = {"y", "dx", "dw"};
+            const float *got[3] = {b.y, b.dx, b.dw}, *want[3] = {a.y, a.dx, a.dw};
+            size_t n[3] = {p.ny, p.nx, p.nw};
+            for (int r = 0; r < 3; r++)
+                if (memcmp(got[r], want[r], n[r] * sizeof(float)) != 0) {
+                    print_error("%s: %s, algorithm %d at avx512 differs from %d at avx2\n",
+                                p.c->name, what[r], pairs[q].algorithm_avx512,
+                                pairs[q].algorithm_avx2);
+                    fail();
+                }
+            results_free(&a);
+            results_free(&b);
+        }
+        problem_free(&p);
+    }
+    eg__cpu_set_level(level);
+}
+
+/* The CNN step's other per-level loops, pool.c's and norm.c's (compiled for SSE2, AVX2 and
+ * AVX-512): max and average pooling and their gradients (tiled 2x2, overlapping 3x3 windows with
+ * SAME padding) and fused batch norm + relu with its gradients, bitwise the same at every level
+ * this CPU has (selects, maxima and adds in the same order per element). */
+typedef struct level_outputs {
+    float *v[8];
+    size_t n[8];
+    int count;
+} level_outputs;
+
+/* Keeps a copy of t, which must not be all zeros (a gradient that did not flow would be). */
+static void keep(level_outputs *o, const eg_tensor *t) {
+    assert_true(o->count < 8);
+    size_t n = (size_t)eg_tensor_n_elems(t);
+    float *v = host_copy(t);
+    bool any = false;
+    for (size_t i = 0; i < n; i++) any = any || v[i] != 0;
+    assert_true(any);
+    o->n[o->count] = n;
+    o->v[o->count++] = v;
+}
+
+static level_outputs pool_and_norm_outputs(const eg_tensor *x, const eg_tensor *g) {
+    level_outputs o = {.count = 0};
+    eg_scope_begin();
+    eg_pool2d_options tiled = {{0, 0}, {0, 0}, EG_PADDING_VALID, {0}, EG_DATA_FORMAT_NHWC};
+    eg_pool2d_options overlapping = {{3, 3}, {2, 2}, EG_PADDING_SAME, {0}, EG_DATA_FORMAT_NHWC};
+    const eg_pool2d_options *pools[2] = {&tiled, &overlapping};
+    for (int k = 0; k < 2; k++)
+        for (int is_max = 0; is_max < 2; is_max++) {
+            eg_tape *tape = eg_tape_begin(false);
+            assert_int_equal(eg_tape_watch(tape, x), EG_OK);
+            eg_tensor *y = is_max ? eg_max_pool2d(x, pools[k]) : eg_avg_pool2d(x, pools[k]);
+            assert_non_null(y);
+            eg_tensor *dy = eg_full_like(y, 0.5); /* any gradient */
+            const eg_tensor *sources[1] = {x};
+            eg_tensor *dx[1];
+            assert_int_equal(eg_tape_gradient_ex(tape, y, dy, 1, sources, dx, EG_UNCONNECTED_ZERO),
+                             EG_OK);
+            eg_tape_free(tape);
+            if (is_max) keep(&o, y); /* the means' values are the same sums; their gradients too */
+            if (is_max || k == 1) keep(&o, dx[0]);
+        }
+    int64_t c = eg_tensor_shape(x)[3];
+    eg_tensor *scale = eg_variable(eg_full(EG_DTYPE_F32, 1, &c, 1.25), "scale");
+    eg_tensor *offset = eg_variable(eg_full(EG_DTYPE_F32, 1, &c, 0.25), "offset");
+    eg_tape *tape = eg_tape_begin(false);
+    assert_int_equal(eg_tape_watch(tape, x), EG_OK);
+    int axes[3] = {0, 1, 2};
+    eg_tensor *y = eg_batch_norm_training_activation(x, 3, axes, offset, scale, 1e-3,
+                                                     EG_ACTIVATION_RELU, NULL, NULL);
+    assert_non_null(y);
+    const eg_tensor *sources[3] = {x, scale, offset};
+    eg_tensor *grads[3];
+    assert_int_equal(eg_tape_gradient_ex(tape, y, g, 3, sources, grads, EG_UNCONNECTED_ZERO),
+                     EG_OK);
+    eg_tape_free(tape);
+    keep(&o, y);
+    keep(&o, grads[0]);
+    keep(&o, grads[1]);
+    assert_int_equal(eg_scope_end(), EG_OK);
+    eg_release(scale);
+    eg_release(offset);
+    return o;
+}
+
+static void test_pool_and_batch_norm_levels(void **state) {
+    (void)state;
+    eg__cpu_level level = eg__cpu_active_level(), best = eg__cpu_best_level();
+    int64_t shape[4] = {3, 9, 10, 37};
+    size_t n = 3 * 9 * 10 * 37;
+    unsigned seed = 99u;
+    float *xv = random_floats(n, &seed), *gv = random_floats(n, &seed);
+    eg_scope_begin();
+    eg_tensor *x = eg_tensor_from_data(xv, EG_DTYPE_F32, 4, shape);
+    eg_tensor *g = eg_tensor_from_data(gv, EG_DTYPE_F32, 4, shape);
+    eg__cpu_set_level(EG__CPU_BASELINE);
+    level_outputs want = pool_and_norm_outputs(x, g);
+    for (int l = EG__CPU_AVX2; l <= (int)best; l++) {
+        eg__cpu_set_level((eg__cpu_level)l);
+        level_outputs got = pool_and_norm_outputs(x, g);
+        assert_int_equal(got.count, want.count);
+        for (int k = 0; k < got.count; k++) {
+            assert_int_equal(got.n[k], want.n[k]);
+            if (memcmp(got.v[k], want.v[k], got.n[k] * sizeof(float)) != 0) {
+                print_error("output %d differs between %s and baseline\n", k,
+                            eg__cpu_level_name((eg__cpu_level)l));
+                fail();
+            }
+            free(got.v[k]);
+        }
+    }
+    for (int k = 0; k < want.count; k++) free(want.v[k]);
+    eg__cpu_set_level(level);
+    assert_int_equal(eg_scope_end(), EG_OK);
+    free(xv);
+    free(gv);
+}
+
 static void test_automatic_choice(void **state) {
     (void)state;
     test_algorithm(0);
@@ -350,6 +550,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_im2col_gemm),
         cmocka_unit_test(test_avx2_implicit_gemm),
+        cmocka_unit_test(test_avx512_implicit_gemm),
+        cmocka_unit_test(test_avx512_same_bits_as_avx2),
+        cmocka_unit_test(test_pool_and_batch_norm_levels),
         cmocka_unit_test(test_automatic_choice),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

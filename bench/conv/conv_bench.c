@@ -1,10 +1,10 @@
 /* Convolution kernels on the CNN's layer shapes (tools/eagle/cnn.c, batch 64, NHWC, f32):
  * the forward convolution, the input gradient and the filter gradient, each with every algorithm
  * (im2col + OpenBLAS sgemm; the small direct AVX2 kernel; col2im for the input gradient; Eagle's
- * AVX2 implicit GEMM, conv_avx2.c) and with the automatic choice. Prints GFLOP/s (2 * multiply-adds
- * per second) by wall time, by process CPU time (all threads' together, so it is the rate per
- * busy core; steadier on a shared machine) and by the fastest single call's CPU time ("best",
- * the least disturbed by other jobs on a loaded machine).
+ * AVX2 and AVX-512 implicit GEMMs, conv_avx2.c and conv_avx512.c) and with the automatic choice.
+ * Prints GFLOP/s (2 * multiply-adds per second) by wall time, by process CPU time (all threads'
+ * together, so it is the rate per busy core; steadier on a shared machine) and by the fastest
+ * single call's CPU time ("best", the least disturbed by other jobs on a loaded machine).
  *   bench_conv [--threads N] [--repeats N] [--batch N] [--only TEXT] [--interleave 1]
  * --only runs the rows whose "layer variant" name contains TEXT (e.g. "conv2 forward").
  * --interleave 1 runs the chosen variants of a layer in turns, one call each per round, and
@@ -20,7 +20,8 @@
 #include "eagle.h"
 #include "api/internal.h"
 
-/* 0 auto, 1 im2col + GEMM, 2 direct, 3 col2im input gradient, 4 AVX2 implicit GEMM */
+/* 0 auto, 1 im2col + GEMM, 2 direct, 3 col2im input gradient, 4 AVX2 implicit GEMM, 5 AVX-512
+ * implicit GEMM (the AVX2 one where it does not apply) */
 void eg__conv_set_algorithm(int algorithm);
 
 static double clock_of(clockid_t id) {
@@ -44,11 +45,13 @@ typedef struct variant {
 } variant;
 static const variant variants[] = {
     {FORWARD, 1, "forward im2col+sgemm"},        {FORWARD, 2, "forward direct"},
-    {FORWARD, 4, "forward avx2 igemm"},          {FORWARD, 0, "forward (auto)"},
-    {BACKWARD_INPUT, 1, "input im2col+sgemm"},   {BACKWARD_INPUT, 3, "input col2im"},
-    {BACKWARD_INPUT, 4, "input avx2 igemm"},     {BACKWARD_INPUT, 0, "input (auto)"},
+    {FORWARD, 4, "forward avx2 igemm"},          {FORWARD, 5, "forward avx512 igemm"},
+    {FORWARD, 0, "forward (auto)"},              {BACKWARD_INPUT, 1, "input im2col+sgemm"},
+    {BACKWARD_INPUT, 3, "input col2im"},         {BACKWARD_INPUT, 4, "input avx2 igemm"},
+    {BACKWARD_INPUT, 5, "input avx512 igemm"},   {BACKWARD_INPUT, 0, "input (auto)"},
     {BACKWARD_FILTER, 1, "filter im2col+sgemm"}, {BACKWARD_FILTER, 2, "filter direct"},
-    {BACKWARD_FILTER, 4, "filter avx2 igemm"},   {BACKWARD_FILTER, 0, "filter (auto)"},
+    {BACKWARD_FILTER, 4, "filter avx2 igemm"},   {BACKWARD_FILTER, 5, "filter avx512 igemm"},
+    {BACKWARD_FILTER, 0, "filter (auto)"},
 };
 
 /* Runs one variant `repeats` times (after one warm-up) and prints its rates. */

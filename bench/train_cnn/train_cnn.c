@@ -2,9 +2,10 @@
  * each epoch, printing the same lines as bench/train_mlp/fashion.py's driver (and `eagle train`),
  * so bench/train_cnn/run.sh reads Eagle and PyTorch alike:
  *   bench_train_cnn [--epochs N] [--batch-size N] [--learning-rate X] [--threads N] [--seed N]
- *                   [--limit N] [--steps N] [--profile 1] [--constant-lr 1] [--data DIR]
- * --steps N stops each epoch after N steps (a throughput probe); --profile 1 prints Eagle's
- * per-op profile of the training steps at the end; the learning rate follows cnn_optimizer_new's
+ *                   [--limit N] [--steps N] [--profile 1] [--constant-lr 1] [--test 0] [--data DIR]
+ * --steps N stops each epoch after N steps (a throughput probe); --test 0 skips the test-set
+ * evaluation after each epoch (so that a profiler sees the training steps only); --profile 1
+ * prints Eagle's per-op profile of the training steps at the end; the learning rate follows cnn_optimizer_new's
  * cosine decay over the whole run unless --constant-lr 1; the shuffle is `eagle train`'s
  * (cli_shuffle_order). */
 #define _POSIX_C_SOURCE 200809L
@@ -54,7 +55,7 @@ static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_
 
 int main(int argc, char **argv) {
     long epochs = CNN_DEFAULT_EPOCHS, batch = CNN_DEFAULT_BATCH_SIZE, threads = 0, limit = 0;
-    long max_steps = 0, profile = 0, constant_lr = 0;
+    long max_steps = 0, profile = 0, constant_lr = 0, test_each_epoch = 1;
     unsigned long long seed = 42;
     double lr = CNN_DEFAULT_LEARNING_RATE;
     const char *data_dir = NULL;
@@ -80,6 +81,8 @@ int main(int argc, char **argv) {
             max_steps = atol(v);
         else if (!strcmp(a, "--constant-lr"))
             constant_lr = atol(v);
+        else if (!strcmp(a, "--test"))
+            test_each_epoch = atol(v);
         else if (!strcmp(a, "--profile"))
             profile = atol(v);
         else if (!strcmp(a, "--data"))
@@ -136,6 +139,7 @@ int main(int argc, char **argv) {
                (long long)seen, took, (double)seen / took, loss_sum / (double)seen,
                hits / (double)seen);
         double accuracy, test_loss;
+        if (!test_each_epoch) continue;
         if (cnn_evaluate(model, &test, &accuracy, &test_loss) != EG_OK) goto done;
         printf("  test accuracy %.4f  test loss %.4f\n", accuracy, test_loss);
         fflush(stdout);

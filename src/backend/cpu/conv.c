@@ -2,12 +2,15 @@
  * convolution) and with respect to the filter, for NHWC and NCHW images of any strides and HWIO
  * filters, f32 and f64.
  *
- * Three algorithms, chosen per call (conv_use_avx2, conv_use_direct; bench/conv measures them):
- * - Eagle's own implicit GEMM for AVX2 + FMA (conv_avx2.c: 6 x 16 register blocks over padded
- *   input bands), for f32 NHWC with at least 8 output channels per group, on CPUs that have
- *   AVX2 and FMA (checked at run time: the library is built for baseline x86-64). The fastest on
- *   every layer of the CNN, forward, input gradient (stride 1: a flipped-filter forward) and
- *   filter gradient alike.
+ * Three algorithms, chosen per call (conv_use_avx512, conv_use_avx2, conv_use_direct;
+ * bench/conv measures them):
+ * - Eagle's own implicit GEMM over zero-padded input bands (the bands here, shared through
+ *   conv_internal.h), for f32 NHWC with at least 8 output channels per group: conv_avx512.c
+ *   (14 x 32 register blocks) at the dispatch level EG__CPU_AVX512, conv_avx2.c (6 x 16) at
+ *   EG__CPU_AVX2, with the same bits (checked at run time: the library is built for baseline
+ *   x86-64). The fastest on every layer of the CNN, forward, input gradient (stride 1: a
+ *   flipped-filter forward) and filter gradient alike. The AVX-512 filter gradient wants 16
+ *   input channels per group; below that the AVX2 one runs.
  * - im2col + GEMM (OpenBLAS, single-threaded like matmul.c): a tile of output pixels is unrolled
  *   into a (pixels, KH*KW*C_in/groups) column matrix and multiplied with the filter viewed as a
  *   (KH*KW*C_in/groups, C_out) matrix. Everything else: f64, NCHW, few output channels, CPUs
@@ -51,7 +54,9 @@
 
 /* 0: choose by shape; 1: always im2col + GEMM (what a CPU without AVX2 runs); 2: direct where it
  * applies; 3: the input gradient by col2im even at stride 1; 4: the AVX2 implicit-GEMM kernels
- * (conv_avx2.c) wherever they apply. For bench/conv and the tests. */
+ * (conv_avx2.c) wherever they apply, even on a CPU with AVX-512; 5: the AVX-512 ones
+ * (conv_avx512.c) wherever they apply (at the level EG__CPU_AVX512; the AVX2 kernels where the
+ * AVX-512 filter gradient does not fit). For bench/conv and the tests. */
 static int forced_algorithm;
 void eg__conv_set_algorithm(int algorithm);
 void eg__conv_set_algorithm(int algorithm) {
@@ -180,6 +185,80 @@ static void col2im(const conv_geometry *g, void *dx, int64_t grp, int64_t q0, in
         col2im_f64(g, dx, grp, q0, rows, col);
 }
 
+/* ---- the zero-padded input bands of the implicit-GEMM kernels (conv_internal.h) ---- */
+
+eg__conv_band eg__conv_band_layout(const conv_geometry *g, int64_t band_pixels) {
+    eg__conv_band l;
+    l.rows = band_pixels / g->y.w;
+    if (l.rows < 1) l.rows = 1;
+    if (l.rows > g->y.h) l.rows = g->y.h;
+    l.n_bands = (g->y.h + l.rows - 1) / l.rows;
+    l.in_rows_max = eg__conv_band_in_rows(g, l.rows);
+    l.wp = (g->y.w - 1) * g->stride_w + g->dil_w * (g->kw - 1) + 1;
+    l.c = g->x.c;
+    l.row_step = g->stride_h * l.wp * l.c;
+    l.col_step = g->stride_w * l.c;
+    return l;
+}
+
+size_t eg__conv_band_floats(const eg__conv_band *l) {
+    return (size_t)(l->in_rows_max * l->wp * l->c);
+}
+
+int64_t eg__conv_band_in_rows(const conv_geometry *g, int64_t n_rows) {
+    return (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1;
+}
+
+void eg__conv_pad_band(const conv_geometry *g, const eg__conv_band *l, const float *x, int64_t b,
+                       int64_t first_row, int64_t n_rows, float *pad) {
+    const eg__image *xi = &g->x;
+    int64_t c = l->c, wp = l->wp;
+    int64_t col_lo = g->pad_l < 0 ? 0 : g->pad_l > wp ? wp : g->pad_l;
+    int64_t col_hi = g->pad_l + xi->w < col_lo ? col_lo
+                     : g->pad_l + xi->w > wp   ? wp
+                                               : g->pad_l + xi->w;
+    bool dense = xi->sc == 1 && xi->sw == c;
+    for (int64_t r = 0; r < n_rows; r++) {
+        float *dst = pad + r * wp * c;
+        int64_t ih = first_row + r - g->pad_t;
+        if (ih < 0 || ih >= xi->h || col_hi == col_lo) {
+            memset(dst, 0, (size_t)(wp * c) * sizeof(float));
+            continue;
+        }
+        memset(dst, 0, (size_t)(col_lo * c) * sizeof(float));
+        const float *src = x + b * xi->sn + ih * xi->sh + (col_lo - g->pad_l) * xi->sw;
+        if (dense) {
+            memcpy(dst + col_lo * c, src, (size_t)((col_hi - col_lo) * c) * sizeof(float));
+        } else {
+            for (int64_t col = col_lo; col < col_hi; col++)
+                for (int64_t ch = 0; ch < c; ch++)
+                    dst[col * c + ch] = src[(col - col_lo) * xi->sw + ch * xi->sc];
+        }
+        memset(dst + col_hi * c, 0, (size_t)((wp - col_hi) * c) * sizeof(float));
+    }
+}
+
+void eg__conv_pack_filter(const conv_geometry *g, const float *w, int64_t nr, float *dst) {
+    int64_t n_ob = (g->og + nr - 1) / nr;
+    for (int64_t grp = 0; grp < g->groups; grp++)
+        for (int64_t ob = 0; ob < n_ob; ob++) {
+            int64_t o0 = grp * g->og + ob * nr, n = g->og - ob * nr < nr ? g->og - ob * nr : nr;
+            for (int64_t kk = 0; kk < g->k; kk++, dst += nr) {
+                memcpy(dst, w + kk * g->out_c + o0, (size_t)n * sizeof(float));
+                memset(dst + n, 0, (size_t)(nr - n) * sizeof(float));
+            }
+        }
+}
+
+int64_t *eg__conv_tap_offsets(const conv_geometry *g, const eg__conv_band *l) {
+    int64_t *taps = malloc((size_t)(g->kh * g->kw) * sizeof *taps);
+    if (!taps) return NULL;
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t j = 0; j < g->kw; j++)
+            taps[i * g->kw + j] = (i * g->dil_h * l->wp + j * g->dil_w) * l->c;
+    return taps;
+}
+
 /* ---- the direct kernel (f32, NHWC output, AVX2 + FMA) ---- */
 
 #ifdef EG_CONV_X86
@@ -282,7 +361,23 @@ static bool conv_use_avx2(const conv_geometry *g) {
     if (forced_algorithm == 1 || forced_algorithm == 2 || g->dtype != EG_DTYPE_F32 || g->first ||
         g->p == 0 || g->og == 0 || !cpu_has_avx2_fma() || !eg__conv_avx2_built())
         return false;
-    return forced_algorithm == 4 || g->og >= 8;
+    return forced_algorithm >= 4 || g->og >= 8;
+#else
+    (void)g;
+    return false;
+#endif
+}
+
+/* Whether conv_avx512.c's kernels compute it instead: where the AVX2 ones would (or always, with
+ * eg__conv_set_algorithm(5)), at the dispatch level EG__CPU_AVX512. eg__conv_set_algorithm(4)
+ * keeps the AVX2 kernels on an AVX-512 CPU, for comparison. */
+static bool conv_use_avx512(const conv_geometry *g) {
+#ifdef EG_CONV_X86
+    if (forced_algorithm != 0 && forced_algorithm != 3 && forced_algorithm != 5) return false;
+    if (g->dtype != EG_DTYPE_F32 || g->first || g->p == 0 || g->og == 0 ||
+        eg__cpu_active_level() < EG__CPU_AVX512 || !eg__conv_avx512_built())
+        return false;
+    return forced_algorithm == 5 || g->og >= 8;
 #else
     (void)g;
     return false;
@@ -292,7 +387,7 @@ static bool conv_use_avx2(const conv_geometry *g) {
 /* Whether the direct kernels compute this convolution's forward and filter gradient. */
 static bool conv_use_direct(const conv_geometry *g) {
 #ifdef EG_CONV_X86
-    if (forced_algorithm == 1 || forced_algorithm == 4 || g->dtype != EG_DTYPE_F32 || g->first)
+    if (forced_algorithm == 1 || forced_algorithm >= 4 || g->dtype != EG_DTYPE_F32 || g->first)
         return false;
     int nv = (int)(g->og / 8);
     if (g->og % 8 != 0 || (nv != 1 && nv != 2 && nv != 4 && nv != 8) || !cpu_has_avx2_fma())
@@ -341,7 +436,8 @@ typedef struct conv_job {
     tiling tiles;
     int64_t chunk_images, n_chunks;
     char *partials;
-    bool direct, avx2;
+    size_t partial_elems; /* of one chunk's partial filter gradient */
+    bool direct, avx2, avx512;
     atomic_bool failed; /* a task found no memory for its scratch space */
 } conv_job;
 
@@ -412,6 +508,8 @@ static eg_status run_forward(const conv_geometry *g, const char *x, const char *
         memset(y, 0, (size_t)(g->y.n * g->p * g->out_c) * g->esize);
         return EG_OK;
     }
+    if (conv_use_avx512(g))
+        return eg__conv_avx512_forward(g, (const float *)x, (const float *)w, (float *)y, what);
     if (conv_use_avx2(g))
         return eg__conv_avx2_forward(g, (const float *)x, (const float *)w, (float *)y, what);
     conv_job job = {.g = g, .x = x, .w = w, .y = y};
@@ -551,19 +649,26 @@ eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
 static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
     conv_job *j = context;
     const conv_geometry *g = j->g;
-    size_t es = g->esize, partial_elems = (size_t)(g->k * g->out_c);
-    char *col = j->direct ? NULL
-                : j->avx2 ? scratch(eg__conv_avx2_filter_scratch(g) * sizeof(float))
-                          : col_scratch(j);
+    size_t es = g->esize, partial_elems = j->partial_elems;
+    char *col = j->direct   ? NULL
+                : j->avx512 ? scratch(eg__conv_avx512_filter_scratch(g) * sizeof(float))
+                : j->avx2   ? scratch(eg__conv_avx2_filter_scratch(g) * sizeof(float))
+                            : col_scratch(j);
     if (!j->direct && !col) {
         atomic_store(&j->failed, true);
         return;
     }
     for (int64_t chunk = begin; chunk < end; chunk++) {
         char *partial = j->partials + (size_t)chunk * partial_elems * es;
-        memset(partial, 0, partial_elems * es);
+        if (!j->avx512) memset(partial, 0, partial_elems * es); /* the AVX-512 chunk zeroes it */
         int64_t b_end = (chunk + 1) * j->chunk_images;
         if (b_end > g->x.n) b_end = g->x.n;
+        if (j->avx512) {
+            eg__conv_avx512_filter_chunk(g, (const float *)j->x, (const float *)j->dy,
+                                         (float *)partial, chunk * j->chunk_images, b_end,
+                                         (float *)col);
+            continue;
+        }
         if (j->avx2) {
             eg__conv_avx2_filter_chunk(g, (const float *)j->x, (const float *)j->dy,
                                        (float *)partial, chunk * j->chunk_images, b_end,
@@ -642,6 +747,51 @@ static void sum_partials(void *context, int64_t begin, int64_t end) {
     }
 }
 
+typedef struct avx512_sum_job {
+    const conv_geometry *g;
+    const float *partials;
+    int64_t n_parts;
+    float *dw;
+} avx512_sum_job;
+
+static void avx512_sum_partials(void *context, int64_t begin, int64_t end) {
+    const avx512_sum_job *s = context;
+    eg__conv_avx512_filter_sum(s->g, s->partials, s->n_parts, s->dw, begin, end);
+}
+
+/* The filter gradient's partials (megabytes for the CNN's layers) are kept for the next call: a
+ * fresh buffer of that size comes from mmap, and the kernel zeroing its pages on first touch
+ * showed in perf profiles of the filter gradient as a sizeable share of it. One buffer, the
+ * largest asked for so far, held until the process ends; a call that finds it taken (another
+ * thread's convolution) allocates its own. */
+static pthread_mutex_t partials_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *partials_cached;
+static size_t partials_cached_bytes;
+
+static char *partials_take(size_t bytes) {
+    char *p = NULL;
+    pthread_mutex_lock(&partials_lock);
+    if (partials_cached && partials_cached_bytes >= bytes) {
+        p = partials_cached;
+        partials_cached = NULL;
+    }
+    pthread_mutex_unlock(&partials_lock);
+    return p ? p : scratch(bytes);
+}
+
+static void partials_give(char *p, size_t bytes) {
+    if (!p) return;
+    pthread_mutex_lock(&partials_lock);
+    if (!partials_cached || partials_cached_bytes < bytes) {
+        char *old = partials_cached;
+        partials_cached = p;
+        partials_cached_bytes = bytes;
+        p = old;
+    }
+    pthread_mutex_unlock(&partials_lock);
+    free(p);
+}
+
 /* x: the input, dy: the convolution's output shape -> dw: (KH, KW, C/groups, O) */
 eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
@@ -653,26 +803,32 @@ eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
     conv_geometry g = geometry(x, dy, dw->shape, call->attrs);
     conv_job job = {.g = &g, .x = eg__data(x), .dy = eg__data(dy)};
     job.tiles = (tiling){tile_rows(&g), g.p, g.first};
-    job.avx2 = conv_use_avx2(&g);
-    job.direct = !job.avx2 && conv_use_direct(&g);
+    job.avx512 = conv_use_avx512(&g) && eg__conv_avx512_filter_fits(&g);
+    job.avx2 = !job.avx512 && conv_use_avx2(&g);
+    job.direct = !job.avx512 && !job.avx2 && conv_use_direct(&g);
     atomic_init(&job.failed, false);
     job.chunk_images = (g.x.n + EG_CONV_FILTER_CHUNKS - 1) / EG_CONV_FILTER_CHUNKS;
     if (job.chunk_images < 1) job.chunk_images = 1;
     job.n_chunks = (g.x.n + job.chunk_images - 1) / job.chunk_images;
     eg_status status = EG_OK;
     size_t n = (size_t)dw->n_elems;
+    job.partial_elems = job.avx512 ? eg__conv_avx512_filter_partial_floats(&g) : n;
     if (job.n_chunks == 0 || g.p == 0) {
         memset(eg__data(dw), 0, n * g.esize);
     } else {
-        job.partials = scratch((size_t)job.n_chunks * n * g.esize);
+        size_t partials_bytes = (size_t)job.n_chunks * job.partial_elems * g.esize;
+        job.partials = partials_take(partials_bytes);
         if (job.partials) eg__parallel_for(job.n_chunks, 1, conv_filter_tasks, &job);
         if (!job.partials || atomic_load(&job.failed)) {
             status = out_of_memory("conv2d_backward_filter");
+        } else if (job.avx512) {
+            avx512_sum_job s = {&g, (const float *)job.partials, job.n_chunks, eg__data(dw)};
+            eg__parallel_for(eg__conv_avx512_filter_units(&g), 1, avx512_sum_partials, &s);
         } else {
             sum_job s = {eg__data(dw), job.partials, job.n_chunks, (int64_t)n, g.dtype};
             eg__parallel_for((int64_t)n, EG_PARALLEL_GRAIN_ELEMENTWISE, sum_partials, &s);
         }
-        free(job.partials);
+        partials_give(job.partials, partials_bytes);
     }
     eg__unref(dy);
     return status;

@@ -33,71 +33,9 @@
  * that per-block costs (pointer set-up, accumulator loads and stores) vanish, few enough that a
  * band's padded input stays in L2. */
 #define FORWARD_BAND_PIXELS 128
-#define FILTER_BAND_PIXELS  256
-/* Output pixels of one filter-gradient sweep (see eg__conv_avx2_filter_chunk); bench_conv
- * --batch 8, best call: 128 beat 64 and 256 on conv2-conv4. */
-#define FILTER_SWEEP_PIXELS 128
 
 bool eg__conv_avx2_built(void) {
     return true;
-}
-
-typedef struct band_layout {
-    int64_t rows;        /* output rows per band */
-    int64_t n_bands;     /* bands per image */
-    int64_t in_rows_max; /* padded input rows a full band reads */
-    int64_t wp, c;       /* padded columns; channels (all groups) */
-    int64_t row_step;    /* floats between output rows in the padded buffer: stride_h rows */
-    int64_t col_step;    /* floats between output columns: stride_w pixels */
-} band_layout;
-
-static band_layout layout_of(const eg__conv_geometry *g, int64_t band_pixels) {
-    band_layout l;
-    l.rows = band_pixels / g->y.w;
-    if (l.rows < 1) l.rows = 1;
-    if (l.rows > g->y.h) l.rows = g->y.h;
-    l.n_bands = (g->y.h + l.rows - 1) / l.rows;
-    l.in_rows_max = (l.rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1;
-    l.wp = (g->y.w - 1) * g->stride_w + g->dil_w * (g->kw - 1) + 1;
-    l.c = g->x.c;
-    l.row_step = g->stride_h * l.wp * l.c;
-    l.col_step = g->stride_w * l.c;
-    return l;
-}
-
-static size_t band_floats(const band_layout *l) {
-    return (size_t)(l->in_rows_max * l->wp * l->c);
-}
-
-/* pad[(r * wp + col) * c + ch] = x[b, first_row + r - pad_t, col - pad_l, ch] for the n_rows
- * padded rows from first_row (padded coordinates), 0 outside the image. */
-static void pad_band(const eg__conv_geometry *g, const band_layout *l, const float *x, int64_t b,
-                     int64_t first_row, int64_t n_rows, float *pad) {
-    const eg__image *xi = &g->x;
-    int64_t c = l->c, wp = l->wp;
-    int64_t col_lo = g->pad_l < 0 ? 0 : g->pad_l > wp ? wp : g->pad_l;
-    int64_t col_hi = g->pad_l + xi->w < col_lo ? col_lo
-                     : g->pad_l + xi->w > wp   ? wp
-                                               : g->pad_l + xi->w;
-    bool dense = xi->sc == 1 && xi->sw == c;
-    for (int64_t r = 0; r < n_rows; r++) {
-        float *dst = pad + r * wp * c;
-        int64_t ih = first_row + r - g->pad_t;
-        if (ih < 0 || ih >= xi->h || col_hi == col_lo) {
-            memset(dst, 0, (size_t)(wp * c) * sizeof(float));
-            continue;
-        }
-        memset(dst, 0, (size_t)(col_lo * c) * sizeof(float));
-        const float *src = x + b * xi->sn + ih * xi->sh + (col_lo - g->pad_l) * xi->sw;
-        if (dense) {
-            memcpy(dst + col_lo * c, src, (size_t)((col_hi - col_lo) * c) * sizeof(float));
-        } else {
-            for (int64_t col = col_lo; col < col_hi; col++)
-                for (int64_t ch = 0; ch < c; ch++)
-                    dst[col * c + ch] = src[(col - col_lo) * xi->sw + ch * xi->sc];
-        }
-        memset(dst + col_hi * c, 0, (size_t)((wp - col_hi) * c) * sizeof(float));
-    }
 }
 
 /* Masks for the first n (0..16) channels of a block, as two vectors. */
@@ -176,7 +114,7 @@ static void forward_block(const float *const *px, const int64_t *taps, int64_t n
 
 typedef struct forward_job {
     const eg__conv_geometry *g;
-    band_layout l;
+    eg__conv_band l;
     const float *x, *wpack;
     float *y;
     const int64_t *taps;
@@ -185,7 +123,7 @@ typedef struct forward_job {
 } forward_job;
 
 /* Offsets in a padded band of its output pixels (row-major), n_rows rows of the image's width. */
-static void pixel_offsets(const eg__conv_geometry *g, const band_layout *l, int64_t n_rows,
+static void pixel_offsets(const eg__conv_geometry *g, const eg__conv_band *l, int64_t n_rows,
                           int64_t *offsets) {
     for (int64_t row = 0, pix = 0; row < n_rows; row++)
         for (int64_t col = 0; col < g->y.w; col++, pix++)
@@ -196,8 +134,8 @@ static void pixel_offsets(const eg__conv_geometry *g, const band_layout *l, int6
 static void forward_tasks(void *context, int64_t begin, int64_t end) {
     forward_job *j = context;
     const eg__conv_geometry *g = j->g;
-    const band_layout *l = &j->l;
-    size_t pad_bytes = (band_floats(l) * sizeof(float) + 63) / 64 * 64;
+    const eg__conv_band *l = &j->l;
+    size_t pad_bytes = (eg__conv_band_floats(l) * sizeof(float) + 63) / 64 * 64;
     size_t offsets_bytes = ((size_t)(l->rows * g->y.w) * sizeof(int64_t) + 63) / 64 * 64;
     char *scratch = aligned_alloc(64, pad_bytes + offsets_bytes);
     if (!scratch) {
@@ -209,8 +147,7 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; task++) {
         int64_t b = task / l->n_bands, r0 = task % l->n_bands * l->rows;
         int64_t n_rows = g->y.h - r0 < l->rows ? g->y.h - r0 : l->rows;
-        pad_band(g, l, j->x, b, r0 * g->stride_h,
-                 (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, pad);
+        eg__conv_pad_band(g, l, j->x, b, r0 * g->stride_h, eg__conv_band_in_rows(g, n_rows), pad);
         int64_t n_pix = n_rows * g->y.w;
         pixel_offsets(g, l, n_rows, offsets);
         float *yb = j->y + (b * g->p + r0 * g->y.w) * g->out_c;
@@ -235,39 +172,21 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
     free(scratch);
 }
 
-/* Offsets of the filter taps (i, j) in a padded band: ((i * dil_h) * wp + j * dil_w) * c. */
-static int64_t *tap_offsets(const eg__conv_geometry *g, const band_layout *l) {
-    int64_t *taps = malloc((size_t)(g->kh * g->kw) * sizeof *taps);
-    if (!taps) return NULL;
-    for (int64_t i = 0; i < g->kh; i++)
-        for (int64_t jj = 0; jj < g->kw; jj++)
-            taps[i * g->kw + jj] = (i * g->dil_h * l->wp + jj * g->dil_w) * l->c;
-    return taps;
-}
-
 eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, const float *w,
                                 float *y, const char *what) {
     forward_job job = {.g = g, .x = x, .y = y};
-    job.l = layout_of(g, FORWARD_BAND_PIXELS);
+    job.l = eg__conv_band_layout(g, FORWARD_BAND_PIXELS);
     job.n_ob = (g->og + NR - 1) / NR;
     /* The filter packed per group and 16-channel block: (k x 16), zeros past og. */
     size_t pack_floats = (size_t)(g->groups * job.n_ob * g->k * NR);
     float *wpack = aligned_alloc(64, (pack_floats * sizeof(float) + 63) / 64 * 64);
-    int64_t *taps = tap_offsets(g, &job.l);
+    int64_t *taps = eg__conv_tap_offsets(g, &job.l);
     if (!wpack || !taps) {
         free(wpack);
         free(taps);
         return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
     }
-    for (int64_t grp = 0; grp < g->groups; grp++)
-        for (int64_t ob = 0; ob < job.n_ob; ob++) {
-            float *dst = wpack + (grp * job.n_ob + ob) * g->k * NR;
-            int64_t o0 = grp * g->og + ob * NR, n = g->og - ob * NR < NR ? g->og - ob * NR : NR;
-            for (int64_t kk = 0; kk < g->k; kk++, dst += NR) {
-                memcpy(dst, w + kk * g->out_c + o0, (size_t)n * sizeof(float));
-                memset(dst + n, 0, (size_t)(NR - n) * sizeof(float));
-            }
-        }
+    eg__conv_pack_filter(g, w, NR, wpack);
     job.wpack = wpack;
     job.taps = taps;
     atomic_init(&job.failed, false);
@@ -329,15 +248,16 @@ static void filter_flat_masked(const float *const *px, const int64_t *xoff, int6
 
 /* Scratch: the padded band, then the filter rows' offsets in it, then a band's pixel offsets. */
 size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
-    band_layout l = layout_of(g, FILTER_BAND_PIXELS);
-    return (band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2 + (size_t)(l.rows * g->y.w) * 2;
+    eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
+    return (eg__conv_band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2 +
+           (size_t)(l.rows * g->y.w) * 2;
 }
 
 void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
                                 float *partial, int64_t b0, int64_t b1, float *scratch) {
-    band_layout l = layout_of(g, FILTER_BAND_PIXELS);
+    eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
     float *pad = scratch;
-    int64_t *koff = (int64_t *)(scratch + (band_floats(&l) + 15) / 16 * 16);
+    int64_t *koff = (int64_t *)(scratch + (eg__conv_band_floats(&l) + 15) / 16 * 16);
     for (int64_t t = 0, kk = 0; t < g->kh * g->kw; t++) /* filter row (tap i, j; channel ch) */
         for (int64_t ch = 0; ch < g->cg; ch++, kk++)
             koff[kk] = (t / g->kw * g->dil_h * l.wp + t % g->kw * g->dil_w) * l.c + ch;
@@ -348,12 +268,14 @@ void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, cons
     int64_t n_ob = (g->og + NR - 1) / NR;
     /* Rows of one sweep: its dy rows and the padded input it reads stay in L1 while every block
      * of filter rows and output channels passes over them. */
-    int64_t sweep_rows = FILTER_SWEEP_PIXELS / g->y.w < 1 ? 1 : FILTER_SWEEP_PIXELS / g->y.w;
+    int64_t sweep_rows = EG_CONV_FILTER_SWEEP_PIXELS / g->y.w < 1
+                             ? 1
+                             : EG_CONV_FILTER_SWEEP_PIXELS / g->y.w;
     for (int64_t b = b0; b < b1; b++)
         for (int64_t band = 0; band < l.n_bands; band++) {
             int64_t r0 = band * l.rows, n_rows = g->y.h - r0 < l.rows ? g->y.h - r0 : l.rows;
-            pad_band(g, &l, x, b, r0 * g->stride_h,
-                     (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1, pad);
+            eg__conv_pad_band(g, &l, x, b, r0 * g->stride_h,
+                     eg__conv_band_in_rows(g, n_rows), pad);
             for (int64_t s0 = 0; s0 < n_rows; s0 += sweep_rows) {
                 int64_t s_rows = n_rows - s0 < sweep_rows ? n_rows - s0 : sweep_rows;
                 const float *dyb = dy + (b * g->p + (r0 + s0) * g->y.w) * g->out_c;

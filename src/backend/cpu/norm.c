@@ -6,8 +6,16 @@
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "eagle/nn.h"
+
+/* The AVX-512 loops below could otherwise fuse a multiply and an add into one FMA (clang does
+ * within an expression by default; GCC does not in ISO C mode), and give other bits than the
+ * baseline and AVX2 loops, which have no FMA to fuse with. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 #define MUL_ADD_LOOP(T)                                                                            \
     do {                                                                                           \
@@ -271,15 +279,22 @@ NORM_KERNELS(double, uint64_t, f64, )
  * (ISO C mode) they compute exactly what the baseline ones do, element by element. */
 #if defined(__x86_64__) || defined(__i386__)
 NORM_KERNELS(float, uint32_t, f32_avx2, __attribute__((target("avx2"))))
-static bool cpu_has_avx2(void) {
-    static int known; /* 0 unknown, 1 yes, 2 no; racing first calls write the same value */
-    if (!known) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 2;
-    }
-    return known == 1;
-}
-#define PICK(name, f32) (f32 ? (cpu_has_avx2() ? name##_f32_avx2 : name##_f32) : name##_f64)
+/* And for AVX-512 (8 doubles a vector): GCC vectorizes with 512-bit registers only when asked to
+ * prefer them; clang knows no such target option (and uses them anyway). With no FMA contraction
+ * (FP_CONTRACT above) the bits are the baseline loops' again. */
+#ifdef __clang__
+#define NORM_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2")))
+#else
+#define NORM_AVX512_TARGET                                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,prefer-vector-width=512")))
+#endif
+NORM_KERNELS(float, uint32_t, f32_avx512, NORM_AVX512_TARGET)
+/* At the dispatch level (EG_CPU=baseline|avx2 take the narrower loops here too). */
+#define PICK(name, f32)                                                                            \
+    (!(f32)                                                  ? name##_f64                          \
+     : eg__cpu_active_level() >= EG__CPU_AVX512 ? name##_f32_avx512                               \
+     : eg__cpu_active_level() >= EG__CPU_AVX2   ? name##_f32_avx2                                 \
+                                                : name##_f32)
 #else
 #define PICK(name, f32) (f32 ? name##_f32 : name##_f64)
 #endif

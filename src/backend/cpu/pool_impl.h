@@ -1,12 +1,13 @@
 /* The pooling loops for one element type, included by pool.c with T (float or double), IDX (an
- * integer as wide as T, so that the max-gradient's select loops vectorize) and NAME(x) (x##_f32
- * or x##_f64) defined. Windows hold at least one input element (the op's
+ * integer as wide as T, so that the max-gradient's select loops vectorize), NAME(x) (x##_f32
+ * or x##_f64, x##_f32_avx2, ...) and POOL_TARGET (empty, or the target attribute every function
+ * here is compiled with) defined. Windows hold at least one input element (the op's
  * inference requires padding < the pool size); padding never wins a max and is not counted in a
  * mean. */
 
 /* The valid taps of the window at output (oh, ow): [i0, i1) x [j0, j1) in input coordinates. */
-static inline void NAME(window)(const pool_geometry *g, int64_t oh, int64_t ow, int64_t *i0,
-                                int64_t *i1, int64_t *j0, int64_t *j1) {
+POOL_TARGET static inline void NAME(window)(const pool_geometry *g, int64_t oh, int64_t ow,
+                                            int64_t *i0, int64_t *i1, int64_t *j0, int64_t *j1) {
     int64_t h0 = oh * g->stride_h - g->pad_t, w0 = ow * g->stride_w - g->pad_l;
     *i0 = h0 < 0 ? 0 : h0;
     *i1 = h0 + g->kh < g->x.h ? h0 + g->kh : g->x.h;
@@ -16,8 +17,8 @@ static inline void NAME(window)(const pool_geometry *g, int64_t oh, int64_t ow, 
 
 /* Row oh of output image b: y = max (first maximum wins ties) or mean of each window; with
  * index != NULL also the winners' flat indices into x's logical shape (best: C scratch values). */
-static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *index, T *best,
-                           int64_t b, int64_t oh, bool is_max) {
+POOL_TARGET static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *index,
+                                       T *best, int64_t b, int64_t oh, bool is_max) {
     const T *xb = x + b * g->x.sn;
     int64_t C = g->x.c, xsc = g->x.sc, ysc = g->y.sc;
     for (int64_t ow = 0; ow < g->y.w; ow++) {
@@ -79,13 +80,37 @@ static void NAME(pool_row)(const pool_geometry *g, const T *x, T *y, int64_t *in
     }
 }
 
+/* One 2x2 window's gradient over the C channels: grad at the first maximum of xa, xb, xc, xd
+ * (in that order), 0 at the others. A function of its own, with restrict pointers: inlined in
+ * max_backward_tiled's loops GCC found "control flow in loop" and left it scalar, with branches. */
+POOL_TARGET __attribute__((noinline)) static void
+NAME(max_backward_2x2)(const T *restrict xa, const T *restrict xb, const T *restrict xc,
+                       const T *restrict xd, const T *restrict grad, T *restrict da,
+                       T *restrict db, T *restrict dc, T *restrict dd, int64_t C) {
+    for (int64_t c = 0; c < C; c++) {
+        T a = xa[c], b = xb[c], e = xc[c], f = xd[c], m = a;
+        IDX at = 0;
+        at = b > m ? 1 : at;
+        m = b > m ? b : m;
+        at = e > m ? 2 : at;
+        m = e > m ? e : m;
+        at = f > m ? 3 : at;
+        T gc = grad[c];
+        da[c] = at == 0 ? gc : (T)0;
+        db[c] = at == 1 ? gc : (T)0;
+        dc[c] = at == 2 ? gc : (T)0;
+        dd[c] = at == 3 ? gc : (T)0;
+    }
+}
+
 /* Max-pool gradient of one image when the windows tile it (stride = window, no padding) and
  * channels are innermost (NHWC): each input element is written once, dy at its window's first
  * maximum and 0 elsewhere, with no zeroing pass and no scatter; the winner (tap number in
  * `index`) is found with selects along the channels, which vectorize. Rows and columns past the
  * last window get 0. */
-static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb, const T *dyb,
-                                     T *restrict dxb, IDX *restrict index, T *restrict best) {
+POOL_TARGET static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb,
+                                                 const T *dyb, T *restrict dxb,
+                                                 IDX *restrict index, T *restrict best) {
     const int64_t C = g->x.c, kh = g->kh, kw = g->kw, out_h = g->y.h, out_w = g->y.w;
     const int64_t xsh = g->x.sh, xsw = g->x.sw, dsh = g->dx.sh, dsw = g->dx.sw;
     const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc;
@@ -97,23 +122,10 @@ static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb, const 
         for (int64_t ow = 0; ow < out_w; ow++) {
             const T *x0 = xb + oh * kh * xsh + ow * kw * xsw;
             if (kh == 2 && kw == 2 && ysc == 1) { /* the common 2x2 pool: one vectorized loop */
-                const T *grad = dyb + oh * ysh + ow * ysw;
-                const T *x1 = x0 + xsh;
-                T *d0 = dxb + oh * 2 * dsh + ow * 2 * dsw, *d1 = d0 + dsh;
-                for (int64_t c = 0; c < C; c++) {
-                    T a = x0[c], b_ = x0[xsw + c], e = x1[c], f = x1[xsw + c], m = a;
-                    IDX at = 0;
-                    at = b_ > m ? 1 : at;
-                    m = b_ > m ? b_ : m;
-                    at = e > m ? 2 : at;
-                    m = e > m ? e : m;
-                    at = f > m ? 3 : at;
-                    T gc = grad[c];
-                    d0[c] = at == 0 ? gc : (T)0;
-                    d0[dsw + c] = at == 1 ? gc : (T)0;
-                    d1[c] = at == 2 ? gc : (T)0;
-                    d1[dsw + c] = at == 3 ? gc : (T)0;
-                }
+                T *d0 = dxb + oh * 2 * dsh + ow * 2 * dsw;
+                NAME(max_backward_2x2)(x0, x0 + xsw, x0 + xsh, x0 + xsh + xsw,
+                                       dyb + oh * ysh + ow * ysw, d0, d0 + dsw, d0 + dsh,
+                                       d0 + dsh + dsw, C);
                 continue;
             }
             for (int64_t c = 0; c < C; c++) {
@@ -146,9 +158,9 @@ static void NAME(max_backward_tiled)(const pool_geometry *g, const T *xb, const 
  * (is_max; index/best: C scratch entries) or dy / count at every element of the window. The
  * geometry is copied into locals: stores through index (int64_t) could otherwise alias it and
  * force reloads in the inner loops. */
-static void NAME(pool_backward_image)(const pool_geometry *g, const T *x, const T *dy, T *dx,
-                                      IDX *restrict index, T *restrict best, int64_t b,
-                                      bool is_max) {
+POOL_TARGET static void NAME(pool_backward_image)(const pool_geometry *g, const T *x,
+                                                  const T *dy, T *dx, IDX *restrict index,
+                                                  T *restrict best, int64_t b, bool is_max) {
     const int64_t C = g->x.c, xsc = g->x.sc, xsh = g->x.sh, xsw = g->x.sw;
     const int64_t dsh = g->dx.sh, dsw = g->dx.sw, dsc = g->dx.sc;
     const int64_t ysh = g->y.sh, ysw = g->y.sw, ysc = g->y.sc, out_h = g->y.h, out_w = g->y.w;
