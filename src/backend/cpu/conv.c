@@ -259,6 +259,28 @@ int64_t *eg__conv_tap_offsets(const conv_geometry *g, const eg__conv_band *l) {
     return taps;
 }
 
+eg_status eg__conv_run_forward(const conv_geometry *g, const eg__conv_band *l, const float *w,
+                               int64_t nr, const float **wpack, const int64_t **taps,
+                               void (*tasks)(void *job, int64_t begin, int64_t end), void *job,
+                               atomic_bool *failed, const char *what) {
+    size_t pack_floats = (size_t)(g->groups * ((g->og + nr - 1) / nr) * g->k * nr);
+    float *packed = aligned_alloc(64, (pack_floats * sizeof(float) + 63) / 64 * 64);
+    int64_t *offsets = eg__conv_tap_offsets(g, l);
+    bool ok = packed && offsets;
+    if (ok) {
+        eg__conv_pack_filter(g, w, nr, packed);
+        *wpack = packed;
+        *taps = offsets;
+        atomic_init(failed, false);
+        eg__parallel_for(g->x.n * l->n_bands, 1, tasks, job);
+        ok = !atomic_load(failed);
+    }
+    free(packed);
+    free(offsets);
+    return ok ? EG_OK
+              : eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
+}
+
 /* ---- the direct kernel (f32, NHWC output, AVX2 + FMA) ---- */
 
 #ifdef EG_CONV_X86

@@ -177,25 +177,8 @@ eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, cons
     forward_job job = {.g = g, .x = x, .y = y};
     job.l = eg__conv_band_layout(g, FORWARD_BAND_PIXELS);
     job.n_ob = (g->og + NR - 1) / NR;
-    /* The filter packed per group and 16-channel block: (k x 16), zeros past og. */
-    size_t pack_floats = (size_t)(g->groups * job.n_ob * g->k * NR);
-    float *wpack = aligned_alloc(64, (pack_floats * sizeof(float) + 63) / 64 * 64);
-    int64_t *taps = eg__conv_tap_offsets(g, &job.l);
-    if (!wpack || !taps) {
-        free(wpack);
-        free(taps);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
-    }
-    eg__conv_pack_filter(g, w, NR, wpack);
-    job.wpack = wpack;
-    job.taps = taps;
-    atomic_init(&job.failed, false);
-    eg__parallel_for(g->x.n * job.l.n_bands, 1, forward_tasks, &job);
-    free(wpack);
-    free(taps);
-    if (atomic_load(&job.failed))
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
-    return EG_OK;
+    return eg__conv_run_forward(g, &job.l, w, NR, &job.wpack, &job.taps, forward_tasks, &job,
+                                &job.failed, what);
 }
 
 /* ---- filter gradient ---- */

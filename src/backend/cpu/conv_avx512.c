@@ -217,24 +217,8 @@ eg_status eg__conv_avx512_forward(const eg__conv_geometry *g, const float *x, co
     int64_t passes = (n_taps * tap_bytes + FORWARD_FILTER_BYTES - 1) / FORWARD_FILTER_BYTES;
     if (passes > n_taps) passes = n_taps;
     job.chunk_taps = (n_taps + passes - 1) / passes;
-    size_t pack_floats = (size_t)(g->groups * job.n_ob * g->k * nr);
-    float *wpack = aligned_alloc(64, (pack_floats * sizeof(float) + 63) / 64 * 64);
-    int64_t *taps = eg__conv_tap_offsets(g, &job.l);
-    if (!wpack || !taps) {
-        free(wpack);
-        free(taps);
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
-    }
-    eg__conv_pack_filter(g, w, nr, wpack);
-    job.wpack = wpack;
-    job.taps = taps;
-    atomic_init(&job.failed, false);
-    eg__parallel_for(g->x.n * job.l.n_bands, 1, forward_tasks, &job);
-    free(wpack);
-    free(taps);
-    if (atomic_load(&job.failed))
-        return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for scratch space", what);
-    return EG_OK;
+    return eg__conv_run_forward(g, &job.l, w, nr, &job.wpack, &job.taps, forward_tasks, &job,
+                                &job.failed, what);
 }
 
 /* ---- filter gradient ---- */

@@ -4,6 +4,7 @@
 #ifndef EAGLE_SRC_BACKEND_CPU_CONV_INTERNAL_H
 #define EAGLE_SRC_BACKEND_CPU_CONV_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -67,6 +68,15 @@ void eg__conv_pack_filter(const eg__conv_geometry *g, const float *w, int64_t nr
 /* Offsets in a padded band of the filter taps (i, j): ((i * dil_h) * wp + j * dil_w) * c, kh * kw
  * of them, in a new malloc'ed array (NULL when out of memory). */
 int64_t *eg__conv_tap_offsets(const eg__conv_geometry *g, const eg__conv_band *l);
+
+/* The implicit-GEMM forwards' common run (conv_avx2.c, conv_avx512.c): packs w in blocks of nr
+ * output channels (eg__conv_pack_filter) into *wpack and the tap offsets of layout l into *taps,
+ * runs `tasks` (eg__parallel_for, one task per band of every image) over `job`, which reads
+ * them, then frees both. A task sets *failed when it runs out of memory. Errors name `what`. */
+eg_status eg__conv_run_forward(const eg__conv_geometry *g, const eg__conv_band *l, const float *w,
+                               int64_t nr, const float **wpack, const int64_t **taps,
+                               void (*tasks)(void *job, int64_t begin, int64_t end), void *job,
+                               atomic_bool *failed, const char *what);
 
 /* ---- conv_avx2.c: every function below executes AVX2 and FMA instructions; call them only
  * when eg__conv_cpu_has_avx2_fma() says so. They need f32, NHWC, y (and dy) contiguous NHWC,
