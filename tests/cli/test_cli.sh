@@ -40,6 +40,14 @@ for command in train eval info; do
 done
 check "--help -> 0" expect_exit 0 "$eagle" --help
 check "info prints version and BLAS" bash -c 'out=$("$0" info); grep -q "^eagle [0-9]" <<<"$out" && grep -q "BLAS:" <<<"$out"' "$eagle"
+# The CPU path: EG_CPU=baseline forces the baseline on any machine, and an unknown value is the
+# baseline too (a typo must not pick an untested path); unforced, it is one of the three.
+check "info names the CPU path" \
+    bash -c 'out=$("$0" info); grep -Eq "^CPU path: +(baseline|avx2|avx512) \(" <<<"$out"' "$eagle"
+check "EG_CPU=baseline forces the baseline path" \
+    bash -c 'out=$(EG_CPU=baseline "$0" info); grep -q "^CPU path: *baseline (" <<<"$out"' "$eagle"
+check "an unknown EG_CPU value is the baseline" \
+    bash -c 'out=$(EG_CPU=avx9000 "$0" info); grep -q "^CPU path: *baseline (" <<<"$out"' "$eagle"
 # eagle info --ops: the op x device x dtype table. The matmul row has an x in the column that the
 # header names f32 (the first device's); with EG_CPU_DEVICES=2 both devices head a column group.
 ops_matmul_f32() {
