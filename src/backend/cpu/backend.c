@@ -18,6 +18,7 @@ static const eg__kernel_fn cpu_replay_kernels[EG__OP_COUNT] = {
 
 static void cpu_shutdown(void) {
     eg__threadpool_shutdown();
+    eg__cpu_conv_release_cached();
 }
 
 const eg__backend eg__cpu_backend = {

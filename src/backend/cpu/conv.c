@@ -784,8 +784,8 @@ static void avx512_sum_partials(void *context, int64_t begin, int64_t end) {
 /* The filter gradient's partials (megabytes for the CNN's layers) are kept for the next call: a
  * fresh buffer of that size comes from mmap, and the kernel zeroing its pages on first touch
  * showed in perf profiles of the filter gradient as a sizeable share of it. One buffer, the
- * largest asked for so far, held until the process ends; a call that finds it taken (another
- * thread's convolution) allocates its own. */
+ * largest asked for so far, held until eg_shutdown (eg__cpu_conv_release_cached); a call that
+ * finds it taken (another thread's convolution) allocates its own. */
 static pthread_mutex_t partials_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *partials_cached;
 static size_t partials_cached_bytes;
@@ -799,6 +799,14 @@ static char *partials_take(size_t bytes) {
     }
     pthread_mutex_unlock(&partials_lock);
     return p ? p : scratch(bytes);
+}
+
+void eg__cpu_conv_release_cached(void) {
+    pthread_mutex_lock(&partials_lock);
+    free(partials_cached);
+    partials_cached = NULL;
+    partials_cached_bytes = 0;
+    pthread_mutex_unlock(&partials_lock);
 }
 
 static void partials_give(char *p, size_t bytes) {

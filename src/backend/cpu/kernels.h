@@ -107,6 +107,9 @@ void eg__cpu_update_range(const eg__update_params *params, eg_dtype dtype, void 
                           void *const *slots, int64_t start, int64_t n, const void *grad);
 /* The CPU backend's check-numerics scan (numerics.c; backend.h: first_nonfinite). */
 int64_t eg__cpu_first_nonfinite(const eg_tensor *t);
+/* Frees the convolution's kept filter-gradient buffer (conv.c); the next call allocates anew.
+ * For the backend's shutdown; thread-safe. */
+void eg__cpu_conv_release_cached(void);
 /* The CPU backend's set_threads hook: BLAS stays single-threaded whatever the count. */
 void eg__blas_set_threads(int n);
 
