@@ -29,6 +29,12 @@ const char *eg_blas_info(void);
  * lower one that EG_CPU=baseline|avx2|avx512 forced. Chosen once per process. Static storage. */
 const char *eg_cpu_kernels_info(void);
 
+/* What this CPU offers for low precision (bf16/f16), one line: AVX-512 BF16 and FP16, F16C,
+ * and whether AMX-BF16 tiles are usable, with the reason ("granted by the kernel", or why not:
+ * no AMX, or the kernel refused the tile state). The first call asks the kernel for the AMX
+ * tile state where the CPU has AMX (once per process). Static storage; thread-safe. */
+const char *eg_cpu_low_precision_info(void);
+
 /* Threads used by CPU kernels. The default is EG_NUM_THREADS from the environment, else the
  * number of cores. n >= 1; the pool is resized at the next parallel op. BLAS runs
  * single-threaded on tiles that this pool shares out, so the two never oversubscribe; results

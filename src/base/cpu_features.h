@@ -30,6 +30,20 @@ bool eg__cpu_has_f16c(void);
 /* AVX-512 F, BW, DQ and VL with the OS saving the ZMM and mask registers. */
 bool eg__cpu_has_avx512(void);
 
+/* AVX512_BF16 (vdpbf16ps), AVX512_FP16, and AMX with bf16 tiles (AMX-TILE + AMX-BF16, with the
+ * OS saving the tile state): what the hardware offers, only where AVX-512 itself is usable. */
+bool eg__cpu_has_avx512_bf16(void);
+bool eg__cpu_has_avx512_fp16(void);
+bool eg__cpu_has_amx_bf16(void);
+
+/* Whether this process may execute AMX tile instructions: the CPU has AMX-BF16 and the kernel
+ * granted the tile state (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked on the first call,
+ * once per process; thread-safe). *reason (when reason is not NULL) is set to a sentence saying
+ * why or why not, in static storage: "granted by the kernel", or the CPU lacks AMX, or the
+ * kernel refused (with its errno text). Without permission the first tile instruction raises
+ * SIGILL, so every AMX kernel must be behind this check. */
+bool eg__cpu_amx_usable(const char **reason);
+
 /* eg__cpu_active_level() == EG__CPU_AVX512. */
 bool eg__cpu_avx512_active(void);
 

@@ -1,4 +1,7 @@
 /* Process-wide runtime: version, build, shutdown of every backend and device. */
+#include <pthread.h>
+#include <stdio.h>
+
 #include "base/cpu_features.h"
 #include "base/threadpool.h"
 #include "dispatch/dispatch.h"
@@ -25,6 +28,23 @@ const char *eg_cpu_kernels_info(void) {
          "avx512 (AVX-512 F/BW/DQ/VL; the best this CPU has)"},
     };
     return lines[eg__cpu_best_level()][eg__cpu_active_level()];
+}
+
+static char low_precision_line[256];
+
+static void describe_low_precision(void) {
+    const char *amx_reason;
+    bool amx = eg__cpu_amx_usable(&amx_reason);
+    snprintf(low_precision_line, sizeof low_precision_line,
+             "AVX-512 BF16 %s, AVX-512 FP16 %s, F16C %s; AMX-BF16 tiles %s (%s)",
+             eg__cpu_has_avx512_bf16() ? "yes" : "no", eg__cpu_has_avx512_fp16() ? "yes" : "no",
+             eg__cpu_has_f16c() ? "yes" : "no", amx ? "usable" : "not usable", amx_reason);
+}
+
+const char *eg_cpu_low_precision_info(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, describe_low_precision);
+    return low_precision_line;
 }
 
 eg_status eg_set_num_threads(int n) {

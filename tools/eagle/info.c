@@ -126,6 +126,7 @@ int cli_info(int argc, char **argv) {
     printf("build:      %s\n", eg_build_info());
     printf("threads:    %d (EG_NUM_THREADS overrides)\n", eg_get_num_threads());
     printf("CPU path:   %s\n", eg_cpu_kernels_info());
+    printf("CPU bf16:   %s\n", eg_cpu_low_precision_info());
     printf("BLAS:       %s\n", eg_blas_info());
     printf("allocator:  %s (EG_ALLOCATOR=system for plain malloc)\n",
            eg_memory_allocator_name(NULL));
