@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu_features.h"
 #include "eagle.h"
 #include "test_util.h"
 
@@ -188,6 +189,46 @@ static void test_f16_conversions(void **state) {
         }
     }
     eg_f32_to_f16(src, dst, 0); /* n == 0 is allowed */
+}
+
+/* f32 -> bf16 as the format defines it: round to nearest even, NaN quieted (top payload kept). */
+static uint16_t bf16_reference(uint32_t x) {
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    uint32_t lower = x & 0xffffu, upper = x >> 16;
+    if (lower > 0x8000u || (lower == 0x8000u && (upper & 1u))) upper++;
+    return (uint16_t)upper;
+}
+
+/* The vectorized conversion on every dispatch level the CPU has against the reference, on a
+ * sweep of bit patterns (every 4099th, a prime, so every exponent and rounding case shows up)
+ * in blocks of odd length, so that each level's vector loop and its tail both run. */
+static void test_bf16_conversion_levels(void **state) {
+    (void)state;
+    enum { BLOCK = 1031 };
+    static float src[BLOCK];
+    static uint16_t dst[BLOCK];
+    eg__cpu_level original = eg__cpu_active_level();
+    for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
+        eg__cpu_set_level((eg__cpu_level)level);
+        uint64_t pattern = 0;
+        while (pattern <= 0xffffffffu) {
+            size_t n = 0;
+            for (; n < BLOCK && pattern <= 0xffffffffu; n++, pattern += 4099) {
+                uint32_t bits = (uint32_t)pattern;
+                memcpy(&src[n], &bits, sizeof bits);
+            }
+            eg_f32_to_bf16(src, dst, n);
+            for (size_t i = 0; i < n; i++) {
+                uint32_t bits;
+                memcpy(&bits, &src[i], sizeof bits);
+                if (dst[i] != bf16_reference(bits))
+                    fail_msg("level %s: 0x%08X -> 0x%04X, want 0x%04X",
+                             eg__cpu_level_name((eg__cpu_level)level), bits, dst[i],
+                             bf16_reference(bits));
+            }
+        }
+    }
+    eg__cpu_set_level(original);
 }
 
 static void test_bf16_conversions(void **state) {
@@ -883,6 +924,7 @@ int main(int argc, char **argv) {
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_bf16_conversions, fresh_scope_setup,
                                         strict_scope_teardown),
+        cmocka_unit_test(test_bf16_conversion_levels),
         cmocka_unit_test_setup_teardown(test_half_tensors, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_creation, fresh_scope_setup, strict_scope_teardown),

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #define EG_DTYPE_SIZE_DEFINITION /* the real eg_dtype_size is defined here */
+#include "base/cpu_features.h"
 #include "core/tensor_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -138,17 +139,48 @@ void eg_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32_scalar(src[i]);
 }
 
-void eg_f32_to_bf16(const float *src, uint16_t *dst, size_t n) {
+/* Round to nearest even; a NaN keeps its sign and top payload bits with the quiet bit set
+ * (truncating could make it an infinity). Written without branches so that the compiler
+ * vectorizes it: compiled once per dispatch level (the same integer operations, so the same
+ * bits on every path). */
+static inline __attribute__((always_inline)) void f32_to_bf16_body(const float *src,
+                                                                   uint16_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t x;
         memcpy(&x, &src[i], 4);
-        if ((x & 0x7fffffffu) > 0x7f800000u) { /* NaN: truncating could make it inf */
-            dst[i] = (uint16_t)((x >> 16) | 0x40u);
-            continue;
-        }
-        x += 0x7fffu + ((x >> 16) & 1u); /* round to nearest even */
-        dst[i] = (uint16_t)(x >> 16);
+        uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+        uint32_t quiet_nan = (x >> 16) | 0x40u;
+        dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
     }
+}
+
+static void f32_to_bf16_baseline(const float *src, uint16_t *dst, size_t n) {
+    f32_to_bf16_body(src, dst, n);
+}
+#ifdef EG_HAVE_X86
+__attribute__((target("avx2"))) static void f32_to_bf16_avx2(const float *src, uint16_t *dst,
+                                                              size_t n) {
+    f32_to_bf16_body(src, dst, n);
+}
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2"))) static void
+f32_to_bf16_avx512(const float *src, uint16_t *dst, size_t n) {
+    f32_to_bf16_body(src, dst, n);
+}
+#endif
+
+void eg_f32_to_bf16(const float *src, uint16_t *dst, size_t n) {
+#ifdef EG_HAVE_X86
+    eg__cpu_level level = eg__cpu_active_level();
+    if (level >= EG__CPU_AVX512) {
+        f32_to_bf16_avx512(src, dst, n);
+        return;
+    }
+    if (level >= EG__CPU_AVX2) {
+        f32_to_bf16_avx2(src, dst, n);
+        return;
+    }
+#endif
+    f32_to_bf16_baseline(src, dst, n);
 }
 
 void eg_bf16_to_f32(const uint16_t *src, float *dst, size_t n) {
