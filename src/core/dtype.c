@@ -6,7 +6,6 @@
 #include "core/tensor_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define EG_HAVE_X86 1
 #endif
@@ -100,28 +99,11 @@ __attribute__((target("f16c,avx"))) static void f16_to_f32_f16c(const uint16_t *
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = f16_to_f32_scalar(src[i]);
 }
-
-static bool cpu_has_f16c(void) {
-    /* Atomic: the first conversions may run on several threads at once (each computes the
-     * same answer, so relaxed order is enough). */
-    static atomic_int cached = -1;
-    int has = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (has < 0) {
-        /* F16C is read from CPUID directly: clang 14 does not know __builtin_cpu_supports("f16c").
-         * The "avx" test also covers the OS saving the YMM registers. */
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        __builtin_cpu_init();
-        has = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) &&
-              __builtin_cpu_supports("avx");
-        atomic_store_explicit(&cached, has, memory_order_relaxed);
-    }
-    return has;
-}
 #endif
 
 void eg_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
 #ifdef EG_HAVE_X86
-    if (cpu_has_f16c()) {
+    if (eg__cpu_has_f16c()) {
         f32_to_f16_f16c(src, dst, n);
         return;
     }
@@ -131,7 +113,7 @@ void eg_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
 
 void eg_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
 #ifdef EG_HAVE_X86
-    if (cpu_has_f16c()) {
+    if (eg__cpu_has_f16c()) {
         f16_to_f32_f16c(src, dst, n);
         return;
     }
