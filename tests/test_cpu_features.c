@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "base/cpu_features.h"
+#include "eagle/dtype.h"
 #include "eagle/runtime.h"
 
 static void test_low_precision_facts_agree(void **state) {
@@ -32,13 +33,6 @@ static void test_low_precision_facts_agree(void **state) {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-
-/* bf16 of small integers is exact; so are their products and the f32 sums below 2^24. */
-static uint16_t bf16_of(float x) {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    return (uint16_t)(bits >> 16);
-}
 
 /* The 64-byte tile configuration (palette 1): rows and bytes per row of tiles 0..2. */
 typedef struct tile_config {
@@ -78,13 +72,14 @@ static void test_amx_tile_product(void **state) {
     for (int i = 0; i < 16; i++)
         for (int k = 0; k < 32; k++) {
             af[i][k] = (float)((i * 7 + k * 3) % 11 - 5);
-            a[i * 32 + k] = bf16_of(af[i][k]);
         }
     for (int k = 0; k < 32; k++)
         for (int j = 0; j < 16; j++) {
             bf[k][j] = (float)((k * 5 + j * 13) % 9 - 4);
-            b_pairs[(k / 2) * 32 + j * 2 + k % 2] = bf16_of(bf[k][j]);
+            /* small integers: exact in bf16, and so are the products and f32 sums */
+            eg_f32_to_bf16(&bf[k][j], &b_pairs[(k / 2) * 32 + j * 2 + k % 2], 1);
         }
+    eg_f32_to_bf16(&af[0][0], a, 16 * 32);
     tile_product(a, b_pairs, c);
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++) {

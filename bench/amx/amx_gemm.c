@@ -14,11 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/cpu_features.h"
+#include "eagle.h"
+
 #if defined(__x86_64__) && defined(__linux__)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 typedef struct tile_config {
     uint8_t palette, start_row, reserved[14];
@@ -130,25 +130,10 @@ static double thread_seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static uint16_t bf16_of(float x) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u += 0x7FFF + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-static float float_of(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 int main(int argc, char **argv) {
-    unsigned eax, ebx, ecx, edx;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) ||
-        !(edx & (1u << 22)) || !(edx & (1u << 24)) || syscall(SYS_arch_prctl, 0x1023, 18) != 0) {
-        puts("bench_amx: no usable AMX-BF16 tiles here");
+    const char *why;
+    if (!eg__cpu_amx_usable(&why)) { /* asks Linux for the tile state, as the library will */
+        printf("bench_amx: no usable AMX-BF16 tiles here (%s)\n", why);
         return 0;
     }
     int64_t n = argc > 1 ? atoll(argv[1]) : 1024, m = argc > 2 ? atoll(argv[2]) : n;
@@ -158,15 +143,21 @@ int main(int argc, char **argv) {
     float *c = malloc((size_t)(m * n) * 4);
     if (!a || !b || !c) return 1;
     srand(1);
-    for (int64_t i = 0; i < m * k; i++) a[i] = bf16_of((float)rand() / (float)RAND_MAX - 0.5f);
-    for (int64_t i = 0; i < k * n; i++) b[i] = bf16_of((float)rand() / (float)RAND_MAX - 0.5f);
+    float *af = malloc((size_t)(m * k) * 4), *bf = malloc((size_t)(k * n) * 4);
+    if (!af || !bf) return 1;
+    for (int64_t i = 0; i < m * k; i++) af[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    for (int64_t i = 0; i < k * n; i++) bf[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    eg_f32_to_bf16(af, a, (size_t)(m * k));
+    eg_f32_to_bf16(bf, b, (size_t)(k * n));
+    eg_bf16_to_f32(a, af, (size_t)(m * k)); /* the reference takes the inputs as rounded */
+    eg_bf16_to_f32(b, bf, (size_t)(k * n));
     if (!gemm_bf16(m, n, k, a, b, c)) return 1;
     double worst = 0;
     for (int64_t i = 0; i<m; i += m> 64 ? 7 : 1)
         for (int64_t j = 0; j<n; j += n> 64 ? 5 : 1) {
             double sum = 0, magnitude = 0;
             for (int64_t p = 0; p < k; p++) {
-                double term = (double)float_of(a[i * k + p]) * float_of(b[p * n + j]);
+                double term = (double)af[i * k + p] * bf[p * n + j];
                 sum += term;
                 magnitude += fabs(term);
             }
@@ -187,6 +178,8 @@ int main(int argc, char **argv) {
     free(a);
     free(b);
     free(c);
+    free(af);
+    free(bf);
     return 0;
 }
 #else
