@@ -3,29 +3,19 @@
 #include <stdint.h>
 
 #include "backend/cuda/copy_launch.h"
+#include "backend/cuda/strided_view.cuh"
 
 namespace {
 
-struct geometry {
-    int n_dims;
-    int64_t shape[EG__CUDA_MAX_DIMS];
-    int64_t strides[EG__CUDA_MAX_DIMS];
-};
-
-template <typename T> __global__ void strided_copy(T *dst, const T *src, geometry g, int64_t n) {
+template <typename T>
+__global__ void strided_copy(T *dst, const T *src, strided_view g, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t rest = i, offset = 0;
-        for (int d = g.n_dims - 1; d >= 0; d--) {
-            offset += rest % g.shape[d] * g.strides[d];
-            rest /= g.shape[d];
-        }
-        dst[i] = src[offset];
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[strided_offset(g, i)];
 }
 
 template <typename T>
-void launch(void *dst, const void *src, const geometry &g, int64_t n, cudaStream_t stream) {
+void launch(void *dst, const void *src, const strided_view &g, int64_t n, cudaStream_t stream) {
     int64_t blocks = (n + 255) / 256;
     if (blocks > 65535) blocks = 65535;
     strided_copy<T><<<(unsigned)blocks, 256, 0, stream>>>(static_cast<T *>(dst),
@@ -38,12 +28,7 @@ extern "C" void eg__cuda_strided_copy(void *dst, const void *src, size_t element
                                       const int64_t *shape, const int64_t *strides, int64_t n,
                                       cudaStream_t stream) {
     if (n <= 0) return;
-    geometry g;
-    g.n_dims = n_dims;
-    for (int d = 0; d < n_dims; d++) {
-        g.shape[d] = shape[d];
-        g.strides[d] = strides[d];
-    }
+    strided_view g = make_strided_view(n_dims, shape, strides);
     switch (element_size) {
     case 1:
         launch<uint8_t>(dst, src, g, n, stream);

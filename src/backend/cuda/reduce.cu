@@ -22,6 +22,7 @@
 
 #include "backend/cuda/reduce_device.cuh"
 #include "backend/cuda/reduce_launch.h"
+#include "backend/cuda/strided_view.cuh"
 
 namespace {
 
@@ -357,30 +358,18 @@ void launch_rows_op(eg__cuda_row_op op, const void *x, int64_t groups, int64_t i
 
 // ---- check numerics ----
 
-struct geometry {
-    int n_dims;
-    int64_t shape[EG__CUDA_MAX_DIMS];
-    int64_t strides[EG__CUDA_MAX_DIMS];
-};
-
 // The smallest row-major index of an element with every exponent bit set, into *result.
 template <typename U>
 __global__ void __launch_bounds__(kThreads)
-    find_nonfinite(const U *__restrict__ base, geometry g, int64_t n, U mask,
+    find_nonfinite(const U *__restrict__ base, strided_view g, int64_t n, U mask,
                    unsigned long long *result) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t rest = i, offset = 0;
-        for (int d = g.n_dims - 1; d >= 0; d--) {
-            offset += rest % g.shape[d] * g.strides[d];
-            rest /= g.shape[d];
-        }
-        if ((base[offset] & mask) == mask) atomicMin(result, (unsigned long long)i);
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        if ((base[strided_offset(g, i)] & mask) == mask) atomicMin(result, (unsigned long long)i);
 }
 
 template <typename U>
-void launch_nonfinite(const void *base, uint64_t mask, const geometry &g, int64_t n,
+void launch_nonfinite(const void *base, uint64_t mask, const strided_view &g, int64_t n,
                       unsigned long long *result, cudaStream_t stream) {
     find_nonfinite<U><<<grid_blocks(n, kThreads), kThreads, 0, stream>>>(
         static_cast<const U *>(base), g, n, (U)mask, result);
@@ -442,12 +431,7 @@ extern "C" void eg__cuda_find_nonfinite(const void *base, size_t element_size,
                                         const int64_t *strides, int64_t n,
                                         unsigned long long *result, cudaStream_t stream) {
     if (n <= 0) return;
-    geometry g;
-    g.n_dims = n_dims;
-    for (int d = 0; d < n_dims; d++) {
-        g.shape[d] = shape[d];
-        g.strides[d] = strides[d];
-    }
+    strided_view g = make_strided_view(n_dims, shape, strides);
     switch (element_size) {
     case 2:
         launch_nonfinite<uint16_t>(base, exponent_mask, g, n, result, stream);
