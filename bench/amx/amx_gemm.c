@@ -1,12 +1,13 @@
-/* bench_amx [N [M K]]: a first bf16 GEMM on AMX tiles, C (M x N f32) = A (M x K bf16) . B (K x N
- * bf16), both row-major, to learn what the format costs before issue 20's kernels: 2 x 2
- * accumulator tiles (32 x 32 of C) kept over all of k, A packed into 1 KiB tiles (16 rows x 32
- * bf16), B into AMX's pair layout (k pairs interleaved per column), packing in every call into
- * kept buffers. Prints GFLOP/s (best of 7 rounds by thread CPU time, packing included) and the
- * worst error against an f64 reference of the bf16 inputs, in units of k 2^-24 sum |a b|.
- * Figures: bench/RESULTS.md, "Issue 20, groundwork". x86-64 Linux with AMX-BF16 only. */
+/* bench_amx: the library's low-precision GEMM paths (backend/cpu/gemm_lowp.c), each forced in
+ * turn, beside Eagle's f32 GEMM and the AMX bf16 peak measured in the same run, one thread:
+ *   bench_amx [--dtype bf16|f16] [--paths amx,avx512-bf16,convert,portable,f32] [--seconds S]
+ *             [--mlp] [N ...]
+ * Square N x N x N products (default 256 512 1024 2048), or with --mlp the 784-512-512-10 MLP's
+ * products at batch 128 (forward x·W, backward G·W^T and X^T·G). C is the operands' dtype (f32
+ * with --c-f32), packing included. Prints the median GFLOP/s by thread CPU time over samples of ~20
+ * ms, and that as % of the AMX bf16 peak (tdpbf16ps on four accumulator tiles, no loads) and of the
+ * f32 FMA peak. Figures: bench/RESULTS.md (issue 20). */
 #define _GNU_SOURCE
-#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,10 +15,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_lowp.h"
 #include "base/cpu_features.h"
 #include "eagle.h"
 
-#if defined(__x86_64__) && defined(__linux__)
+static double thread_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 typedef struct tile_config {
@@ -26,165 +35,247 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-enum { STEP = 32 }; /* bf16 per tile row: one k step of tdpbf16ps */
-
-/* B (k x n) into 16-column panels, each kpad / 2 pair-rows of (col 0..15) x (k even, k odd). */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
-pack_b(const uint16_t *b, int64_t ldb, int64_t k, int64_t n, int64_t kpad, uint16_t *out) {
-    const __m512i interleave =
-        _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    for (int64_t p = 0; p < (n + 15) / 16; p++) {
-        uint16_t *o = out + p * kpad * 16;
-        int64_t col0 = p * 16, cols = n - col0 < 16 ? n - col0 : 16;
-        __mmask16 valid = (__mmask16)((1u << cols) - 1);
-        for (int64_t kk = 0; kk < kpad; kk += 2) {
-            __m256i r0 = kk < k ? _mm256_maskz_loadu_epi16(valid, b + kk * ldb + col0)
-                                : _mm256_setzero_si256();
-            __m256i r1 = kk + 1 < k ? _mm256_maskz_loadu_epi16(valid, b + (kk + 1) * ldb + col0)
-                                    : _mm256_setzero_si256();
-            __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1);
-            _mm512_storeu_si512(o + kk / 2 * 32, _mm512_permutexvar_epi16(interleave, both));
-        }
-    }
-}
-
-/* A (m x k) into tiles: 16-row block r, k step s at out + (r * steps + s) * 512. */
-static void pack_a(const uint16_t *a, int64_t lda, int64_t m, int64_t k, int64_t mpad, int64_t kpad,
-                   uint16_t *out) {
-    int64_t steps = kpad / STEP;
-    for (int64_t i = 0; i < mpad; i++)
-        for (int64_t s = 0; s < steps; s++) {
-            uint16_t *o = out + (i / 16 * steps + s) * 512 + i % 16 * STEP;
-            int64_t left = i < m ? k - s * STEP : 0;
-            int64_t valid = left < 0 ? 0 : left > STEP ? STEP : left;
-            if (valid) memcpy(o, a + i * lda + s * STEP, (size_t)valid * 2);
-            memset(o + valid, 0, (size_t)(STEP - valid) * 2);
-        }
-}
-
-static uint16_t *packed_a, *packed_b;
-static size_t packed_a_bytes, packed_b_bytes;
-
-static bool reserve(uint16_t **buffer, size_t *bytes, size_t need) {
-    if (need <= *bytes) return true;
-    free(*buffer);
-    *buffer = aligned_alloc(64, (need + 63) / 64 * 64);
-    *bytes = *buffer ? need : 0;
-    return *buffer != NULL;
-}
-
-__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl"))) static bool
-gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c) {
-    int64_t kpad = (k + STEP - 1) / STEP * STEP, mpad = (m + 31) / 32 * 32;
-    int64_t npad = (n + 31) / 32 * 32;
-    if (!reserve(&packed_a, &packed_a_bytes, (size_t)(mpad * kpad * 2)) ||
-        !reserve(&packed_b, &packed_b_bytes, (size_t)(npad * kpad * 2)))
-        return false;
-    pack_a(a, k, m, k, mpad, kpad, packed_a);
-    pack_b(b, n, k, n, kpad, packed_b);
+__attribute__((target("amx-tile,amx-bf16"))) static void amx_chains(long n) {
+    static uint16_t a[16 * 32] __attribute__((aligned(64))),
+        b[16 * 32] __attribute__((aligned(64)));
     tile_config config;
     memset(&config, 0, sizeof config);
     config.palette = 1;
     for (int t = 0; t < 8; t++) config.rows[t] = 16, config.colsb[t] = 64;
     _tile_loadconfig(&config);
-    float edge[32 * 32];
-    for (int64_t j = 0; j < npad; j += 32) {
-        const uint16_t *b0 = packed_b + j / 16 * kpad * 16, *b1 = b0 + kpad * 16;
-        for (int64_t i = 0; i < mpad; i += 32) {
-            const uint16_t *a0 = packed_a + i / 16 * kpad * 16, *a1 = a0 + kpad * 16;
-            bool inside = i + 32 <= m && j + 32 <= n;
-            float *out = inside ? c + i * n + j : edge;
-            int64_t ld = inside ? n : 32;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t kk = 0; kk < kpad; kk += STEP) {
-                _tile_loadd(4, a0 + kk * 16, 64);
-                _tile_loadd(5, a1 + kk * 16, 64);
-                _tile_loadd(6, b0 + kk * 16, 64);
-                _tile_loadd(7, b1 + kk * 16, 64);
-                _tile_dpbf16ps(0, 4, 6);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_dpbf16ps(2, 5, 6);
-                _tile_dpbf16ps(3, 5, 7);
-            }
-            _tile_stored(0, out, ld * 4);
-            _tile_stored(1, out + 16, ld * 4);
-            _tile_stored(2, out + 16 * ld, ld * 4);
-            _tile_stored(3, out + 16 * ld + 16, ld * 4);
-            if (!inside)
-                for (int64_t r = 0; r < 32 && i + r < m; r++)
-                    for (int64_t q = 0; q < 32 && j + q < n; q++)
-                        c[(i + r) * n + j + q] = edge[r * 32 + q];
-        }
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, a, 64);
+    _tile_loadd(5, a, 64);
+    _tile_loadd(6, b, 64);
+    _tile_loadd(7, b, 64);
+    for (long k = 0; k < n; k++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
     }
+    float c[16 * 16];
+    _tile_stored(0, c, 64);
     _tile_release();
-    return true;
+    volatile float sink = c[0];
+    (void)sink;
 }
 
-static double thread_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-int main(int argc, char **argv) {
-    const char *why;
-    if (!eg__cpu_amx_usable(&why)) { /* asks Linux for the tile state, as the library will */
-        printf("bench_amx: no usable AMX-BF16 tiles here (%s)\n", why);
-        return 0;
-    }
-    int64_t n = argc > 1 ? atoll(argv[1]) : 1024, m = argc > 2 ? atoll(argv[2]) : n;
-    int64_t k = argc > 3 ? atoll(argv[3]) : n;
-    if (n < 1 || m < 1 || k < 1) return 2;
-    uint16_t *a = malloc((size_t)(m * k) * 2), *b = malloc((size_t)(k * n) * 2);
-    float *c = malloc((size_t)(m * n) * 4);
-    if (!a || !b || !c) return 1;
-    srand(1);
-    float *af = malloc((size_t)(m * k) * 4), *bf = malloc((size_t)(k * n) * 4);
-    if (!af || !bf) return 1;
-    for (int64_t i = 0; i < m * k; i++) af[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-    for (int64_t i = 0; i < k * n; i++) bf[i] = (float)rand() / (float)RAND_MAX - 0.5f;
-    eg_f32_to_bf16(af, a, (size_t)(m * k));
-    eg_f32_to_bf16(bf, b, (size_t)(k * n));
-    eg_bf16_to_f32(a, af, (size_t)(m * k)); /* the reference takes the inputs as rounded */
-    eg_bf16_to_f32(b, bf, (size_t)(k * n));
-    if (!gemm_bf16(m, n, k, a, b, c)) return 1;
-    double worst = 0;
-    for (int64_t i = 0; i<m; i += m> 64 ? 7 : 1)
-        for (int64_t j = 0; j<n; j += n> 64 ? 5 : 1) {
-            double sum = 0, magnitude = 0;
-            for (int64_t p = 0; p < k; p++) {
-                double term = (double)af[i * k + p] * bf[p * n + j];
-                sum += term;
-                magnitude += fabs(term);
-            }
-            double error = fabs(c[i * n + j] - sum) / (magnitude * 0x1p-24 * (double)k);
-            if (error > worst) worst = error;
-        }
-    double best = 1e30, flops = 2.0 * (double)m * (double)n * (double)k;
-    int reps = (int)(2e9 / flops) + 1;
-    for (int round = 0; round < 7; round++) {
+static double amx_peak(void) {
+    if (!eg__cpu_amx_usable(NULL)) return 0;
+    double best = 0;
+    for (int round = 0; round < 5; round++) {
+        long n = 1000000;
         double t0 = thread_seconds();
-        for (int r = 0; r < reps; r++) gemm_bf16(m, n, k, a, b, c);
-        double t = (thread_seconds() - t0) / reps;
-        if (t < best) best = t;
+        amx_chains(n);
+        double gflops = n * 4.0 * 16 * 16 * 32 * 2 / (thread_seconds() - t0) * 1e-9;
+        if (gflops > best) best = gflops;
     }
-    printf("%lld x %lld x %lld: %.1f GFLOP/s (packing included), worst error %.3f of k 2^-24 "
-           "sum|ab|\n",
-           (long long)m, (long long)n, (long long)k, flops / best * 1e-9, worst);
-    free(a);
-    free(b);
-    free(c);
-    free(af);
-    free(bf);
-    return 0;
+    return best;
+}
+
+__attribute__((target("avx512f"))) static float fma_chains(long n) {
+    __m512 acc[16], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.999999f);
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+    }
+    __m512 sum = acc[0];
+    for (int i = 1; i < 16; i++) sum = _mm512_add_ps(sum, acc[i]);
+    return _mm512_reduce_add_ps(sum);
+}
+
+static double fma_peak(void) {
+    if (!eg__cpu_has_avx512()) return 0;
+    double best = 0;
+    for (int round = 0; round < 5; round++) {
+        long n = 10000000;
+        double t0 = thread_seconds();
+        volatile float sink = fma_chains(n);
+        (void)sink;
+        double gflops = n * 16.0 * 16 * 2 / (thread_seconds() - t0) * 1e-9;
+        if (gflops > best) best = gflops;
+    }
+    return best;
 }
 #else
-int main(void) {
-    puts("bench_amx: x86-64 Linux only");
+static double amx_peak(void) {
+    return 0;
+}
+static double fma_peak(void) {
     return 0;
 }
 #endif
+
+typedef struct shape {
+    const char *name;
+    int64_t m, n, k;
+    bool ta, tb; /* op(A) = A^T, op(B) = B^T: the operand stored transposed */
+} shape;
+
+static int compare(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double amx_gflops, fma_gflops, min_seconds = 0.3;
+static bool c_f32; /* --c-f32: C in f32 instead of the operands' dtype */
+
+/* path -1: Eagle's f32 GEMM on the same values. */
+static void run(const shape *s, eg_dtype dtype, int path) {
+    size_t na = (size_t)(s->m * s->k), nb = (size_t)(s->k * s->n), nc = (size_t)(s->m * s->n);
+    float *af = malloc(na * 4), *bf = malloc(nb * 4), *cf = malloc(nc * 4);
+    uint16_t *a = malloc(na * 2), *b = malloc(nb * 2), *c = malloc(nc * 2);
+    if (!af || !bf || !cf || !a || !b || !c) exit(1);
+    for (size_t i = 0; i < na; i++) af[i] = (float)((i * 7 + 3) % 17) / 17.0f - 0.5f;
+    for (size_t i = 0; i < nb; i++) bf[i] = (float)((i * 5 + 1) % 13) / 13.0f - 0.5f;
+    if (dtype == EG_DTYPE_BF16) {
+        eg_f32_to_bf16(af, a, na);
+        eg_f32_to_bf16(bf, b, nb);
+    } else {
+        eg_f32_to_f16(af, a, na);
+        eg_f32_to_f16(bf, b, nb);
+    }
+    int64_t a_row = s->ta ? 1 : s->k, a_col = s->ta ? s->m : 1;
+    int64_t b_row = s->tb ? 1 : s->n, b_col = s->tb ? s->k : 1;
+    eg__gemm_lowp g = {.dtype = dtype,
+                       .m = s->m,
+                       .n = s->n,
+                       .k = s->k,
+                       .a = a,
+                       .a_row = a_row,
+                       .a_col = a_col,
+                       .b = b,
+                       .b_row = b_row,
+                       .b_col = b_col,
+                       .c_dtype = c_f32 ? EG_DTYPE_F32 : dtype,
+                       .c = c_f32 ? (void *)cf : (void *)c,
+                       .ldc = s->n,
+                       .activation = EG__OP_COUNT,
+                       .path = path < 0 ? EG__GEMM_LOWP_AUTO : (eg__lowp_path)path};
+    eg__gemm_f32 g32 = {.m = s->m,
+                        .n = s->n,
+                        .k = s->k,
+                        .a = af,
+                        .a_row = a_row,
+                        .a_col = a_col,
+                        .b = bf,
+                        .b_row = b_row,
+                        .b_col = b_col,
+                        .c = cf,
+                        .ldc = s->n,
+                        .activation = EG__OP_COUNT};
+    const char *name = path < 0 ? "f32" : eg__gemm_lowp_path_name((eg__lowp_path)path);
+    if (path < 0 ? !eg__gemm_f32_available() : !eg__gemm_lowp_usable(g.path, dtype)) {
+        printf("%-12s %-10s %-14s skipped (not on this CPU / EG_CPU)\n", name, s->name, "");
+        goto done;
+    }
+    double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+    int reps = (int)(20e-3 * 500e9 / flops) + 1;
+    double samples[64], start = thread_seconds();
+    int count = 0;
+    for (int round = -1; round < 64; round++) {
+        double t0 = thread_seconds();
+        for (int r = 0; r < reps; r++) {
+            bool ok = path < 0 ? eg__gemm_f32_range(&g32, 0, s->m, 0, s->n)
+                               : eg__gemm_lowp_range(&g, 0, s->m, 0, s->n);
+            if (!ok) {
+                printf("failed: %s\n", eg_last_error());
+                exit(1);
+            }
+        }
+        if (round >= 0) samples[count++] = (thread_seconds() - t0) / reps;
+        if (count >= 5 && thread_seconds() - start > min_seconds) break;
+    }
+    qsort(samples, (size_t)count, sizeof *samples, compare);
+    double gflops = flops / samples[count / 2] * 1e-9, best = flops / samples[0] * 1e-9;
+    printf("%-12s %-10s %5lld %5lld %5lld %s%s %8.1f GFLOP/s  %5.1f%% of AMX peak  %5.1f%% of f32 "
+           "peak  (best %.1f)\n",
+           name, s->name, (long long)s->m, (long long)s->n, (long long)s->k, s->ta ? "T" : "N",
+           s->tb ? "T" : "N", gflops, amx_gflops > 0 ? 100 * gflops / amx_gflops : 0,
+           fma_gflops > 0 ? 100 * gflops / fma_gflops : 0, best);
+    fflush(stdout);
+done:
+    free(af), free(bf), free(cf), free(a), free(b), free(c);
+}
+
+int main(int argc, char **argv) {
+    eg_dtype dtype = EG_DTYPE_BF16;
+    const char *paths = "amx,avx512-bf16,convert,f32";
+    bool mlp = false;
+    int64_t sizes[16][3];
+    int n_sizes = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            dtype = !strcmp(argv[++i], "f16") ? EG_DTYPE_F16 : EG_DTYPE_BF16;
+        } else if (!strcmp(argv[i], "--paths") && i + 1 < argc) {
+            paths = argv[++i];
+        } else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+            min_seconds = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--c-f32")) {
+            c_f32 = true;
+        } else if (!strcmp(argv[i], "--mlp")) {
+            mlp = true;
+        } else if (atoll(argv[i]) > 0 && n_sizes < 16) { /* N or MxNxK */
+            long long m = 0, n = 0, k = 0;
+            if (sscanf(argv[i], "%lldx%lldx%lld", &m, &n, &k) != 3) m = n = k = atoll(argv[i]);
+            sizes[n_sizes][0] = m, sizes[n_sizes][1] = n, sizes[n_sizes++][2] = k;
+        } else {
+            fprintf(stderr,
+                    "usage: %s [--dtype bf16|f16] [--paths amx,avx512-bf16,convert,portable,f32] "
+                    "[--seconds S] [--mlp] [--c-f32] [N | MxNxK ...]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    eg_set_num_threads(1); /* also stops OpenBLAS's spinning server threads (matmul.c) */
+    amx_gflops = amx_peak();
+    fma_gflops = fma_peak();
+    printf("# one core: AMX bf16 peak %.1f GFLOP/s, f32 FMA (zmm) peak %.1f GFLOP/s; EG_CPU level "
+           "%s; %s products: %s\n",
+           amx_gflops, fma_gflops, eg__cpu_level_name(eg__cpu_active_level()), eg_dtype_name(dtype),
+           eg__gemm_lowp_path(dtype));
+    shape shapes[16];
+    int n_shapes = 0;
+    if (mlp) {
+        shape m[] = {{"fwd1", 128, 512, 784, false, false}, {"fwd2", 128, 512, 512, false, false},
+                     {"dx2", 128, 512, 512, false, true},   {"dw1", 784, 512, 128, true, false},
+                     {"dw2", 512, 512, 128, true, false},   {"fwd3", 128, 10, 512, false, false},
+                     {"dx3", 128, 512, 10, false, true},    {"dw3", 512, 10, 128, true, false}};
+        for (size_t i = 0; i < sizeof m / sizeof *m; i++) shapes[n_shapes++] = m[i];
+    } else {
+        static const int64_t defaults[] = {256, 512, 1024, 2048};
+        if (!n_sizes)
+            for (int i = 0; i < 4; i++, n_sizes++)
+                sizes[i][0] = sizes[i][1] = sizes[i][2] = defaults[i];
+        for (int i = 0; i < n_sizes; i++)
+            shapes[n_shapes++] = (shape){
+                sizes[i][0] == sizes[i][1] && sizes[i][1] == sizes[i][2] ? "square" : "shape",
+                sizes[i][0],
+                sizes[i][1],
+                sizes[i][2],
+                false,
+                false};
+    }
+    for (int s = 0; s < n_shapes; s++) {
+        char list[256];
+        snprintf(list, sizeof list, "%s", paths);
+        for (char *save = NULL, *p = strtok_r(list, ",", &save); p;
+             p = strtok_r(NULL, ",", &save)) {
+            int path = -2;
+            if (!strcmp(p, "f32")) path = -1;
+            for (int q = 1; q < EG__GEMM_LOWP_PATH_COUNT; q++)
+                if (!strcmp(p, eg__gemm_lowp_path_name((eg__lowp_path)q))) path = q;
+            if (path == -2) {
+                fprintf(stderr, "bench_amx: unknown path '%s'\n", p);
+                return 2;
+            }
+            run(&shapes[s], dtype, path);
+        }
+    }
+    return 0;
+}

@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* syscall(), for the AMX tile permission */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,13 @@
 
 #if defined(LIB_EAGLE)
 #include <eagle.h>
-#define LIB_NAME (getenv("EG_MATMUL") ? "eagle-openblas-tiles" : "eagle")
+/* --dtype bf16|f16: Eagle's products of 16-bit operands (f32 accumulation, C in that dtype) */
+static eg_dtype eagle_dtype = EG_DTYPE_F32;
+#define LIB_NAME                                                                                   \
+    (eagle_dtype == EG_DTYPE_BF16  ? "eagle-bf16"                                                  \
+     : eagle_dtype == EG_DTYPE_F16 ? "eagle-f16"                                                   \
+     : getenv("EG_MATMUL")         ? "eagle-openblas-tiles"                                        \
+                                   : "eagle")
 #elif defined(LIB_OPENBLAS)
 #include <cblas.h>
 #define LIB_NAME "openblas"
@@ -207,6 +214,12 @@ static void setup(const shape *s, const float *a, const float *b) {
     int64_t sb[2] = {s->tb ? s->n : s->k, s->tb ? s->k : s->n};
     ta_ = eg_tensor_from_data(a, EG_DTYPE_F32, 2, sa);
     tb_ = eg_tensor_from_data(b, EG_DTYPE_F32, 2, sb);
+    if (eagle_dtype != EG_DTYPE_F32 && ta_ && tb_) {
+        eg_tensor *a16 = eg_cast(ta_, eagle_dtype), *b16 = eg_cast(tb_, eagle_dtype);
+        eg_release(ta_);
+        eg_release(tb_);
+        ta_ = a16, tb_ = b16;
+    }
     if (!ta_ || !tb_) {
         fprintf(stderr, "gemm_bench: %s\n", eg_last_error());
         exit(1);
@@ -503,6 +516,10 @@ int main(int argc, char **argv) {
 #if defined(LIB_EAGLE)
         else if (!strcmp(argv[i], "--versus"))
             versus = 1;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+            eagle_dtype = !strcmp(argv[++i], "bf16") ? EG_DTYPE_BF16
+                          : !strcmp(argv[i], "f16")  ? EG_DTYPE_F16
+                                                     : EG_DTYPE_F32;
         else if (!strcmp(argv[i], "--mlp-step"))
             mode = 1;
         else if (!strcmp(argv[i], "--dense"))
@@ -516,11 +533,13 @@ int main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--sample-ms MS] "
                     "[--square|--mlp|--peak-only]"
-                    " [--versus|--mlp-step|--dense|--once M,N,K (Eagle's binary)]\n",
+                    " [--versus|--mlp-step|--dense|--once M,N,K|--dtype bf16|f16 (Eagle's "
+                    "binary)]\n",
                     argv[0]);
             return 2;
         }
     }
+    bool peak_given = peak_per_core > 0;
     if (peak_per_core <= 0 && mode != 3) peak_per_core = fma_peak_now();
     if (peak_per_core <= 0) peak_per_core = 1; /* no FMA: %peak is then meaningless */
     if (mode != 3)
@@ -535,6 +554,18 @@ int main(int argc, char **argv) {
             printf("# AMX bf16: not available (no AMX-BF16, or the kernel refused the tiles)\n");
         return 0;
     }
+#if defined(LIB_EAGLE)
+    if (eagle_dtype == EG_DTYPE_BF16 && !peak_given) { /* % of what the bf16 hardware does */
+        double amx = amx_peak_now();
+        if (amx > 0) {
+            printf("# one core's AMX bf16 peak: %.1f GFLOP/s: the %%peak columns below are of it\n",
+                   amx);
+            peak_per_core = amx;
+        }
+    }
+    if (eagle_dtype != EG_DTYPE_F32) printf("# %s products: %s\n", LIB_NAME, eg_blas_info());
+#endif
+    (void)peak_given;
     static const shape mlp[] = {
         /* 784-64-10, batch 32 */
         {"s.fwd1 x.W1", 32, 64, 784, 0, 0},

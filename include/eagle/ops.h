@@ -90,6 +90,16 @@ eg_tensor *eg_log_softmax(const eg_tensor *x, int axis);
  * (no copy is made). */
 eg_tensor *eg_matmul(const eg_tensor *a, const eg_tensor *b);
 eg_tensor *eg_matmul_ex(const eg_tensor *a, const eg_tensor *b, bool transpose_a, bool transpose_b);
+/* The product computed in low precision, what mixed precision layers run: compute_dtype is bf16
+ * or f16; a and b are each f32 or compute_dtype (f32 operands, e.g. master weights, are rounded
+ * to compute_dtype as the product reads them: no cast pass, no copy); products are summed in f32
+ * and the result is result_dtype, f32 or compute_dtype (rounded once). Values are those of
+ * casting the f32 operands to compute_dtype first and multiplying in compute_dtype with f32
+ * accumulation; the gradients follow the same rule (each in its operand's dtype). Both operands
+ * at least 2-d. New reference; NULL with an error for other dtypes or shapes. */
+eg_tensor *eg_matmul_low_precision(const eg_tensor *a, const eg_tensor *b, bool transpose_a,
+                                   bool transpose_b, eg_dtype compute_dtype,
+                                   eg_dtype result_dtype);
 
 /* ---- shape and views ---- */
 /* One entry of shape may be -1 (inferred). A view when t's strides allow, else a copy. */
@@ -262,6 +272,12 @@ eg_tensor *eg_activation_apply(eg_activation activation, const eg_tensor *x);
  * reference, NULL with an error for other shapes, dtypes or activations. */
 eg_tensor *eg_dense(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias,
                     eg_activation activation);
+/* eg_dense computed in low precision as eg_matmul_low_precision computes: x, kernel and bias
+ * each f32 or compute_dtype (bf16 or f16); the bias and activation are applied in f32 before
+ * the one rounding to result_dtype (f32 or compute_dtype). */
+eg_tensor *eg_dense_low_precision(const eg_tensor *x, const eg_tensor *kernel,
+                                  const eg_tensor *bias, eg_activation activation,
+                                  eg_dtype compute_dtype, eg_dtype result_dtype);
 /* activation(eg_batch_norm_training(x, ...)) as one op (a BatchNormalization layer with an
  * activation, while training); activation NONE or RELU. The activation is applied in the same
  * pass as the normalization, and the backward's two passes apply relu's gradient themselves
@@ -323,6 +339,7 @@ eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, con
 #define eg_log_softmax(...)   EG_CALLSITE_(eg_log_softmax(__VA_ARGS__))
 #define eg_matmul(...)        EG_CALLSITE_(eg_matmul(__VA_ARGS__))
 #define eg_matmul_ex(...)     EG_CALLSITE_(eg_matmul_ex(__VA_ARGS__))
+#define eg_matmul_low_precision(...) EG_CALLSITE_(eg_matmul_low_precision(__VA_ARGS__))
 #define eg_reshape(...)       EG_CALLSITE_(eg_reshape(__VA_ARGS__))
 #define eg_permute(...)       EG_CALLSITE_(eg_permute(__VA_ARGS__))
 #define eg_transpose(...)     EG_CALLSITE_(eg_transpose(__VA_ARGS__))
@@ -357,6 +374,7 @@ eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, con
 #define eg_batch_norm_training(...) EG_CALLSITE_(eg_batch_norm_training(__VA_ARGS__))
 #define eg_activation_apply(...)    EG_CALLSITE_(eg_activation_apply(__VA_ARGS__))
 #define eg_dense(...)               EG_CALLSITE_(eg_dense(__VA_ARGS__))
+#define eg_dense_low_precision(...) EG_CALLSITE_(eg_dense_low_precision(__VA_ARGS__))
 #define eg_batch_norm_training_activation(...)                                                     \
     EG_CALLSITE_(eg_batch_norm_training_activation(__VA_ARGS__))
 #endif

@@ -195,6 +195,18 @@ eg_tensor *eg_log_softmax(const eg_tensor *x, int axis) {
     return axis_op(EG__OP_LOG_SOFTMAX, x, axis, false);
 }
 
+eg_tensor *eg_matmul_low_precision(const eg_tensor *a, const eg_tensor *b, bool transpose_a,
+                                   bool transpose_b, eg_dtype compute_dtype,
+                                   eg_dtype result_dtype) {
+    if (!eg__check_arg(a, "matmul", 0) || !eg__check_arg(b, "matmul", 1)) return NULL;
+    eg__attrs attrs = {.transpose_a = transpose_a,
+                       .transpose_b = transpose_b,
+                       .low_precision = true,
+                       .compute_dtype = compute_dtype,
+                       .result_dtype = result_dtype};
+    return run2(EG__OP_MATMUL, a, b, &attrs);
+}
+
 eg_tensor *eg_matmul_ex(const eg_tensor *a, const eg_tensor *b, bool transpose_a,
                         bool transpose_b) {
     if (!eg__check_arg(a, "matmul", 0) || !eg__check_arg(b, "matmul", 1)) return NULL;

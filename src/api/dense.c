@@ -53,3 +53,19 @@ eg_tensor *eg_dense(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor
     const eg_tensor *in[3] = {x, kernel, bias};
     return eg__execute(EG__OP_DENSE, 3, in, &attrs);
 }
+
+eg_tensor *eg_dense_low_precision(const eg_tensor *x, const eg_tensor *kernel,
+                                  const eg_tensor *bias, eg_activation activation,
+                                  eg_dtype compute_dtype, eg_dtype result_dtype) {
+    if (!eg__check_arg(x, "dense", 0) || !eg__check_arg(kernel, "dense", 1) ||
+        !eg__check_arg(bias, "dense", 2))
+        return NULL;
+    eg__attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    attrs.ints[0] = (int64_t)activation;
+    attrs.low_precision = true;
+    attrs.compute_dtype = compute_dtype;
+    attrs.result_dtype = result_dtype;
+    const eg_tensor *in[3] = {x, kernel, bias};
+    return eg__execute(EG__OP_DENSE, 3, in, &attrs);
+}

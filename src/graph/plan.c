@@ -505,7 +505,7 @@ static eg_status layout(trace *t) {
         s->n_early_updates++;
         entry *ge = ready >= 0 ? &t->entries[ready] : NULL;
         if (ge && b == ready && ge->role == ROLE_BUFFER && ge->tensor->lazy->op == EG__OP_MATMUL &&
-            ge->last_use < 0 && ge->recompute_of < 0 && g->dtype == v->dtype &&
+            !ge->tensor->lazy->attrs.low_precision && ge->last_use < 0 && ge->recompute_of < 0 && g->dtype == v->dtype &&
             eg__backend_of(g->device)->product_tiles && last_read < ready && !shared &&
             !getenv("EG_NO_TILED_UPDATES")) {
             part->fused = true;

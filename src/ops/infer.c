@@ -14,8 +14,20 @@ static const char *shape_text(const eg_tensor *t, char *buf) {
 static bool is_float_math(eg_dtype d) {
     return d == EG_DTYPE_F32 || d == EG_DTYPE_F64;
 }
+/* bf16 and f16 are stored in 16 bits and computed in f32: every kernel that takes them widens
+ * its inputs to f32, accumulates in f32 and rounds its result once. The ops that need range or
+ * accuracy (softmax, log-softmax, logsumexp, variance, cross-entropy: the autocast lists of
+ * PyTorch and TensorFlow) take f32 and f64 only; mixed precision policies (nn/) cast to f32 before
+ * them. Moments and batch normalization take bf16/f16 activations with f32 statistics and
+ * parameters, and their statistics come out f32. */
+static bool is_low_precision(eg_dtype d) {
+    return d == EG_DTYPE_BF16 || d == EG_DTYPE_F16;
+}
+static bool is_float_any(eg_dtype d) {
+    return is_float_math(d) || is_low_precision(d);
+}
 static bool is_numeric(eg_dtype d) {
-    return is_float_math(d) || d == EG_DTYPE_I32 || d == EG_DTYPE_I64;
+    return is_float_any(d) || d == EG_DTYPE_I32 || d == EG_DTYPE_I64;
 }
 static bool is_index(eg_dtype d) {
     return d == EG_DTYPE_I32 || d == EG_DTYPE_I64;
@@ -27,9 +39,22 @@ static void same_as(eg__meta *meta, const eg_tensor *t) {
     memcpy(meta->shape, t->shape, sizeof meta->shape);
 }
 
+/* f32 or f64: the ops that run in full precision whatever the policy. */
 static eg_status require_float(eg__op op, const eg_tensor *t, int index) {
     if (is_float_math(t->dtype)) return EG_OK;
+    if (is_low_precision(t->dtype))
+        return eg__op_error(op, EG_ERR_DTYPE,
+                            "input %d is %s; %s runs in f32 or f64 (cast to f32 first: mixed "
+                            "precision policies do)",
+                            index, eg_dtype_name(t->dtype), eg__op_defs[op].name);
     return eg__op_error(op, EG_ERR_DTYPE, "input %d must be f32 or f64, got %s", index,
+                        eg_dtype_name(t->dtype));
+}
+
+/* f32, f64, bf16 or f16. */
+static eg_status require_any_float(eg__op op, const eg_tensor *t, int index) {
+    if (is_float_any(t->dtype)) return EG_OK;
+    return eg__op_error(op, EG_ERR_DTYPE, "input %d must be f32, f64, bf16 or f16, got %s", index,
                         eg_dtype_name(t->dtype));
 }
 
@@ -77,7 +102,7 @@ eg_status eg__infer_unary_float(eg__op op, int n_in, const eg_tensor *const *in,
                                 const eg__attrs *attrs, eg__meta *meta) {
     (void)n_in;
     (void)attrs;
-    if (require_float(op, in[0], 0) != EG_OK) return eg_last_status();
+    if (require_any_float(op, in[0], 0) != EG_OK) return eg_last_status();
     same_as(meta, in[0]);
     return EG_OK;
 }
@@ -95,7 +120,7 @@ eg_status eg__infer_binary_numeric(eg__op op, int n_in, const eg_tensor *const *
     (void)attrs;
     if (same_dtypes(op, n_in, in) != EG_OK) return eg_last_status();
     if (!is_numeric(in[0]->dtype))
-        return eg__op_error(op, EG_ERR_DTYPE, "unsupported dtype %s (f32, f64, i32, i64)",
+        return eg__op_error(op, EG_ERR_DTYPE, "unsupported dtype %s (f32, f64, bf16, f16, i32, i64)",
                             eg_dtype_name(in[0]->dtype));
     meta->dtype = in[0]->dtype;
     return broadcast_shapes(op, 2, in, meta);
@@ -105,7 +130,7 @@ eg_status eg__infer_binary_float(eg__op op, int n_in, const eg_tensor *const *in
                                  const eg__attrs *attrs, eg__meta *meta) {
     (void)attrs;
     if (same_dtypes(op, n_in, in) != EG_OK) return eg_last_status();
-    if (require_float(op, in[0], 0) != EG_OK) return eg_last_status();
+    if (require_any_float(op, in[0], 0) != EG_OK) return eg_last_status();
     meta->dtype = in[0]->dtype;
     return broadcast_shapes(op, 2, in, meta);
 }
@@ -168,7 +193,7 @@ eg_status eg__infer_reduce(eg__op op, int n_in, const eg_tensor *const *in, cons
     if (check_axes(op, in[0], attrs) != EG_OK) return eg_last_status();
     if (!is_numeric(in[0]->dtype))
         return eg__op_error(op, EG_ERR_DTYPE, "unsupported dtype %s", eg_dtype_name(in[0]->dtype));
-    if (op == EG__OP_MEAN && require_float(op, in[0], 0) != EG_OK) return eg_last_status();
+    if (op == EG__OP_MEAN && require_any_float(op, in[0], 0) != EG_OK) return eg_last_status();
     if (op == EG__OP_MAX || op == EG__OP_MIN)
         for (int i = 0; i < attrs->n_axes; i++)
             if (in[0]->shape[attrs->axes[i]] == 0)
@@ -215,6 +240,26 @@ eg_status eg__infer_softmax(eg__op op, int n_in, const eg_tensor *const *in, con
     return EG_OK;
 }
 
+/* A low-precision product's dtypes (attrs->low_precision): compute bf16 or f16, the result f32
+ * or compute, each of the n operands f32 or compute. */
+static eg_status check_low_precision(eg__op op, int n, const eg_tensor *const *in,
+                                     const eg__attrs *attrs) {
+    eg_dtype compute = attrs->compute_dtype;
+    if (!is_low_precision(compute))
+        return eg__op_error(op, EG_ERR_DTYPE, "a low-precision product computes in bf16 or f16, not %s",
+                            eg_dtype_name(compute));
+    if (attrs->result_dtype != EG_DTYPE_F32 && attrs->result_dtype != compute)
+        return eg__op_error(op, EG_ERR_DTYPE, "the result of a %s product must be f32 or %s, not %s",
+                            eg_dtype_name(compute), eg_dtype_name(compute),
+                            eg_dtype_name(attrs->result_dtype));
+    for (int i = 0; i < n; i++)
+        if (in[i]->dtype != EG_DTYPE_F32 && in[i]->dtype != compute)
+            return eg__op_error(op, EG_ERR_DTYPE, "input %d of a %s product must be f32 or %s, got %s",
+                                i, eg_dtype_name(compute), eg_dtype_name(compute),
+                                eg_dtype_name(in[i]->dtype));
+    return EG_OK;
+}
+
 eg_status eg__infer_matmul(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
                            eg__meta *meta) {
     (void)n_in;
@@ -223,7 +268,8 @@ eg_status eg__infer_matmul(eg__op op, int n_in, const eg_tensor *const *in, cons
     if (a->n_dims < 2 || b->n_dims < 2)
         return eg__op_error(op, EG_ERR_SHAPE, "operands need at least 2 dims: %s x %s",
                             shape_text(a, sa), shape_text(b, sb));
-    if (same_dtypes(op, 2, in) != EG_OK || require_float(op, a, 0) != EG_OK)
+    if (attrs->low_precision ? check_low_precision(op, 2, in, attrs) != EG_OK
+                             : same_dtypes(op, 2, in) != EG_OK || require_any_float(op, a, 0) != EG_OK)
         return eg_last_status();
     int64_t m = a->shape[a->n_dims - (attrs->transpose_a ? 1 : 2)];
     int64_t k = a->shape[a->n_dims - (attrs->transpose_a ? 2 : 1)];
@@ -247,7 +293,7 @@ eg_status eg__infer_matmul(eg__op op, int n_in, const eg_tensor *const *in, cons
     meta->n_dims = batch + 2;
     meta->shape[batch] = m;
     meta->shape[batch + 1] = n;
-    meta->dtype = a->dtype;
+    meta->dtype = attrs->low_precision ? attrs->result_dtype : a->dtype;
     return EG_OK;
 }
 
@@ -444,7 +490,7 @@ eg_status eg__infer_gather(eg__op op, int n_in, const eg_tensor *const *in, cons
 eg_status eg__infer_scatter_add(eg__op op, int n_in, const eg_tensor *const *in,
                                 const eg__attrs *attrs, eg__meta *meta) {
     (void)n_in;
-    if (!is_index(in[1]->dtype) || require_float(op, in[0], 0) != EG_OK)
+    if (!is_index(in[1]->dtype) || require_any_float(op, in[0], 0) != EG_OK)
         return eg__op_error(op, EG_ERR_DTYPE, "needs float updates and i32/i64 indices");
     if (attrs->axis < 0 || attrs->axis >= attrs->n_dims ||
         in[0]->n_dims != attrs->n_dims - 1 + in[1]->n_dims)
@@ -521,23 +567,25 @@ eg_status eg__infer_sparse_softmax_cross_entropy(eg__op op, int n_in, const eg_t
 eg_status eg__infer_mul_add(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
                             eg__meta *meta) {
     (void)attrs;
-    if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[0], 0) != EG_OK)
+    if (same_dtypes(op, n_in, in) != EG_OK || require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     meta->dtype = in[0]->dtype;
     return broadcast_shapes(op, 3, in, meta);
 }
 
-/* x -> (2, x reduced over attrs->axes): mean and population variance. */
+/* x -> (2, x reduced over attrs->axes): mean and population variance; in f32 for bf16 and f16
+ * x (the statistics of mixed precision's normalization layers, accumulated in double like f32's:
+ * their accuracy, not the format's). */
 eg_status eg__infer_moments(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
                             eg__meta *meta) {
     (void)n_in;
-    if (require_float(op, in[0], 0) != EG_OK || check_axes(op, in[0], attrs) != EG_OK)
+    if (require_any_float(op, in[0], 0) != EG_OK || check_axes(op, in[0], attrs) != EG_OK)
         return eg_last_status();
     eg__meta reduced;
     reduced_shape(in[0], attrs, &reduced);
     if (reduced.n_dims >= EG_MAX_DIMS)
         return eg__op_error(op, EG_ERR_SHAPE, "result would have more than %d dims", EG_MAX_DIMS);
-    meta->dtype = in[0]->dtype;
+    meta->dtype = is_low_precision(in[0]->dtype) ? EG_DTYPE_F32 : in[0]->dtype;
     meta->n_dims = reduced.n_dims + 1;
     meta->shape[0] = 2;
     memcpy(meta->shape + 1, reduced.shape, sizeof(int64_t) * (size_t)reduced.n_dims);
@@ -552,11 +600,22 @@ static eg_status check_norm_activation(eg__op op, const eg__attrs *attrs) {
 }
 
 /* (x, mean, variance, scale, offset) -> like x; the four shaped like x reduced over attrs->axes
- * with keepdims; attrs->ints[0] NONE or RELU. */
+ * with keepdims; attrs->ints[0] NONE or RELU. One float dtype throughout, or bf16 / f16 x with
+ * the four in f32 (mixed precision: computed in f32, rounded once to x's dtype). */
 eg_status eg__infer_batch_norm(eg__op op, int n_in, const eg_tensor *const *in,
                                const eg__attrs *attrs, eg__meta *meta) {
-    if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[0], 0) != EG_OK ||
-        check_axes(op, in[0], attrs) != EG_OK || check_norm_activation(op, attrs) != EG_OK)
+    if (require_any_float(op, in[0], 0) != EG_OK) return eg_last_status();
+    if (is_low_precision(in[0]->dtype)) {
+        for (int i = 1; i < n_in; i++)
+            if (in[i]->dtype != EG_DTYPE_F32)
+                return eg__op_error(op, EG_ERR_DTYPE,
+                                    "x is %s, so input %d (a statistic or parameter) must be f32, "
+                                    "got %s",
+                                    eg_dtype_name(in[0]->dtype), i, eg_dtype_name(in[i]->dtype));
+    } else if (same_dtypes(op, n_in, in) != EG_OK) {
+        return eg_last_status();
+    }
+    if (check_axes(op, in[0], attrs) != EG_OK || check_norm_activation(op, attrs) != EG_OK)
         return eg_last_status();
     eg__attrs keep = *attrs;
     keep.keepdims = true;
@@ -591,7 +650,9 @@ static eg_status require_shape(eg__op op, const eg_tensor *const *in, int i, int
 /* batch_norm_backward_sums (g, x, mean) -> (2, kept): g like x, mean x reduced over attrs->axes
  * with keepdims; batch_norm_backward_input (g, x, mean, variance, scale, sums) -> like x, sums
  * being (2, kept) (what batch_norm_backward_sums returns). With attrs->ints[0] = RELU sums takes
- * (g, x, mean, variance, scale, offset) and input one more, offset, last; all kept-shaped. */
+ * (g, x, mean, variance, scale, offset) and input one more, offset, last; all kept-shaped. One
+ * float dtype throughout, or g and x in one of bf16 / f16 and the rest f32: then the sums are
+ * f32 and dx x's dtype. */
 eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *const *in,
                                         const eg__attrs *attrs, eg__meta *meta) {
     if (check_norm_activation(op, attrs) != EG_OK) return eg_last_status();
@@ -601,9 +662,22 @@ eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *co
     if (n_in != want)
         return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "takes %d inputs%s, got %d", want,
                             relu ? " with relu" : "", n_in);
-    if (same_dtypes(op, n_in, in) != EG_OK || require_float(op, in[1], 1) != EG_OK ||
-        check_axes(op, in[1], attrs) != EG_OK)
+    if (require_any_float(op, in[1], 1) != EG_OK) return eg_last_status();
+    bool low = is_low_precision(in[1]->dtype);
+    if (low) {
+        if (in[0]->dtype != in[1]->dtype)
+            return eg__op_error(op, EG_ERR_DTYPE, "dtypes differ: g is %s, x %s (cast one first)",
+                                eg_dtype_name(in[0]->dtype), eg_dtype_name(in[1]->dtype));
+        for (int i = 2; i < n_in; i++)
+            if (in[i]->dtype != EG_DTYPE_F32)
+                return eg__op_error(op, EG_ERR_DTYPE,
+                                    "x is %s, so input %d (a statistic or parameter) must be f32, "
+                                    "got %s",
+                                    eg_dtype_name(in[1]->dtype), i, eg_dtype_name(in[i]->dtype));
+    } else if (same_dtypes(op, n_in, in) != EG_OK) {
         return eg_last_status();
+    }
+    if (check_axes(op, in[1], attrs) != EG_OK) return eg_last_status();
     eg__attrs keep = *attrs;
     keep.keepdims = true;
     eg__meta kept;
@@ -620,7 +694,7 @@ eg_status eg__infer_batch_norm_backward(eg__op op, int n_in, const eg_tensor *co
             return eg_last_status();
     }
     if (op == EG__OP_BATCH_NORM_BACKWARD_SUMS) {
-        meta->dtype = in[1]->dtype;
+        meta->dtype = low ? EG_DTYPE_F32 : in[1]->dtype;
         meta->n_dims = kept.n_dims + 1;
         memcpy(meta->shape, stacked, sizeof(int64_t) * (size_t)meta->n_dims);
         return EG_OK;
@@ -740,7 +814,7 @@ eg_status eg__infer_conv2d(eg__op op, int n_in, const eg_tensor *const *in, cons
                            eg__meta *meta) {
     (void)n_in;
     if (require_image(op, in[0], "input") != EG_OK || require_image(op, in[1], "filter") != EG_OK ||
-        same_dtypes(op, 2, in) != EG_OK || require_float(op, in[0], 0) != EG_OK)
+        same_dtypes(op, 2, in) != EG_OK || require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     meta->dtype = in[0]->dtype;
     return conv_shape(op, in[0]->shape, in[1]->shape, attrs, meta);
@@ -752,7 +826,7 @@ eg_status eg__infer_conv2d_backward_input(eg__op op, int n_in, const eg_tensor *
     (void)n_in;
     if (require_image(op, in[0], "gradient") != EG_OK ||
         require_image(op, in[1], "filter") != EG_OK || same_dtypes(op, 2, in) != EG_OK ||
-        require_float(op, in[0], 0) != EG_OK)
+        require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     if (attrs->n_dims != 4) return eg__op_error(op, EG_ERR_SHAPE, "the input shape must be 4-d");
     eg__meta y;
@@ -771,7 +845,7 @@ eg_status eg__infer_conv2d_backward_filter(eg__op op, int n_in, const eg_tensor 
     (void)n_in;
     if (require_image(op, in[0], "input") != EG_OK ||
         require_image(op, in[1], "gradient") != EG_OK || same_dtypes(op, 2, in) != EG_OK ||
-        require_float(op, in[0], 0) != EG_OK)
+        require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     if (attrs->n_dims != 4) return eg__op_error(op, EG_ERR_SHAPE, "the filter shape must be 4-d");
     eg__meta y;
@@ -805,7 +879,7 @@ static eg_status pool_shape(eg__op op, const int64_t *x_shape, const eg__attrs *
 eg_status eg__infer_pool2d(eg__op op, int n_in, const eg_tensor *const *in, const eg__attrs *attrs,
                            eg__meta *meta) {
     (void)n_in;
-    if (require_image(op, in[0], "input") != EG_OK || require_float(op, in[0], 0) != EG_OK)
+    if (require_image(op, in[0], "input") != EG_OK || require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     meta->dtype = op == EG__OP_MAX_POOL2D_ARGMAX ? EG_DTYPE_I64 : in[0]->dtype;
     return pool_shape(op, in[0]->shape, attrs, meta);
@@ -816,7 +890,7 @@ eg_status eg__infer_max_pool2d_backward(eg__op op, int n_in, const eg_tensor *co
                                         const eg__attrs *attrs, eg__meta *meta) {
     (void)n_in;
     if (require_image(op, in[0], "input") != EG_OK || same_dtypes(op, 2, in) != EG_OK ||
-        require_float(op, in[0], 0) != EG_OK)
+        require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     eg__meta y;
     if (pool_shape(op, in[0]->shape, attrs, &y) != EG_OK ||
@@ -830,7 +904,7 @@ eg_status eg__infer_max_pool2d_backward(eg__op op, int n_in, const eg_tensor *co
 eg_status eg__infer_avg_pool2d_backward(eg__op op, int n_in, const eg_tensor *const *in,
                                         const eg__attrs *attrs, eg__meta *meta) {
     (void)n_in;
-    if (require_image(op, in[0], "gradient") != EG_OK || require_float(op, in[0], 0) != EG_OK)
+    if (require_image(op, in[0], "gradient") != EG_OK || require_any_float(op, in[0], 0) != EG_OK)
         return eg_last_status();
     if (attrs->n_dims != 4) return eg__op_error(op, EG_ERR_SHAPE, "the input shape must be 4-d");
     eg__meta y;
@@ -866,12 +940,15 @@ eg_status eg__infer_dense(eg__op op, int n_in, const eg_tensor *const *in, const
         return eg__op_error(op, EG_ERR_INVALID_ARGUMENT,
                             "activation %lld is not one of none, relu, sigmoid, tanh",
                             (long long)attrs->ints[0]);
-    if (x->dtype != EG_DTYPE_F32 && x->dtype != EG_DTYPE_F64)
-        return eg__op_error(op, EG_ERR_DTYPE, "input 0 must be f32 or f64, got %s",
+    if (attrs->low_precision) {
+        if (check_low_precision(op, 3, in, attrs) != EG_OK) return eg_last_status();
+    } else if (!is_float_any(x->dtype)) {
+        return eg__op_error(op, EG_ERR_DTYPE, "input 0 must be f32, f64, bf16 or f16, got %s",
                             eg_dtype_name(x->dtype));
-    if (w->dtype != x->dtype || b->dtype != x->dtype)
+    } else if (w->dtype != x->dtype || b->dtype != x->dtype) {
         return eg__op_error(op, EG_ERR_DTYPE, "dtypes differ: %s, %s, %s", eg_dtype_name(x->dtype),
                             eg_dtype_name(w->dtype), eg_dtype_name(b->dtype));
+    }
     if (x->n_dims != 2 || w->n_dims != 2 || b->n_dims != 1)
         return FORMAT_SHAPES(),
                eg__op_error(op, EG_ERR_SHAPE,
@@ -884,7 +961,7 @@ eg_status eg__infer_dense(eg__op op, int n_in, const eg_tensor *const *in, const
                eg__op_error(op, EG_ERR_SHAPE, "bias %s does not match the kernel's %lld units", sb,
                             (long long)w->shape[1]);
 #undef FORMAT_SHAPES
-    meta->dtype = x->dtype;
+    meta->dtype = attrs->low_precision ? attrs->result_dtype : x->dtype;
     meta->n_dims = 2;
     meta->shape[0] = x->shape[0];
     meta->shape[1] = w->shape[1];

@@ -45,6 +45,12 @@ typedef struct eg__attrs {
     int64_t shape[EG_MAX_DIMS];    /* a target shape (reshape, broadcast_to, scatter/unslice) */
     int64_t ints[2 * EG_MAX_DIMS]; /* slice start/stop/step, pad widths */
     uint64_t seed;
+    /* matmul and dense in low precision (eg_matmul_low_precision): when low_precision is set the
+     * product multiplies in compute_dtype (bf16 or f16), reading f32 operands rounded to it (no
+     * copy), sums in f32 and gives result_dtype (f32 or compute_dtype); otherwise the operands
+     * share one dtype, the result's. */
+    bool low_precision;
+    eg_dtype compute_dtype, result_dtype;
     eg__window window;       /* conv2d*, *_pool2d* */
     const eg_device *device; /* to_device: the destination */
 } eg__attrs;

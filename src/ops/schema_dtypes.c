@@ -12,7 +12,9 @@
  * never leaves an error behind nor hides an earlier one.
  *
  * Templates: each input is "ROLE SHAPE": v = a value input, in the probed dtype; b = a bool
- * condition (where); i = i64 indices (gather, scatter_add, labels). one_hot's only input is its
+ * condition (where); i = i64 indices (gather, scatter_add, labels); s = a statistic or parameter
+ * of batch normalization, in the probed dtype but f32 when that is bf16 or f16 (the mix those
+ * ops take: low-precision activations, f32 statistics). one_hot's only input is its
  * index tensor: it is the value input there (its schema takes i32, i64 and u8). Shapes and
  * attributes are small and valid for every dtype the op takes, so a rejection can only come from
  * the dtype. Every op of ops.def must have a row: a missing row (all zeros), a malformed one or
@@ -107,12 +109,12 @@ static const probe probes[EG__OP_COUNT] = {
     [EG__OP_RELU_BACKWARD] = {.inputs = {"v 2,3", "v 2,3"}},
     [EG__OP_MUL_ADD] = {.inputs = {"v 2,3", "v 3", "v 3"}},
     [EG__OP_MOMENTS] = {.inputs = {"v 4,3"}, .attrs = {.n_axes = 1, .axes = {0}}},
-    [EG__OP_BATCH_NORM] = {.inputs = {"v 4,3", "v 1,3", "v 1,3", "v 1,3", "v 1,3"},
+    [EG__OP_BATCH_NORM] = {.inputs = {"v 4,3", "s 1,3", "s 1,3", "s 1,3", "s 1,3"},
                            .attrs = {.n_axes = 1, .axes = {0}, .scalars = {1e-3}}},
-    [EG__OP_BATCH_NORM_BACKWARD_SUMS] = {.inputs = {"v 4,3", "v 4,3", "v 1,3"},
+    [EG__OP_BATCH_NORM_BACKWARD_SUMS] = {.inputs = {"v 4,3", "v 4,3", "s 1,3"},
                                          .attrs = {.n_axes = 1, .axes = {0}}},
-    [EG__OP_BATCH_NORM_BACKWARD_INPUT] = {.inputs = {"v 4,3", "v 4,3", "v 1,3", "v 1,3", "v 1,3",
-                                                     "v 2,1,3"},
+    [EG__OP_BATCH_NORM_BACKWARD_INPUT] = {.inputs = {"v 4,3", "v 4,3", "s 1,3", "s 1,3", "s 1,3",
+                                                     "s 2,1,3"},
                                           .attrs = {.n_axes = 1, .axes = {0}, .scalars = {1e-3}}},
     [EG__OP_CONV2D] = {.inputs = {"v 1,4,4,2", "v 3,3,2,3"}, .attrs = {CONV_WINDOW}},
     [EG__OP_CONV2D_BACKWARD_INPUT] = {.inputs = {"v 1,2,2,3", "v 3,3,2,3"},
@@ -140,6 +142,10 @@ static bool template_tensor(const char *text, eg_dtype value_dtype, eg_tensor *t
         break;
     case 'i':
         t->dtype = EG_DTYPE_I64;
+        break;
+    case 's':
+        t->dtype = value_dtype == EG_DTYPE_BF16 || value_dtype == EG_DTYPE_F16 ? EG_DTYPE_F32
+                                                                               : value_dtype;
         break;
     default:
         return false;

@@ -1,7 +1,7 @@
 /* CPU matmul: Eagle's own f32 GEMM (gemm.c) where the CPU has AVX2/FMA, OpenBLAS otherwise and
- * for f64. Strided views whose last two axes have a unit stride on either side are passed as they
- * are (a transposed view becomes a transpose flag), so the backward pass's A^T·G and G·B^T make
- * no copies.
+ * for f64; bf16 and f16 on gemm_lowp.c (f32 accumulation, one rounding of each result) always.
+ * Strided views whose last two axes have a unit stride on either side are passed as they are (a
+ * transposed view becomes a transpose flag), so the backward pass's A^T·G and G·B^T make no copies.
  *
  * Results must not depend on the number of threads. Eagle's GEMM gives every element the same
  * bits however C is split, so it splits C into one part per thread. OpenBLAS's own threading
@@ -15,22 +15,27 @@
 #include <string.h>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_lowp.h"
 #include "backend/cpu/kernels.h"
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "eagle/nn.h"
 #include "eagle/runtime.h"
 
-static char blas_description[256];
+static char blas_description[512];
 
 static void describe_blas(void) {
-    snprintf(blas_description, sizeof blas_description, "%s%s", openblas_get_config(),
+    snprintf(blas_description, sizeof blas_description, "%s%s; bf16 matmul: %s; f16 matmul: %s",
+             openblas_get_config(),
              !eg__gemm_f32_available() ? ""
              : eg__cpu_avx512_active() ? "; f32 matmul: Eagle's GEMM, AVX-512 micro-kernel"
-                                       : "; f32 matmul: Eagle's AVX2/FMA GEMM");
+                                       : "; f32 matmul: Eagle's AVX2/FMA GEMM",
+             eg__gemm_lowp_path(EG_DTYPE_BF16), eg__gemm_lowp_path(EG_DTYPE_F16));
 }
 
 #define TILE_ROWS 64
+/* Rows of a bf16 / f16 tile: whole 32-row blocks of the low-precision kernels. */
+#define LOWP_TILE_ROWS 64
 /* Rows of a tile on Eagle's GEMM, which gives the same bits for any tiling: a whole number of
  * micro-tiles (64 rows would end every tile in a partial one). */
 #define OWN_TILE_ROWS (11 * EG_GEMM_MR)
@@ -122,7 +127,9 @@ typedef struct matmul_job {
     const eg_tensor *bias;
     eg__op activation;
     /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
-    bool own; /* Eagle's GEMM (own_gemm), else OpenBLAS tiles */
+    bool own;         /* Eagle's GEMM (own_gemm), else OpenBLAS tiles */
+    bool lowp;        /* a bf16 or f16 product (gemm_lowp.c; own is then set too) */
+    eg_dtype compute; /* its dtype: the operands', or attrs->compute_dtype (low_precision) */
     int64_t tile_rows;
     int64_t parts_m, parts_n, part_rows, part_cols;
     atomic_bool failed;
@@ -149,6 +156,37 @@ static eg__gemm_f32 own_problem(const matmul_job *j, int64_t batch, float *c) {
     };
 }
 
+/* The low-precision problem of batch element `batch` (all of C), writing to c (row stride n). */
+static eg__gemm_lowp lowp_problem(const matmul_job *j, int64_t batch, void *c) {
+    /* f32 operands (a low-precision product's master weights) are rounded as they are read */
+    bool a32 = j->a->dtype == EG_DTYPE_F32, b32 = j->b->dtype == EG_DTYPE_F32;
+    const char *a = (const char *)eg__data(j->a) +
+                    (size_t)batch_offset(j->a, j->out, batch) * eg_dtype_size(j->a->dtype);
+    const char *b = (const char *)eg__data(j->b) +
+                    (size_t)batch_offset(j->b, j->out, batch) * eg_dtype_size(j->b->dtype);
+    return (eg__gemm_lowp){
+        .dtype = j->compute,
+        .m = j->m,
+        .n = j->n,
+        .k = j->k,
+        .a = a32 ? NULL : (const uint16_t *)a,
+        .a32 = a32 ? (const float *)a : NULL,
+        .a_row = j->trans_a ? 1 : j->lda,
+        .a_col = j->trans_a ? j->lda : 1,
+        .b = b32 ? NULL : (const uint16_t *)b,
+        .b32 = b32 ? (const float *)b : NULL,
+        .b_row = j->trans_b ? 1 : j->ldb,
+        .b_col = j->trans_b ? j->ldb : 1,
+        .c_dtype = j->out->dtype,
+        .c = c,
+        .ldc = j->n,
+        .bias = j->bias ? eg__data(j->bias) : NULL,
+        .bias_dtype = j->bias ? j->bias->dtype : EG_DTYPE_F32,
+        .bias_stride = j->bias ? j->bias->strides[0] : 0,
+        .activation = j->activation,
+    };
+}
+
 /* Output tile `task` ((batch, row tile, column tile) in row-major order) into c, whose rows are
  * ldc elements apart, epilogue included: the same computation wherever c is. On Eagle's GEMM the
  * tile is a sub-problem with the same k, whose elements have the bits of the whole product's
@@ -160,6 +198,24 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
     int64_t i0 = tile / j->col_tiles * j->tile_rows, j0 = tile % j->col_tiles * j->tile_cols;
     int rows = (int)(j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows);
     int cols = (int)(j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols);
+    if (j->lowp) {
+        eg__gemm_lowp g = lowp_problem(j, batch, c);
+        g.m = rows;
+        g.n = cols;
+        if (g.a32)
+            g.a32 += i0 * g.a_row;
+        else
+            g.a += i0 * g.a_row;
+        if (g.b32)
+            g.b32 += j0 * g.b_col;
+        else
+            g.b += j0 * g.b_col;
+        g.ldc = ldc;
+        if (g.bias)
+            g.bias =
+                (const char *)g.bias + (size_t)(j0 * g.bias_stride) * eg_dtype_size(g.bias_dtype);
+        return eg__gemm_lowp_range(&g, 0, rows, 0, cols);
+    }
     if (j->own) {
         eg__gemm_f32 g = own_problem(j, batch, (float *)c);
         g.m = rows;
@@ -217,6 +273,14 @@ static void own_parts(void *context, int64_t begin, int64_t end) {
         int64_t m0 = part / j->parts_n * j->part_rows, n0 = part % j->parts_n * j->part_cols;
         int64_t m1 = m0 + j->part_rows < j->m ? m0 + j->part_rows : j->m;
         int64_t n1 = n0 + j->part_cols < j->n ? n0 + j->part_cols : j->n;
+        if (j->lowp) {
+            eg__gemm_lowp g =
+                lowp_problem(j, batch,
+                             (char *)eg__data(j->out) +
+                                 (size_t)(batch * j->m * j->n) * eg_dtype_size(j->out->dtype));
+            if (!eg__gemm_lowp_range(&g, m0, m1, n0, n1)) atomic_store(&j->failed, true);
+            continue;
+        }
         eg__gemm_f32 g = own_problem(j, batch, (float *)eg__data(j->out) + batch * j->m * j->n);
         if (!eg__gemm_f32_range(&g, m0, m1, n0, n1)) atomic_store(&j->failed, true);
     }
@@ -245,17 +309,19 @@ static void plan_parts(matmul_job *j, int64_t batches, int64_t min_part_work) {
 /* About `parts` parts (fewer where C has fewer micro-tiles along its longer side). */
 static void split_parts(matmul_job *j, int64_t parts) {
     if (parts < 1) parts = 1;
-    int64_t tiles_m = (j->m + EG_GEMM_MR - 1) / EG_GEMM_MR;
-    int64_t tiles_n = (j->n + EG_GEMM_NR - 1) / EG_GEMM_NR;
+    int64_t mr = j->lowp ? EG_GEMM_LOWP_MR : EG_GEMM_MR;
+    int64_t nr = j->lowp ? EG_GEMM_LOWP_NR : EG_GEMM_NR;
+    int64_t tiles_m = (j->m + mr - 1) / mr;
+    int64_t tiles_n = (j->n + nr - 1) / nr;
     j->parts_m = j->parts_n = 1;
     if (tiles_n >= tiles_m) {
         if (parts > tiles_n) parts = tiles_n;
-        j->part_cols = (tiles_n + parts - 1) / parts * EG_GEMM_NR;
+        j->part_cols = (tiles_n + parts - 1) / parts * nr;
         j->part_rows = j->m;
         j->parts_n = (j->n + j->part_cols - 1) / j->part_cols;
     } else {
         if (parts > tiles_m) parts = tiles_m;
-        j->part_rows = (tiles_m + parts - 1) / parts * EG_GEMM_MR;
+        j->part_rows = (tiles_m + parts - 1) / parts * mr;
         j->part_cols = j->n;
         j->parts_m = (j->m + j->part_rows - 1) / j->part_rows;
     }
@@ -263,14 +329,20 @@ static void split_parts(matmul_job *j, int64_t parts) {
     if (j->part_cols < 1) j->part_cols = 1;
 }
 
+static bool lowp_dtype(eg_dtype dtype) {
+    return dtype == EG_DTYPE_BF16 || dtype == EG_DTYPE_F16;
+}
+
 /* Whether Eagle's GEMM computes a product with this output (else OpenBLAS): f32 on a CPU that
- * allows it. Products narrower than one micro-tile (the 10 logits) it computes transposed
- * (gemm.c), which beat OpenBLAS there (bench/gemm --versus --mlp). */
+ * allows it, bf16 and f16 everywhere (gemm_lowp.c; OpenBLAS has no such products). Products
+ * narrower than one micro-tile (the 10 logits) it computes transposed (gemm.c), which beat
+ * OpenBLAS there (bench/gemm --versus --mlp). */
 static bool own_gemm(const eg_tensor *out) {
-    return out->dtype == EG_DTYPE_F32 && eg__gemm_f32_available();
+    return (out->dtype == EG_DTYPE_F32 && eg__gemm_f32_available()) || lowp_dtype(out->dtype);
 }
 
 static int64_t tile_rows_for(const eg_tensor *out) {
+    if (lowp_dtype(out->dtype)) return LOWP_TILE_ROWS;
     return own_gemm(out) ? OWN_TILE_ROWS : TILE_ROWS;
 }
 
@@ -322,7 +394,9 @@ static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias,
     job_out->row_tiles = (job_out->m + job_out->tile_rows - 1) / job_out->tile_rows;
     job_out->tile_cols = tile_cols_for(out);
     job_out->col_tiles = (job_out->n + job_out->tile_cols - 1) / job_out->tile_cols;
-    job_out->own = own_gemm(out);
+    job_out->lowp = call->attrs->low_precision || lowp_dtype(out->dtype);
+    job_out->compute = call->attrs->low_precision ? call->attrs->compute_dtype : out->dtype;
+    job_out->own = own_gemm(out) || job_out->lowp;
     *a_copy = a;
     *b_copy = b;
     return EG_OK;
@@ -380,6 +454,9 @@ static eg_status dense_as_product(const eg__kernel_call *call, eg__attrs *attrs,
         return eg__error(EG_ERR_INVALID_ARGUMENT, "dense: activation %lld cannot be fused",
                          (long long)requested);
     memset(attrs, 0, sizeof *attrs);
+    attrs->low_precision = call->attrs->low_precision; /* eg_dense_low_precision */
+    attrs->compute_dtype = call->attrs->compute_dtype;
+    attrs->result_dtype = call->attrs->result_dtype;
     *product = *call;
     product->attrs = attrs;
     *activation = activations[requested];
