@@ -6,8 +6,8 @@
  *
  *     "<dtype> <shape>[:<view>] <values>"
  *
- *   dtype  : F (the test's float dtype: f32 in test_ops, also f64; f64 in test_gradcheck), or
- *            f32, f64, i32, i64, u8, b (bool) for a fixed dtype;
+ *   dtype  : F (the test's float dtype: f32 in test_ops, also f64, bf16 and f16; f64 in
+ *            test_gradcheck), or f32, f64, bf16, f16, i32, i64, u8, b (bool) for a fixed dtype;
  *   shape  : comma-separated sizes of the tensor that is created ("-" for a 0-d tensor);
  *   view   : T = transpose the last two axes, S = slice axis 0 as 1::2, B = broadcast to a new
  *            leading axis of size 2 (zero stride); the op sees the view, gradients are taken
@@ -57,6 +57,14 @@ typedef bool (*oc_check_fn)(const oc_case *c, const oc_ref *in, int n_out, const
 
 enum {
     OC_FORWARD_ONLY = 1u << 0, /* not a gradient check case (e.g. values far out) */
+    /* The case calls other ops besides c->op (batch_normalization computes moments first), so
+     * whether c->op takes a dtype does not decide whether the case runs in it: it may also fail
+     * with EG_ERR_DTYPE from one of the others (bf16 and f16 through an f32-only op). */
+    OC_COMPOSITE = 1u << 1,
+    /* The case's call converts some of its float inputs before the op (batch_norm_training takes
+     * bf16 / f16 x with f32 statistics, converting its offset and scale): its op's answer for
+     * one dtype throughout (eg_device_supports_op) does not decide whether it runs. */
+    OC_MIXED_DTYPES = 1u << 2,
 };
 
 struct oc_case {

@@ -93,11 +93,14 @@ static bool parse_dtype(const char *text, eg_dtype float_dtype, spec *s) {
     static const struct {
         const char *name;
         eg_dtype dtype;
-    } names[] = {{"f32", EG_DTYPE_F32}, {"f64", EG_DTYPE_F64}, {"i32", EG_DTYPE_I32},
-                 {"i64", EG_DTYPE_I64}, {"u8", EG_DTYPE_U8},   {"b", EG_DTYPE_BOOL}};
-    s->is_float = strcmp(text, "F") == 0;
+    } names[] = {{"f32", EG_DTYPE_F32}, {"f64", EG_DTYPE_F64}, {"bf16", EG_DTYPE_BF16},
+                 {"f16", EG_DTYPE_F16}, {"i32", EG_DTYPE_I32}, {"i64", EG_DTYPE_I64},
+                 {"u8", EG_DTYPE_U8},   {"b", EG_DTYPE_BOOL}};
+    s->is_float = strcmp(text, "F") == 0 || strcmp(text, "Fs") == 0;
     if (s->is_float) {
-        s->dtype = float_dtype;
+        /* Fs: a statistic or parameter of batch normalization, f32 for bf16 / f16 F */
+        bool stat = text[1] == 's' && (float_dtype == EG_DTYPE_BF16 || float_dtype == EG_DTYPE_F16);
+        s->dtype = stat ? EG_DTYPE_F32 : float_dtype;
         return true;
     }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

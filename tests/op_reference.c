@@ -636,7 +636,12 @@ bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_re
                       size_t why_size) {
     const oc_ref *x = &in[0];
     double rate = c->d[0], scale = 1 / (1 - rate);
-    double tol = x->dtype == EG_DTYPE_F32 ? 1e-6 : 1e-14;
+    /* bf16 / f16: the f32 product (x * the f32 scale: two roundings of 2^-24) rounded once more
+     * to the format (u = 2^-8 or 2^-11) */
+    double tol = x->dtype == EG_DTYPE_F32    ? 1e-6
+                 : x->dtype == EG_DTYPE_BF16 ? 0x1p-8 + 1e-6
+                 : x->dtype == EG_DTYPE_F16  ? 0x1p-11 + 1e-6
+                                             : 1e-14;
     if (n_out != 1 || out->n_elems != x->n_elems || out->dtype != x->dtype ||
         out->n_dims != x->n_dims ||
         memcmp(out->shape, x->shape, sizeof(int64_t) * (size_t)x->n_dims) != 0) {

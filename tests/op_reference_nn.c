@@ -408,6 +408,11 @@ int oc_ref_layer_norm(const oc_case *c, const oc_ref *in, oc_ref *out) {
     return 1;
 }
 
+/* The dtype of normalization statistics of x: f32 for bf16 / f16 x (ops/infer.c), else x's. */
+static eg_dtype statistics_dtype(eg_dtype x) {
+    return x == EG_DTYPE_BF16 || x == EG_DTYPE_F16 ? EG_DTYPE_F32 : x;
+}
+
 /* Two outputs: the mean and the population variance (p as for reductions). */
 int oc_ref_moments(const oc_case *c, const oc_ref *in, oc_ref *out) {
     oc_case as = *c;
@@ -415,6 +420,7 @@ int oc_ref_moments(const oc_case *c, const oc_ref *in, oc_ref *out) {
     oc_ref_reduce(&as, in, &out[0]);
     as.op = EG__OP_VAR;
     oc_ref_reduce(&as, in, &out[1]);
+    out[0].dtype = out[1].dtype = statistics_dtype(in[0].dtype);
     return 2;
 }
 
@@ -428,6 +434,7 @@ int oc_ref_batch_norm_training(const oc_case *c, const oc_ref *in, oc_ref *out) 
     as.op = EG__OP_VAR;
     oc_ref_reduce(&as, in, &out[2]);
     const oc_ref *x = &in[0];
+    out[1].dtype = out[2].dtype = statistics_dtype(x->dtype);
     oc_ref_init(&out[0], x->dtype, x->n_dims, x->shape);
     int64_t index[EG_MAX_DIMS];
     for (int64_t o = 0; o < x->n_elems; o++) {
@@ -499,7 +506,7 @@ int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *
                  *x = &in[1], *m = &in[2];
     int64_t shape[EG_MAX_DIMS + 1] = {2}, index[EG_MAX_DIMS];
     memcpy(shape + 1, m->shape, sizeof(int64_t) * (size_t)m->n_dims);
-    oc_ref_init(out, x->dtype, m->n_dims + 1, shape);
+    oc_ref_init(out, statistics_dtype(x->dtype), m->n_dims + 1, shape);
     for (int64_t i = 0; i < out->n_elems; i++) out->data[i] = 0;
     for (int64_t o = 0; o < x->n_elems; o++) {
         oc_unravel(x->n_dims, x->shape, o, index);

@@ -5,7 +5,9 @@
  * against a one-element-at-a-time evaluation, and Adam's fused update (one parallel pass over all
  * variables) against Keras' formula in plain C. The one exception is vector math (exp, tanh, ...):
  * its AVX2 and AVX-512 paths use FMA, so the baseline's bits differ from theirs (still not on
- * threads, layout or length) within both bounds; AVX-512 gives AVX2's bits exactly. */
+ * threads, layout or length) within both bounds; AVX-512 gives AVX2's bits exactly. bf16 and
+ * f16 kernels give, at each level, the f32 kernel's result rounded once, bit for bit (elementwise,
+ * vector math on every 16-bit input, pooling), and their sums the canonical order's. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/internal.h"
 #include "base/cpu_features.h"
 #include "eagle.h"
 #include "test_util.h"
@@ -533,6 +536,369 @@ static void test_transposed_inputs_plain_c(void **state) {
     }
 }
 
+/* ---- bf16 and f16: the f32 kernel's result, rounded once ----
+ *
+ * A bf16 / f16 kernel widens its inputs to f32, runs the f32 kernel's arithmetic and rounds once
+ * (backend/cpu/lowp.h); its contiguous cheap ops take fused paths that widen and round in
+ * registers, the rest (and strided operands) blocks through the f32 loops. Whichever path, at
+ * each level the bits must be those of cast(f32 op(cast(x, f32)), dtype) at that level, specials
+ * included (of two NaN inputs, either may pass on: SAME_VALUES): checked here on contiguous
+ * tensors (the fused paths, with tails of every length mod 16), broadcast operands and
+ * transposed views (the block path). */
+
+/* n values in dtype: magnitudes over 2^-8 .. 2^8 of both signs, and every 13th a special one:
+ * NaN of both signs, infinities, signed zeros, subnormals, the largest finite and 1. */
+static eg_tensor *low_precision_values(eg_dtype dtype, int n_dims, const int64_t *shape,
+                                       uint64_t seed) {
+    int64_t n = 1;
+    for (int d = 0; d < n_dims; d++) n *= shape[d];
+    float *v = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    assert_non_null(v);
+    bool f16 = dtype == EG_DTYPE_F16;
+    const float specials[] = {NAN,
+                              -NAN,
+                              INFINITY,
+                              -INFINITY,
+                              0.0f,
+                              -0.0f,
+                              f16 ? 3e-6f : 2e-39f,
+                              f16 ? -1e-7f : -3e-40f,
+                              f16 ? 65504.0f : 3.0e38f,
+                              f16 ? -65504.0f : -3.0e38f,
+                              1.0f,
+                              -1.0f};
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(state >> 11) * 0x1p-53; /* [0, 1) */
+        int exponent = (int)((state >> 3) % 17) - 8;
+        v[i] = i % 13 == 5 ? specials[(i / 13) % (sizeof specials / sizeof specials[0])]
+                           : (float)ldexp(2 * u - 1, exponent);
+    }
+    eg_tensor *x = eg_cast(eg_tensor_from_data(v, EG_DTYPE_F32, n_dims, shape), dtype);
+    free(v);
+    assert_non_null(x);
+    /* signaling NaNs of both signs (no f32 value casts to one: rounding sets the quiet bit) */
+    uint16_t *bits = eg_tensor_data(x);
+    for (int64_t i = 3; i < n; i += 29)
+        bits[i] = (uint16_t)((i / 29 % 2 ? 0x8000u : 0u) | (f16 ? 0x7c01u : 0x7f81u));
+    return x;
+}
+
+/* assert_same_bits with the case named on failure. */
+#define SAME_BITS(got, want, ...)                                                                  \
+    do {                                                                                           \
+        eg_tensor *got_ = (got), *want_ = (want);                                                  \
+        if (!got_ || !want_) fail_msg("%s: %s", #got, eg_last_error());                            \
+        eg_tensor *cg_ = eg_contiguous(got_), *cw_ = eg_contiguous(want_);                         \
+        size_t bytes_ = (size_t)eg_tensor_n_elems(cg_) * eg_dtype_size(eg_tensor_dtype(cg_));      \
+        if (eg_tensor_n_elems(cg_) != eg_tensor_n_elems(cw_) ||                                    \
+            eg_tensor_dtype(cg_) != eg_tensor_dtype(cw_) ||                                        \
+            memcmp(eg_tensor_data(cg_), eg_tensor_data(cw_), bytes_) != 0) {                       \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            const unsigned char *g_ = eg_tensor_data(cg_), *w_ = eg_tensor_data(cw_);              \
+            for (size_t k_ = 0; k_ < bytes_; k_++)                                                 \
+                if (g_[k_] != w_[k_]) {                                                            \
+                    fprintf(stderr, "first difference at byte %zu: %02x, want %02x\n", k_,         \
+                            g_[k_], w_[k_]);                                                       \
+                    break;                                                                         \
+                }                                                                                  \
+            fail_msg("%s differs from the rounded f32 result", #got);                              \
+        }                                                                                          \
+    } while (0)
+
+/* SAME_BITS where a result may come from two NaN inputs: which NaN an IEEE operation passes on
+ * then depends on the order of its operands, which the compiler may swap for a commutative one
+ * (and does differently per build), so two NaNs count as equal there; every other value, NaN
+ * against a number included, must match bit for bit. 16-bit results. */
+static bool same_16_or_both_nan(const eg_tensor *a, const eg_tensor *b) {
+    eg_dtype dtype = eg_tensor_dtype(a);
+    if (dtype != eg_tensor_dtype(b) || eg_tensor_n_elems(a) != eg_tensor_n_elems(b)) return false;
+    eg_tensor *ca = eg_contiguous(a), *cb = eg_contiguous(b);
+    if (eg_dtype_size(dtype) != 2)
+        return memcmp(eg_tensor_data(ca), eg_tensor_data(cb),
+                      (size_t)eg_tensor_n_elems(a) * eg_dtype_size(dtype)) == 0;
+    const uint16_t *x = eg_tensor_data(ca), *y = eg_tensor_data(cb);
+    uint16_t inf = dtype == EG_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+    for (int64_t i = 0; i < eg_tensor_n_elems(a); i++)
+        if (x[i] != y[i] && !((x[i] & 0x7fffu) > inf && (y[i] & 0x7fffu) > inf)) {
+            fprintf(stderr, "element %lld: %04x, want %04x\n", (long long)i, x[i], y[i]);
+            return false;
+        }
+    return true;
+}
+#define SAME_VALUES(got, want, ...)                                                                \
+    do {                                                                                           \
+        eg_tensor *got_ = (got), *want_ = (want);                                                  \
+        if (!got_ || !want_) fail_msg("%s: %s", #got, eg_last_error());                            \
+        if (!same_16_or_both_nan(got_, want_)) {                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fail_msg("%s differs from the rounded f32 result", #got);                              \
+        }                                                                                          \
+    } while (0)
+
+static eg_tensor *widened(const eg_tensor *x) {
+    return eg_cast(x, EG_DTYPE_F32);
+}
+
+static eg_tensor *lp_sign(const eg_tensor *x) {
+    return eg_sign(x);
+}
+static eg_tensor *lp_sin(const eg_tensor *x) {
+    return eg_sin(x);
+}
+static eg_tensor *lp_erf(const eg_tensor *x) {
+    return eg_erf(x);
+}
+static eg_tensor *lp_abs(const eg_tensor *x) {
+    return eg_abs(x);
+}
+static eg_tensor *lp_clip(const eg_tensor *x) {
+    return eg_clip(x, -0.3, 0.7);
+}
+static eg_tensor *lp_dropout(const eg_tensor *x) {
+    return eg_dropout(x, 0.375, 11, true);
+}
+static eg_tensor *lp_raw_log(const eg_tensor *x) {
+    return eg_log(x);
+}
+
+typedef eg_tensor *(*binary_fn_t)(const eg_tensor *, const eg_tensor *);
+static eg_tensor *lp_add(const eg_tensor *a, const eg_tensor *b) {
+    return eg_add(a, b);
+}
+static eg_tensor *lp_sub(const eg_tensor *a, const eg_tensor *b) {
+    return eg_sub(a, b);
+}
+static eg_tensor *lp_mul(const eg_tensor *a, const eg_tensor *b) {
+    return eg_mul(a, b);
+}
+static eg_tensor *lp_maximum(const eg_tensor *a, const eg_tensor *b) {
+    return eg_maximum(a, b);
+}
+static eg_tensor *lp_minimum(const eg_tensor *a, const eg_tensor *b) {
+    return eg_minimum(a, b);
+}
+static eg_tensor *lp_less(const eg_tensor *a, const eg_tensor *b) {
+    return eg_less(a, b);
+}
+static eg_tensor *lp_equal(const eg_tensor *a, const eg_tensor *b) {
+    return eg_equal(a, b);
+}
+static eg_tensor *lp_relu_backward(const eg_tensor *x, const eg_tensor *g) {
+    static const eg__attrs no_attrs;
+    const eg_tensor *in[2] = {x, g};
+    return eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs);
+}
+static eg_tensor *lp_mul_add_full(const eg_tensor *x, const eg_tensor *a) {
+    return eg_mul_add(x, a, eg_neg(x));
+}
+/* a scale and a shift broadcast (one element each), then a broadcast scale with a full shift */
+static eg_tensor *lp_mul_add_scalars(const eg_tensor *x, const eg_tensor *a) {
+    eg_tensor *flat = eg_reshape(a, 1, (int64_t[]){-1});
+    int64_t n = eg_tensor_n_elems(a);
+    return eg_mul_add(x, eg_slice(flat, 0, 0, 1, 1), eg_slice(flat, 0, n - 1, n, 1));
+}
+static eg_tensor *lp_mul_add_mixed(const eg_tensor *x, const eg_tensor *a) {
+    return eg_mul_add(x, eg_slice(eg_reshape(a, 1, (int64_t[]){-1}), 0, 0, 1, 1), a);
+}
+
+static void test_low_precision_is_rounded_f32(void **state) {
+    (void)state;
+    const unary_op unary[] = {op_exp,        lp_raw_log, op_tanh, op_sigmoid, op_gelu,  op_softplus,
+                              op_relu,       op_neg,     lp_abs,  op_sqrt,    op_rsqrt, op_square,
+                              op_reciprocal, lp_sign,    lp_sin,  lp_erf,     lp_clip,  lp_dropout};
+    const binary_fn_t binary[] = {
+        lp_add,          lp_sub,  lp_mul,   op_div,           op_pow,          lp_maximum,
+        lp_minimum,      lp_less, lp_equal, lp_relu_backward, lp_mul_add_full, lp_mul_add_scalars,
+        lp_mul_add_mixed};
+    const eg_dtype dtypes[] = {EG_DTYPE_BF16, EG_DTYPE_F16};
+    const int64_t lengths[] = {1, 15, 16, 17, 31, 1000, 4099};
+    for (size_t d = 0; d < 2; d++)
+        for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
+            eg__cpu_set_level((eg__cpu_level)level);
+            eg_dtype dtype = dtypes[d];
+            for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+                int64_t n = lengths[l];
+                eg_tensor *x = low_precision_values(dtype, 1, &n, 100 + l);
+                eg_tensor *y = low_precision_values(dtype, 1, &n, 200 + l);
+                eg_tensor *x0 = eg_reshape(eg_slice(x, 0, 0, 1, 1), 0, NULL);
+                for (size_t o = 0; o < sizeof unary / sizeof unary[0]; o++)
+                    SAME_BITS(unary[o](x), eg_cast(unary[o](widened(x)), dtype),
+                              "%s level %d unary %zu\n", eg_dtype_name(dtype), level, o);
+                for (size_t o = 0; o < sizeof binary / sizeof binary[0]; o++) {
+                    eg_tensor *want = binary[o](widened(x), widened(y));
+                    eg_tensor *got = binary[o](x, y);
+                    if (eg_tensor_dtype(want) == EG_DTYPE_F32) want = eg_cast(want, dtype);
+                    SAME_VALUES(got, want, "%s level %d n %lld binary %zu\n", eg_dtype_name(dtype),
+                              level, (long long)n, o);
+                    if (o >= 10) continue; /* mul_add broadcasts its own way */
+                    /* a broadcast element on either side */
+                    want = binary[o](widened(x), widened(x0));
+                    if (eg_tensor_dtype(want) == EG_DTYPE_F32) want = eg_cast(want, dtype);
+                    SAME_VALUES(binary[o](x, x0), want, "%s level %d binary %zu (x, x0)\n",
+                              eg_dtype_name(dtype), level, o);
+                    want = binary[o](widened(x0), widened(y));
+                    if (eg_tensor_dtype(want) == EG_DTYPE_F32) want = eg_cast(want, dtype);
+                    SAME_VALUES(binary[o](x0, y), want, "%s level %d binary %zu (x0, y)\n",
+                              eg_dtype_name(dtype), level, o);
+                }
+            }
+            /* transposed views: the strided block path */
+            int64_t shape[2] = {37, 29};
+            eg_tensor *x = eg_transpose(low_precision_values(dtype, 2, shape, 7), 0, 1);
+            eg_tensor *y = eg_transpose(low_precision_values(dtype, 2, shape, 8), 0, 1);
+            for (size_t o = 0; o < sizeof unary / sizeof unary[0]; o++)
+                SAME_BITS(unary[o](x), eg_cast(unary[o](widened(x)), dtype),
+                          "%s level %d unary %zu\n", eg_dtype_name(dtype), level, o);
+            for (size_t o = 0; o < sizeof binary / sizeof binary[0]; o++) {
+                eg_tensor *want = binary[o](widened(x), widened(y));
+                if (eg_tensor_dtype(want) == EG_DTYPE_F32) want = eg_cast(want, dtype);
+                SAME_VALUES(binary[o](x, y), want, "%s level %d binary %zu transposed\n",
+                          eg_dtype_name(dtype), level, o);
+            }
+            /* casts between the formats, and from f64 and the integers: one rounding each way */
+            eg_tensor *other = eg_cast(x, dtypes[1 - d]);
+            assert_same_bits(other, eg_cast(widened(x), dtypes[1 - d]));
+            /* exact both ways (a NaN comes back quiet, as from f32) */
+            assert_same_bits(eg_cast(eg_cast(x, EG_DTYPE_F64), dtype), eg_cast(widened(x), dtype));
+            assert_same_bits(eg_cast(x, EG_DTYPE_I32), eg_cast(widened(x), EG_DTYPE_I32));
+        }
+}
+
+/* The vector-math ops on every bf16 and every f16 value (all 2^16 bit patterns, tails of odd
+ * lengths too) at every level: the f32 result rounded once, bit for bit. */
+static void test_low_precision_vector_math_every_input(void **state) {
+    (void)state;
+    const unary_op ops[] = {op_exp, lp_raw_log, op_tanh, op_sigmoid, op_gelu, op_softplus};
+    const eg_dtype dtypes[] = {EG_DTYPE_BF16, EG_DTYPE_F16};
+    int64_t n = 65536;
+    uint16_t *bits = malloc(sizeof(uint16_t) * (size_t)n);
+    assert_non_null(bits);
+    for (int64_t i = 0; i < n; i++) bits[i] = (uint16_t)i;
+    for (size_t d = 0; d < 2; d++) {
+        eg_tensor *all = eg_tensor_from_data(bits, dtypes[d], 1, &n);
+        eg_tensor *odd = eg_slice(all, 0, 5, n - 2, 1); /* not a multiple of any vector */
+        for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
+            eg__cpu_set_level((eg__cpu_level)level);
+            for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+                SAME_BITS(ops[o](all), eg_cast(ops[o](widened(all)), dtypes[d]),
+                          "%s level %d op %zu, all inputs\n", eg_dtype_name(dtypes[d]), level, o);
+                SAME_BITS(ops[o](eg_contiguous(odd)), eg_cast(ops[o](widened(odd)), dtypes[d]),
+                          "%s level %d op %zu, odd length\n", eg_dtype_name(dtypes[d]), level, o);
+            }
+        }
+    }
+    free(bits);
+}
+
+/* Pooling in bf16 / f16 (the fused NHWC loops and the widened-copy path for the rest): max, mean,
+ * argmax and both gradients are the f32 kernels' results rounded once, bit for bit, NHWC and
+ * NCHW, tiling and overlapping windows, with specials in the data. */
+static eg_tensor *pool_op(int which, const eg_tensor *x, const eg_tensor *dy,
+                          const eg_pool2d_options *o) {
+    if (which == 0) return eg_max_pool2d(x, o);
+    if (which == 1) return eg_avg_pool2d(x, o);
+    eg__attrs attrs;
+    if (!eg__pool2d_attrs(&attrs, o, eg_tensor_shape(x), "test")) return NULL;
+    if (which == 2) return eg__execute(EG__OP_MAX_POOL2D_ARGMAX, 1, &x, &attrs);
+    if (which == 3) {
+        const eg_tensor *in[2] = {x, dy};
+        return eg__execute(EG__OP_MAX_POOL2D_BACKWARD, 2, in, &attrs);
+    }
+    attrs.n_dims = 4;
+    memcpy(attrs.shape, eg_tensor_shape(x), sizeof(int64_t) * 4);
+    return eg__execute(EG__OP_AVG_POOL2D_BACKWARD, 1, &dy, &attrs);
+}
+
+static void test_low_precision_pooling_is_rounded_f32(void **state) {
+    (void)state;
+    const eg_dtype dtypes[] = {EG_DTYPE_BF16, EG_DTYPE_F16};
+    const int windows[][4] = {{2, 2, 2, 2}, {3, 3, 2, 2}, {3, 2, 3, 2}}; /* pool size, strides */
+    for (size_t d = 0; d < 2; d++)
+        for (int format = 0; format < 2; format++)
+            for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++)
+                for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
+                    eg__cpu_set_level((eg__cpu_level)level);
+                    eg_dtype dtype = dtypes[d];
+                    eg_pool2d_options o = {{windows[w][0], windows[w][1]},
+                                           {windows[w][2], windows[w][3]},
+                                           w == 1 ? EG_PADDING_SAME : EG_PADDING_VALID,
+                                           {0},
+                                           format ? EG_DATA_FORMAT_NCHW : EG_DATA_FORMAT_NHWC};
+                    int64_t shape[4] = {2, 9, 8, 19}; /* channels: one vector and a tail */
+                    if (format) shape[1] = 19, shape[2] = 9, shape[3] = 8;
+                    eg_tensor *x = low_precision_values(dtype, 4, shape, 300 + w);
+                    eg_tensor *y = eg_max_pool2d(x, &o);
+                    assert_non_null(y);
+                    eg_tensor *dy = low_precision_values(dtype, 4, eg_tensor_shape(y), 400 + w);
+                    for (int which = 0; which < 5; which++) {
+                        eg_tensor *want = pool_op(which, widened(x), widened(dy), &o);
+                        if (which != 2) want = eg_cast(want, dtype);
+                        SAME_VALUES(pool_op(which, x, dy, &o), want,
+                                  "%s format %d window %zu level %d pool op %d\n",
+                                  eg_dtype_name(dtype), format, w, level, which);
+                    }
+                }
+}
+
+/* bf16 / f16 sums are the canonical order's double sum of the widened values, rounded once to
+ * nearest even (here by hand from the double: normal results only), at every level and thread
+ * count, for rows, long rows and columns, planted cancelling pairs included (bf16 holds 2^52). */
+static uint16_t round_double_to(eg_dtype dtype, double v) {
+    int bits = dtype == EG_DTYPE_BF16 ? 8 : 11, e;
+    double m = frexp(v, &e);
+    float rounded = (float)ldexp(nearbyint(ldexp(m, bits)), e - bits); /* exact in f32 */
+    uint16_t out;
+    if (dtype == EG_DTYPE_BF16)
+        eg_f32_to_bf16(&rounded, &out, 1);
+    else
+        eg_f32_to_f16(&rounded, &out, 1);
+    return out;
+}
+
+static void test_low_precision_sums(void **state) {
+    (void)state;
+    const eg_dtype dtypes[] = {EG_DTYPE_BF16, EG_DTYPE_F16};
+    const int64_t shapes[][2] = {{3, 200003}, {2, 65537}, {17, 1000}, {64, 64}, {5, 9}};
+    for (size_t d = 0; d < 2; d++)
+        for (size_t i = 0; i < 2 * sizeof shapes / sizeof shapes[0]; i++) {
+            eg_dtype dtype = dtypes[d];
+            const int64_t *shape = shapes[i / 2];
+            eg_tensor *f = uniform_tensor(2, shape, 60 + i);
+            if (i % 2 && dtype == EG_DTYPE_BF16)
+                for (int64_t r = 0; r < shape[0]; r++)
+                    plant_cancelling_pairs((float *)eg_tensor_data(f) + r * shape[1], shape[1]);
+            eg_tensor *x = eg_cast(f, dtype), *wide = widened(x);
+            eg_tensor *xt = eg_contiguous(eg_transpose(x, 0, 1));
+            const float *values = eg_tensor_data(wide);
+            uint16_t want[2][64];
+            for (int64_t r = 0; r < shape[0] && r < 64; r++) {
+                double total = canonical_sum(values + r * shape[1], shape[1], 1);
+                want[0][r] = round_double_to(dtype, total);
+                want[1][r] = round_double_to(dtype, total / (double)shape[1]);
+            }
+            int one = 1, zero = 0;
+            for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    eg__cpu_set_level(level);
+                    assert_int_equal(eg_set_num_threads(threads), EG_OK);
+                    eg_tensor *got[6] = {eg_sum(x, 1, &one, false),
+                                         eg_mean(x, 1, &one, false),
+                                         eg_sum(xt, 1, &zero, false),
+                                         eg_mean(xt, 1, &zero, false),
+                                         eg_sum(eg_transpose(xt, 0, 1), 1, &one, false),
+                                         eg_mean(eg_transpose(xt, 0, 1), 1, &one, false)};
+                    for (int k = 0; k < 6; k++) {
+                        assert_non_null(got[k]);
+                        assert_int_equal(eg_tensor_dtype(got[k]), dtype);
+                        assert_memory_equal(eg_tensor_data(got[k]), want[k % 2],
+                                            sizeof(uint16_t) * (size_t)shape[0]);
+                    }
+                }
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sum_canonical_order, setup, teardown),
@@ -544,6 +910,12 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_plain_loops_levels_agree, setup, teardown),
         cmocka_unit_test_setup_teardown(test_adam_levels_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transposed_inputs_plain_c, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_low_precision_is_rounded_f32, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_low_precision_vector_math_every_input, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_low_precision_pooling_is_rounded_f32, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_low_precision_sums, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/cpu_features.h"
 #include "eagle.h"
 #include "test_util.h"
 
@@ -103,6 +104,44 @@ static void test_fused_chain_matches_eager_and_saves_memory(void **state) {
     size_t one = 256 * 1024 * sizeof(float);
     assert_true(eager_peak >= 6 * one);
     assert_true(lazy_peak <= one + 4096);
+    eg_scope_end();
+}
+
+/* bf16 and f16 in one fused loop: each op of the group rounds its result to its own dtype as in
+ * eager mode (the fused loop runs the same inner loops on blocks), casts between f32, bf16 and
+ * f16 inside the group included; an odd size leaves a partial block. At every CPU level. */
+static eg_tensor *low_precision_chain(const eg_tensor *x, const eg_tensor *bias) {
+    eg_tensor *xb = eg_cast(x, EG_DTYPE_BF16);
+    eg_tensor *y = eg_gelu(eg_add(eg_mul_scalar(xb, 0.75), bias)); /* bias: bf16, broadcast */
+    eg_tensor *h = eg_relu(eg_sub(eg_cast(y, EG_DTYPE_F16), eg_cast(x, EG_DTYPE_F16)));
+    eg_tensor *z = eg_add(eg_exp(eg_cast(h, EG_DTYPE_F32)), x);
+    eg_tensor *picked = eg_where(eg_greater(y, eg_cast(h, EG_DTYPE_BF16)), y,
+                                 eg_maximum(xb, eg_cast(z, EG_DTYPE_BF16)));
+    return eg_div(eg_cast(picked, EG_DTYPE_F16), eg_add_scalar(h, 2.0));
+}
+
+static void test_low_precision_chain_fuses_like_eager(void **state) {
+    (void)state;
+    eg_scope_begin();
+    int64_t shape[2] = {129, 1001}, row[1] = {1001};
+    eg_tensor *x = uniform_tensor(2, shape, 5);
+    eg_tensor *bias = eg_cast(uniform_tensor(1, row, 6), EG_DTYPE_BF16);
+    eg__cpu_level initial = eg__cpu_active_level();
+    for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
+        eg__cpu_set_level((eg__cpu_level)level);
+        eg_tensor *eager = low_precision_chain(x, bias);
+        eg_lazy_stats before = stats_now();
+        eg_lazy_begin();
+        eg_tensor *lazy = low_precision_chain(x, bias);
+        eg_lazy_end();
+        assert_int_equal(eg_realize(1, (const eg_tensor *const *)&lazy), EG_OK);
+        eg_lazy_stats after = stats_now();
+        assert_int_equal(eg_tensor_dtype(lazy), EG_DTYPE_F16);
+        assert_bitwise_equal(eager, lazy);
+        /* every op in one loop (the scalars and casts of the chain fuse too) */
+        assert_int_equal(after.n_kernels - before.n_kernels, 1);
+    }
+    eg__cpu_set_level(initial);
     eg_scope_end();
 }
 
@@ -358,6 +397,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_no_storage_until_read, setup),
         cmocka_unit_test_setup(test_fused_chain_matches_eager_and_saves_memory, setup),
+        cmocka_unit_test_setup(test_low_precision_chain_fuses_like_eager, setup),
         cmocka_unit_test_setup(test_long_chains_fuse_in_bounded_groups, setup),
         cmocka_unit_test_setup(test_intermediates_share_memory_by_liveness, setup),
         cmocka_unit_test_setup(test_schedule_is_cached_by_structure, setup),

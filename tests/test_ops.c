@@ -1,7 +1,9 @@
 /* The op-table test (DESIGN.md: "one test walks the op table and fails for any op lacking shape
  * inference, a backward rule (or an explicit no-grad flag), a CPU kernel or test cases"), the
  * forward results of every case in tests/op_cases.c against plain-C references in f32 and f64,
- * dropout's properties, and bitwise equality of results for 1 and 2 threads. */
+ * and in bf16 and f16 where the op takes them (within bounds derived from the formats, below),
+ * casts that round once, dropout's properties, and bitwise equality of results for 1 and 2
+ * threads. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 #include "autograd/internal.h"
 #include "backend/backend.h"
 #include "core/random.h"
+#include "eagle/device.h"
 #include "eagle/runtime.h"
 #include "op_cases.h"
 
@@ -77,8 +80,86 @@ static bool values_close(double got, double want, double rtol, double atol) {
     return fabs(got - want) <= atol + rtol * fabs(want);
 }
 
-static bool compare_ref(const oc_ref *want, const oc_ref *got, const oc_case *c, char *why,
-                        size_t why_size) {
+/* ---- bf16 and f16 bounds ----
+ *
+ * A bf16 / f16 kernel widens its inputs to f32 exactly, runs the f32 kernel's arithmetic and
+ * rounds its result once to nearest (backend/cpu/lowp.h). The inputs here are rounded to the
+ * format before the reference sees them (op_harness.c), so reference and kernel start from the
+ * same values, and the error of a result y against the exact value r is at most
+ *   f32 part:   rtol32 |r| + atol32                 (the f32 tolerance test_ops holds the f32
+ *                                                     kernels to: c->tol or 1e-5, and a tenth)
+ *   rounding:   u (|r| + f32 part) + tiny           (u = 2^-8 for bf16's 8 significant bits,
+ *                                                     2^-11 for f16's 11; tiny = half the
+ *                                                     smallest subnormal, 2^-134 / 2^-25)
+ *   summing:    n 2^-24 S (1 + u)                    for the ops that add n terms in f32
+ *                                                     (reductions, products, convolutions,
+ *                                                     average pooling, scatter_add, mul_add):
+ *                                                     S = the same op on |inputs| (the sum of
+ *                                                     the terms' magnitudes), n = the inputs'
+ *                                                     largest element count (>= the terms)
+ * Inputs stay well inside f16's range (|x| <= 40, results below 65504) and away from its
+ * subnormals except by chance, which the tiny term covers. */
+static double unit_roundoff(eg_dtype dtype) {
+    return dtype == EG_DTYPE_BF16 ? 0x1p-8 : dtype == EG_DTYPE_F16 ? 0x1p-11 : 0;
+}
+
+static bool is_low_precision(eg_dtype dtype) {
+    return dtype == EG_DTYPE_BF16 || dtype == EG_DTYPE_F16;
+}
+
+/* The ops whose kernels add terms in f32 (the summing part above). */
+static bool sums_terms(eg__op op) {
+    switch (op) {
+    case EG__OP_SUM:
+    case EG__OP_MEAN:
+    case EG__OP_MATMUL:
+    case EG__OP_DENSE:
+    case EG__OP_CONV2D:
+    case EG__OP_CONV2D_BACKWARD_INPUT:
+    case EG__OP_CONV2D_BACKWARD_FILTER:
+    case EG__OP_AVG_POOL2D:
+    case EG__OP_AVG_POOL2D_BACKWARD:
+    case EG__OP_SCATTER_ADD:
+    case EG__OP_MUL_ADD:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* S of the summing part: the case's reference on the magnitudes of its float inputs (dense
+ * without its activation, which is 1-Lipschitz or flatter), and n. */
+typedef struct term_scale {
+    oc_ref *magnitude; /* OC_MAX_OUTPUTS results, or NULL when the op sums nothing */
+    double n_terms;
+} term_scale;
+
+static void term_scale_make(const oc_case *c, const oc_inputs *inputs, term_scale *scale) {
+    scale->magnitude = NULL;
+    scale->n_terms = 0;
+    if (!sums_terms(c->op) || !c->reference) return;
+    oc_ref *in = calloc(OC_MAX_INPUTS, sizeof *in);
+    scale->magnitude = calloc(OC_MAX_OUTPUTS, sizeof *scale->magnitude);
+    if (!in || !scale->magnitude) {
+        free(in);
+        free(scale->magnitude);
+        scale->magnitude = NULL;
+        return;
+    }
+    for (int i = 0; i < inputs->n; i++) {
+        in[i] = inputs->ref[i];
+        if (inputs->is_float[i])
+            for (int64_t k = 0; k < in[i].n_elems; k++) in[i].data[k] = fabs(in[i].data[k]);
+        if ((double)in[i].n_elems > scale->n_terms) scale->n_terms = (double)in[i].n_elems;
+    }
+    oc_case plain = *c;
+    if (c->op == EG__OP_DENSE) plain.p[0] = 0;
+    plain.reference(&plain, in, scale->magnitude);
+    free(in);
+}
+
+static bool compare_ref(const oc_ref *want, const oc_ref *got, const oc_case *c,
+                        const term_scale *scale, int k, char *why, size_t why_size) {
     if (want->dtype != got->dtype) {
         snprintf(why, why_size, "dtype %s, expected %s", eg_dtype_name(got->dtype),
                  eg_dtype_name(want->dtype));
@@ -103,9 +184,20 @@ static bool compare_ref(const oc_ref *want, const oc_ref *got, const oc_case *c,
     } else if (want->dtype == EG_DTYPE_F64) {
         rtol = 1e-10;
         atol = 1e-12;
+    } else if (is_low_precision(want->dtype) && c->op != EG__OP_CAST) {
+        /* (a cast's one rounding is the reference's own: compared exactly) */
+        double u = unit_roundoff(want->dtype), rtol32 = c->tol ? c->tol : 1e-5;
+        double tiny = want->dtype == EG_DTYPE_BF16 ? 0x1p-134 : 0x1p-25;
+        rtol = u + rtol32 * (1 + u);
+        atol = rtol32 / 10 * (1 + u) + tiny;
     }
     for (int64_t i = 0; i < want->n_elems; i++) {
-        if (!values_close(got->data[i], want->data[i], rtol, atol)) {
+        double sum_error = 0;
+        if (is_low_precision(want->dtype) && scale && scale->magnitude &&
+            scale->magnitude[k].n_elems == want->n_elems)
+            sum_error = scale->n_terms * 0x1p-24 * fabs(scale->magnitude[k].data[i]) *
+                        (1 + unit_roundoff(want->dtype));
+        if (!values_close(got->data[i], want->data[i], rtol, atol + sum_error)) {
             snprintf(why, why_size, "element %lld is %.10g, expected %.10g", (long long)i,
                      got->data[i], want->data[i]);
             return false;
@@ -114,8 +206,11 @@ static bool compare_ref(const oc_ref *want, const oc_ref *got, const oc_case *c,
     return true;
 }
 
-/* Runs one case with F = float_dtype; returns false (after printing why) on a mismatch. */
-static bool run_forward_case(const oc_case *c, int index, eg_dtype float_dtype) {
+/* Runs one case with F = float_dtype; returns false (after printing why) on a mismatch. With
+ * F = bf16 or f16, *skipped (when not NULL) is set when the schema rejects the dtype (the op is
+ * f32/f64-only on every device, or a composite case calls such an op): not a failure. */
+static bool run_forward_case(const oc_case *c, int index, eg_dtype float_dtype, bool *skipped) {
+    if (skipped) *skipped = false;
     oc_ref *want = calloc(OC_MAX_OUTPUTS, sizeof *want);
     oc_ref *got = calloc(OC_MAX_OUTPUTS, sizeof *got);
     char why[256] = "";
@@ -127,6 +222,18 @@ static bool run_forward_case(const oc_case *c, int index, eg_dtype float_dtype) 
     ok = ok && oc_inputs_make(c, float_dtype, (uint64_t)index + 1, &inputs) &&
          oc_inputs_views(&inputs, views);
     int n = ok ? c->apply(c, (const eg_tensor *const *)views, out) : -1;
+    if (ok && n < 0 && skipped && is_low_precision(float_dtype) &&
+        eg_last_status() == EG_ERR_DTYPE &&
+        (!eg_device_supports_op(eg_device_cpu(), c->op, float_dtype) ||
+         (c->flags & OC_COMPOSITE))) {
+        *skipped = true;
+        eg_scope_end();
+        oc_inputs_free(&inputs);
+        free(want);
+        free(got);
+        eg_clear_error();
+        return true;
+    }
     if (n < 0) {
         snprintf(why, sizeof why, "the op failed: %s", eg_last_error());
         ok = false;
@@ -137,20 +244,27 @@ static bool run_forward_case(const oc_case *c, int index, eg_dtype float_dtype) 
             ok = false;
         }
     }
-    if (ok && c->reference) {
+    /* A composite case chains several ops, each rounding to bf16 / f16 on its own: no one
+     * rounding bounds the whole, so its values are not compared (each op is, in its own cases);
+     * it must still run. */
+    bool compared = !(is_low_precision(float_dtype) && (c->flags & OC_COMPOSITE));
+    if (ok && c->reference && compared) {
         int expected = c->reference(c, inputs.ref, want);
         if (expected != n) {
             snprintf(why, sizeof why, "%d outputs, the reference has %d", n, expected);
             ok = false;
         }
+        term_scale scale = {NULL, 0};
+        if (is_low_precision(float_dtype)) term_scale_make(c, &inputs, &scale);
         for (int k = 0; ok && k < n; k++) {
             char detail[200];
-            if (!compare_ref(&want[k], &got[k], c, detail, sizeof detail)) {
+            if (!compare_ref(&want[k], &got[k], c, &scale, k, detail, sizeof detail)) {
                 snprintf(why, sizeof why, "output %d: %s", k, detail);
                 ok = false;
             }
         }
-    } else if (ok) {
+        free(scale.magnitude);
+    } else if (ok && c->check) {
         ok = c->check(c, inputs.ref, n, got, why, sizeof why);
     }
     if (ok && eg_last_status() != EG_OK) {
@@ -173,15 +287,145 @@ static void test_forward_matches_reference(void **state) {
     int failures = 0, runs = 0;
     for (int i = 0; i < oc_n_cases; i++) {
         const oc_case *c = &oc_cases[i];
-        failures += !run_forward_case(c, i, EG_DTYPE_F32);
+        failures += !run_forward_case(c, i, EG_DTYPE_F32, NULL);
         runs++;
         if (oc_case_has_float_input(c)) {
-            failures += !run_forward_case(c, i, EG_DTYPE_F64);
+            failures += !run_forward_case(c, i, EG_DTYPE_F64, NULL);
             runs++;
         }
     }
     fprintf(stderr, "forward: %d case runs over %d cases, %d failed\n", runs, oc_n_cases, failures);
     assert_int_equal(failures, 0);
+}
+
+/* The ops whose schema takes bf16 and f16 (ops/infer.c): each must have run in both with at
+ * least one case below, so that a schema that stopped accepting them, or cases that stopped
+ * reaching them, fails here rather than silently testing less. */
+static const eg__op low_precision_ops[] = {
+    EG__OP_NEG,
+    EG__OP_ABS,
+    EG__OP_EXP,
+    EG__OP_LOG,
+    EG__OP_SQRT,
+    EG__OP_RSQRT,
+    EG__OP_SIN,
+    EG__OP_COS,
+    EG__OP_TANH,
+    EG__OP_SIGMOID,
+    EG__OP_RELU,
+    EG__OP_GELU,
+    EG__OP_SOFTPLUS,
+    EG__OP_SIGN,
+    EG__OP_SQUARE,
+    EG__OP_RECIPROCAL,
+    EG__OP_ERF,
+    EG__OP_CLIP,
+    EG__OP_ADD,
+    EG__OP_SUB,
+    EG__OP_MUL,
+    EG__OP_DIV,
+    EG__OP_POW,
+    EG__OP_MAXIMUM,
+    EG__OP_MINIMUM,
+    EG__OP_EQUAL,
+    EG__OP_NOT_EQUAL,
+    EG__OP_LESS,
+    EG__OP_LESS_EQUAL,
+    EG__OP_GREATER,
+    EG__OP_GREATER_EQUAL,
+    EG__OP_WHERE,
+    EG__OP_CAST,
+    EG__OP_SUM,
+    EG__OP_MEAN,
+    EG__OP_MAX,
+    EG__OP_MIN,
+    EG__OP_ARGMAX,
+    EG__OP_ARGMIN,
+    EG__OP_GATHER,
+    EG__OP_SCATTER_ADD,
+    EG__OP_CONCAT,
+    EG__OP_PAD,
+    EG__OP_UNSLICE,
+    EG__OP_DROPOUT,
+    EG__OP_RELU_BACKWARD,
+    EG__OP_MUL_ADD,
+    EG__OP_MAX_POOL2D,
+    EG__OP_MAX_POOL2D_BACKWARD,
+    EG__OP_MAX_POOL2D_ARGMAX,
+    EG__OP_AVG_POOL2D,
+    EG__OP_AVG_POOL2D_BACKWARD,
+};
+
+/* Every case with float inputs again with them in bf16 and in f16, on the CPU, against the f64
+ * reference within the bounds above (compare_ref); cases the schema rejects are counted apart. */
+static void test_forward_low_precision(void **state) {
+    (void)state;
+    static const eg_dtype dtypes[] = {EG_DTYPE_BF16, EG_DTYPE_F16};
+    int failures = 0;
+    for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+        eg_dtype dtype = dtypes[t];
+        int runs = 0, skips = 0, runs_per_op[EG__OP_COUNT] = {0};
+        for (int i = 0; i < oc_n_cases; i++) {
+            const oc_case *c = &oc_cases[i];
+            if (!oc_case_has_float_input(c)) continue;
+            bool skipped;
+            failures += !run_forward_case(c, i, dtype, &skipped);
+            if (skipped) {
+                skips++;
+            } else {
+                runs++;
+                runs_per_op[c->op]++;
+            }
+        }
+        fprintf(stderr, "forward %s: %d case runs, %d cases rejected by the schema\n",
+                eg_dtype_name(dtype), runs, skips);
+        assert_true(runs > 0);
+        for (size_t k = 0; k < sizeof low_precision_ops / sizeof low_precision_ops[0]; k++)
+            if (!runs_per_op[low_precision_ops[k]]) {
+                fprintf(stderr, "FAIL op '%s' ran no %s case\n",
+                        eg__op_defs[low_precision_ops[k]].name, eg_dtype_name(dtype));
+                failures++;
+            }
+    }
+    assert_int_equal(failures, 0);
+}
+
+/* Casts to bf16 and f16 round once: from f64 and i32 values just past a tie of the format,
+ * where rounding to f32 first would land on the tie and then round to even, the wrong way. */
+static void test_cast_rounds_once(void **state) {
+    (void)state;
+    static const struct {
+        eg_dtype from, to;
+        double value, want;
+    } cases[] = {
+        {EG_DTYPE_F64, EG_DTYPE_BF16, 1 + 0x1p-8 + 0x1p-30, 1 + 0x1p-7},
+        {EG_DTYPE_F64, EG_DTYPE_BF16, -(1 + 0x1p-8 + 0x1p-40), -(1 + 0x1p-7)},
+        {EG_DTYPE_F64, EG_DTYPE_BF16, 3 + 0x1p-7 + 0x1p-29, 3 + 0x1p-6},
+        {EG_DTYPE_F64, EG_DTYPE_F16, 1 + 0x1p-11 + 0x1p-30, 1 + 0x1p-10},
+        {EG_DTYPE_F64, EG_DTYPE_F16, 1e6, INFINITY},
+        {EG_DTYPE_F64, EG_DTYPE_F16, 0x1p-25 + 0x1p-40, 0x1p-24}, /* past half the least */
+        {EG_DTYPE_F64, EG_DTYPE_BF16, 1e39, INFINITY},
+        {EG_DTYPE_I32, EG_DTYPE_BF16, 16777216 + 65536 + 1, 16777216 + 131072},
+        {EG_DTYPE_I32, EG_DTYPE_F16, 2049, 2048}, /* ties to even */
+        {EG_DTYPE_I32, EG_DTYPE_F16, 2051, 2052},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        eg_scope_begin();
+        eg_tensor *x =
+            cases[i].from == EG_DTYPE_F64
+                ? eg_tensor_from_data(&cases[i].value, EG_DTYPE_F64, 0, NULL)
+                : eg_tensor_from_data(&(int32_t){(int32_t)cases[i].value}, EG_DTYPE_I32, 0, NULL);
+        eg_tensor *y = eg_cast(x, cases[i].to);
+        assert_non_null(y);
+        double got = eg_tensor_get(y, NULL), want = cases[i].want;
+        if (!(got == want) && bad++ < 5)
+            fprintf(stderr, "cast %s %.17g to %s: %.17g, want %.17g\n",
+                    eg_dtype_name(cases[i].from), cases[i].value, eg_dtype_name(cases[i].to), got,
+                    want);
+        assert_int_equal(eg_scope_end(), EG_OK);
+    }
+    assert_int_equal(bad, 0);
 }
 
 /* ---- dropout: determinism and layout independence ---- */
@@ -228,15 +472,16 @@ static void test_dropout_mask(void **state) {
 }
 
 /* The mask is Philox's definition exactly: element i is kept when the uniform of word i % 4 of
- * block i / 4 (counter_high 2) is >= rate — whichever path (vector or scalar, f32 or f64, body or
- * tail) produced it. */
+ * block i / 4 (counter_high 2) is >= rate — whichever path (vector or scalar, f32, f64, bf16 or
+ * f16, body or tail) produced it. */
 static void test_dropout_mask_is_philox(void **state) {
     (void)state;
     static const int64_t sizes[] = {1, 7, 33, 131, 1001, 40003};
     static const double rates[] = {0.25, 0.5, 0.9};
     int mismatches = 0;
-    for (int d = 0; d < 2; d++) {
-        eg_dtype dtype = d ? EG_DTYPE_F64 : EG_DTYPE_F32;
+    static const eg_dtype dtypes[] = {EG_DTYPE_F32, EG_DTYPE_F64, EG_DTYPE_BF16, EG_DTYPE_F16};
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+        eg_dtype dtype = dtypes[d];
         for (size_t r = 0; r < sizeof rates / sizeof rates[0]; r++) {
             for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
                 eg_scope_begin();
@@ -245,12 +490,28 @@ static void test_dropout_mask_is_philox(void **state) {
                 eg_tensor *y = eg_dropout(eg_ones(dtype, 1, &n), rates[r], seed, true);
                 assert_non_null(y);
                 double scale = 1.0 / (1.0 - rates[r]);
+                /* the kept value: 1 * the f32 scale, in f64 the scale itself, in bf16 / f16 the
+                 * f32 scale rounded once */
+                float scale_f32 = (float)scale;
+                double kept = dtype == EG_DTYPE_F64 ? scale : (double)scale_f32;
+                if (is_low_precision(dtype)) {
+                    uint16_t bits;
+                    float widened;
+                    if (dtype == EG_DTYPE_BF16) {
+                        eg_f32_to_bf16(&scale_f32, &bits, 1);
+                        eg_bf16_to_f32(&bits, &widened, 1);
+                    } else {
+                        eg_f32_to_f16(&scale_f32, &bits, 1);
+                        eg_f16_to_f32(&bits, &widened, 1);
+                    }
+                    kept = widened;
+                }
                 for (int64_t i = 0; i < n; i++) {
                     uint32_t words[4];
                     eg__philox4x32(seed, 2, (uint64_t)(i / 4), words);
                     bool keep = eg__uniform_f32(words[i % 4]) >= (float)rates[r];
                     double got = eg_tensor_get(y, &i);
-                    double want = keep ? (d ? scale : (double)(float)scale) : 0.0;
+                    double want = keep ? kept : 0.0;
                     if (got != want && mismatches++ < 5)
                         fprintf(stderr, "dropout %s n %lld rate %g element %lld: %g, want %g\n",
                                 eg_dtype_name(dtype), (long long)n, rates[r], (long long)i, got,
@@ -365,6 +626,43 @@ static eg_tensor *big_dropout(const eg_tensor *a, const eg_tensor *b, const eg_t
     return eg_dropout(a, 0.5, 99, true);
 }
 
+/* bf16 / f16: casts, elementwise (fused and block paths), and reductions along every kernel
+ * (rows, columns, one long sum split into blocks over threads) */
+static eg_tensor *big_add_bf16(const eg_tensor *a, const eg_tensor *b, const eg_tensor *c) {
+    (void)c;
+    return eg_add(eg_cast(a, EG_DTYPE_BF16), eg_cast(b, EG_DTYPE_BF16));
+}
+static eg_tensor *big_gelu_f16_transposed(const eg_tensor *a, const eg_tensor *b,
+                                          const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_gelu(eg_transpose(eg_cast(a, EG_DTYPE_F16), 0, 1));
+}
+static eg_tensor *big_sum_rows_bf16(const eg_tensor *a, const eg_tensor *b, const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_sum(eg_cast(a, EG_DTYPE_BF16), 1, (int[]){1}, false);
+}
+static eg_tensor *big_sum_columns_f16(const eg_tensor *a, const eg_tensor *b, const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_sum(eg_cast(a, EG_DTYPE_F16), 1, (int[]){0}, false);
+}
+static eg_tensor *big_sum_all_bf16(const eg_tensor *a, const eg_tensor *b, const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_sum(eg_cast(a, EG_DTYPE_BF16), 0, NULL, false);
+}
+static eg_tensor *big_mean_all_f16(const eg_tensor *a, const eg_tensor *b, const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_mean(eg_cast(a, EG_DTYPE_F16), 0, NULL, false);
+}
+static eg_tensor *big_max_columns_bf16(const eg_tensor *a, const eg_tensor *b,
+                                       const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_max(eg_cast(a, EG_DTYPE_BF16), 1, (int[]){0}, false);
+}
+static eg_tensor *big_dropout_bf16(const eg_tensor *a, const eg_tensor *b, const eg_tensor *c) {
+    (void)b, (void)c;
+    return eg_dropout(eg_cast(a, EG_DTYPE_BF16), 0.5, 99, true);
+}
+
 static void test_threads_give_identical_bits(void **state) {
     (void)state;
     static const struct {
@@ -379,7 +677,15 @@ static void test_threads_give_identical_bits(void **state) {
                {"matmul (400,500) x (500,300)", big_matmul},
                {"softmax axis -1", big_softmax_rows},
                {"log_softmax axis 0", big_softmax_columns},
-               {"dropout", big_dropout}};
+               {"dropout", big_dropout},
+               {"add bf16", big_add_bf16},
+               {"gelu f16 of a transposed view", big_gelu_f16_transposed},
+               {"sum bf16 over axis 1", big_sum_rows_bf16},
+               {"sum f16 over axis 0", big_sum_columns_f16},
+               {"sum bf16 over all axes", big_sum_all_bf16},
+               {"mean f16 over all axes", big_mean_all_f16},
+               {"max bf16 over axis 0", big_max_columns_bf16},
+               {"dropout bf16", big_dropout_bf16}};
     int saved = eg_get_num_threads();
     eg_scope_begin();
     eg_generator *gen = eg_generator_new(123);
@@ -410,6 +716,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_table_is_complete),
         cmocka_unit_test(test_forward_matches_reference),
+        cmocka_unit_test(test_forward_low_precision),
+        cmocka_unit_test(test_cast_rounds_once),
         cmocka_unit_test(test_dropout_mask),
         cmocka_unit_test(test_dropout_mask_is_philox),
         cmocka_unit_test(test_matmul_over_many_tiles),

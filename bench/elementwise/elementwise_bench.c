@@ -2,12 +2,15 @@
  * other vector-math ops and the broadcast / transposed layouts) on 1K ... 64M f32 elements, with
  * a STREAM copy and triad measured in the same run, so the ratios are side by side.
  *   bench_elementwise [--threads N] [--min-elems N] [--max-elems N] [--seconds S] [--wall]
- *                     [--ops add,exp,...] [--no-layouts] [--tsv FILE]
+ *                     [--ops add,exp,...] [--no-layouts] [--tsv FILE] [--dtype f32|bf16|f16]
  *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
  *   bench_elementwise [--threads N] --softmax   (f32 softmax rows, ns per element)
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
- * sum (STREAM's convention: no write-allocate traffic counted). Each figure is the median of 7
- * timings of a loop that runs at least S / 7 seconds (default S = 0.35). */
+ * sum (STREAM's convention: no write-allocate traffic counted), in f32; with --dtype bf16 or f16
+ * the same ops on 16-bit tensors (6, 4 and 2 bytes per element), plus the casts from and to f32
+ * (cast_in: f32 -> dtype, cast_out: dtype -> f32, 6 bytes per element); the op names in the TSV
+ * then carry the dtype (add.bf16). Each figure is the median of 7 timings of a loop that runs at
+ * least S / 7 seconds (default S = 0.35). */
 #define _DEFAULT_SOURCE /* madvise */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -18,6 +21,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "api/internal.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/vecmath.h"
 #include "device/device.h"
@@ -139,15 +143,29 @@ typedef enum {
     OP_GELU,
     OP_LOG,
     OP_SOFTPLUS,
+    OP_RELU_BACKWARD,
+    OP_CAST_IN,
+    OP_CAST_OUT,
     OP_COUNT
 } op_kind;
 static const char *const op_names[] = {"add",  "mul",     "exp",  "relu", "sum",
-                                       "tanh", "sigmoid", "gelu", "log",  "softplus"};
-static const int op_bytes[] = {12, 12, 8, 8, 4, 8, 8, 8, 8, 8};
+                                       "tanh", "sigmoid", "gelu", "log",  "softplus",
+                                       "relu_backward", "cast_in", "cast_out"};
+/* Elements of the op's dtype read and written per element (the casts: f32 counted apart). */
+static const int op_elements[] = {3, 3, 2, 2, 1, 2, 2, 2, 2, 2, 3, 1, 1};
+
+/* The dtype of the ops (--dtype) and its element size. */
+static eg_dtype dtype = EG_DTYPE_F32;
+
+/* Bytes op moves per element in dtype. */
+static double op_bytes(op_kind op) {
+    double bytes = op_elements[op] * (double)eg_dtype_size(dtype);
+    return op == OP_CAST_IN || op == OP_CAST_OUT ? bytes + 4 : bytes;
+}
 
 typedef struct op_context {
     op_kind op;
-    const eg_tensor *x, *y;
+    const eg_tensor *x, *y, *x32;
     int n_axes;
     int axes[2];
 } op_context;
@@ -187,6 +205,18 @@ static void op_body(void *arg) {
     case OP_SOFTPLUS:
         r = eg_softplus(c->x);
         break;
+    case OP_RELU_BACKWARD: {
+        static const eg__attrs no_attrs;
+        const eg_tensor *in[2] = {c->x, c->y};
+        r = eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs);
+        break;
+    }
+    case OP_CAST_IN: /* x32: the f32 values the dtype's were cast from */
+        r = eg_cast(c->x32, dtype);
+        break;
+    case OP_CAST_OUT:
+        r = eg_cast(c->x, EG_DTYPE_F32);
+        break;
     case OP_COUNT:
         break;
     }
@@ -199,11 +229,14 @@ static void op_body(void *arg) {
 
 static FILE *tsv;
 
-static void report(const char *name, const char *layout, long n, int n_threads, double seconds,
+static void report(const char *op, const char *layout, long n, int n_threads, double seconds,
                    double bytes, double triad) {
     double rate = bytes / seconds / 1e9;
-    printf("%-8s %-12s %10ld %8.1f us %8.2f GB/s %6.0f%%\n", name, layout, n, seconds * 1e6, rate,
-           100 * rate / triad);
+    char name[64];
+    snprintf(name, sizeof name, "%s%s%s", op, dtype == EG_DTYPE_F32 ? "" : ".",
+             dtype == EG_DTYPE_F32 ? "" : eg_dtype_name(dtype));
+    printf("%-18s %-12s %10ld %9.1f us %8.2f GB/s %6.0f%% %7.3f Gelem/s\n", name, layout, n,
+           seconds * 1e6, rate, 100 * rate / triad, (double)n / seconds / 1e9);
     if (tsv)
         fprintf(tsv, "eagle\t%s\t%s\t%ld\t%d\t%.9g\t%.4f\n", name, layout, n, n_threads, seconds,
                 rate);
@@ -356,11 +389,21 @@ int main(int argc, char **argv) {
             wall_clock = true;
         else if (!strcmp(argv[i], "--tsv") && i + 1 < argc)
             tsv = fopen(argv[++i], "a");
-        else {
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            const char *name = argv[++i];
+            dtype = !strcmp(name, "bf16")  ? EG_DTYPE_BF16
+                    : !strcmp(name, "f16") ? EG_DTYPE_F16
+                                           : EG_DTYPE_F32;
+            if (dtype == EG_DTYPE_F32 && strcmp(name, "f32")) {
+                fprintf(stderr, "bench_elementwise: --dtype takes f32, bf16 or f16\n");
+                return 2;
+            }
+        } else {
             fprintf(stderr,
                     "usage: bench_elementwise [--threads N] [--min-elems N] [--max-elems N] "
                     "[--seconds S] [--wall] [--ops add,exp,...] [--no-layouts] "
-                    "[--tsv FILE] | --vector-math | [--threads N] --softmax\n");
+                    "[--tsv FILE] [--dtype f32|bf16|f16] | --vector-math | [--threads N] "
+                    "--softmax\n");
             return 2;
         }
     }
@@ -396,13 +439,15 @@ int main(int argc, char **argv) {
         if (n < min_elems) continue;
         eg_scope_begin();
         int64_t shape[1] = {n};
-        eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
-        eg_tensor *y = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
+        eg_tensor *x32 = eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4);
+        eg_tensor *x = eg_cast(x32, dtype);
+        eg_tensor *y = eg_cast(eg_random_uniform(gen, EG_DTYPE_F32, 1, shape, -4, 4), dtype);
         for (int op = 0; op < OP_COUNT; op++) {
             if (!selected(ops, op_names[op])) continue;
-            op_context c = {(op_kind)op, x, op == OP_LOG ? eg_abs(y) : y, 1, {0, 0}};
+            if ((op == OP_CAST_IN || op == OP_CAST_OUT) && dtype == EG_DTYPE_F32) continue;
+            op_context c = {(op_kind)op, x, op == OP_LOG ? eg_abs(y) : y, x32, 1, {0, 0}};
             report(op_names[op], "contiguous", n, threads, measure(op_body, &c),
-                   (double)op_bytes[op] * (double)n, triad);
+                   op_bytes((op_kind)op) * (double)n, triad);
         }
         eg_scope_end();
     }
@@ -418,25 +463,25 @@ int main(int argc, char **argv) {
     long n = side * side;
     eg_scope_begin();
     int64_t square[2] = {side, side}, row[1] = {side}, column[2] = {side, 1};
-    eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 2, square, -4, 4);
-    eg_tensor *y = eg_random_uniform(gen, EG_DTYPE_F32, 2, square, -4, 4);
-    eg_tensor *r = eg_random_uniform(gen, EG_DTYPE_F32, 1, row, -4, 4);
-    eg_tensor *col = eg_random_uniform(gen, EG_DTYPE_F32, 2, column, -4, 4);
+    eg_tensor *x = eg_cast(eg_random_uniform(gen, EG_DTYPE_F32, 2, square, -4, 4), dtype);
+    eg_tensor *y = eg_cast(eg_random_uniform(gen, EG_DTYPE_F32, 2, square, -4, 4), dtype);
+    eg_tensor *r = eg_cast(eg_random_uniform(gen, EG_DTYPE_F32, 1, row, -4, 4), dtype);
+    eg_tensor *col = eg_cast(eg_random_uniform(gen, EG_DTYPE_F32, 2, column, -4, 4), dtype);
     eg_tensor *xt = eg_transpose(x, 0, 1);
     op_context cases[] = {
-        {OP_ADD, x, r, 0, {0, 0}},   /* row broadcast: (M, N) + (N) */
-        {OP_ADD, x, col, 0, {0, 0}}, /* column broadcast: (M, N) + (M, 1) */
-        {OP_ADD, xt, y, 0, {0, 0}},  /* a transposed view + contiguous */
-        {OP_EXP, xt, NULL, 0, {0, 0}}, {OP_SUM, x, NULL, 1, {0, 0}}, /* over rows: column sums */
-        {OP_SUM, x, NULL, 1, {1, 0}},                                /* over columns: row sums */
-        {OP_SUM, x, NULL, 2, {0, 1}},  {OP_SUM, xt, NULL, 1, {0, 0}},
+        {OP_ADD, x, r, NULL, 0, {0, 0}},   /* row broadcast: (M, N) + (N) */
+        {OP_ADD, x, col, NULL, 0, {0, 0}}, /* column broadcast: (M, N) + (M, 1) */
+        {OP_ADD, xt, y, NULL, 0, {0, 0}},  /* a transposed view + contiguous */
+        {OP_EXP, xt, NULL, NULL, 0, {0, 0}},
+        {OP_SUM, x, NULL, NULL, 1, {0, 0}}, /* over rows: column sums */
+        {OP_SUM, x, NULL, NULL, 1, {1, 0}}, /* over columns: row sums */
+        {OP_SUM, x, NULL, NULL, 2, {0, 1}},
+        {OP_SUM, xt, NULL, NULL, 1, {0, 0}},
     };
     const char *names[] = {"row-bcast", "col-bcast", "transposed", "transposed",
                            "axis0",     "axis1",     "all-2d",     "T-axis0"};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        double bytes = cases[i].op == OP_ADD   ? 12.0 * (double)n
-                       : cases[i].op == OP_SUM ? 4.0 * (double)n
-                                               : 8.0 * (double)n;
+        double bytes = op_bytes(cases[i].op) * (double)n;
         report(op_names[cases[i].op], names[i], n, threads, measure(op_body, &cases[i]), bytes,
                triad);
     }

@@ -1,21 +1,30 @@
 """PyTorch doing what bench_elementwise does: same ops, sizes, layouts, threads and timing
-(median of 7 samples; process CPU time / threads unless --wall). Appends to a TSV file."""
+(median of 7 samples; process CPU time / threads unless --wall). Appends to a TSV file.
+--dtype bf16 or f16 runs the ops on torch.bfloat16 / torch.float16 tensors (and the casts from
+and to f32), named like bench_elementwise's rows (add.bf16)."""
 import argparse
 import statistics
 import time
 
 import torch
 
+# name: (elements of the op's dtype moved per element, extra f32 bytes, body)
 OPS = {
-    "add": (12, lambda x, y: x + y),
-    "mul": (12, lambda x, y: x * y),
-    "exp": (8, lambda x, y: torch.exp(x)),
-    "relu": (8, lambda x, y: torch.relu(x)),
-    "sum": (4, lambda x, y: torch.sum(x)),
-    "tanh": (8, lambda x, y: torch.tanh(x)),
-    "sigmoid": (8, lambda x, y: torch.sigmoid(x)),
-    "gelu": (8, lambda x, y: torch.nn.functional.gelu(x)),
+    "add": (3, 0, lambda x, y, x32: x + y),
+    "mul": (3, 0, lambda x, y, x32: x * y),
+    "exp": (2, 0, lambda x, y, x32: torch.exp(x)),
+    "relu": (2, 0, lambda x, y, x32: torch.relu(x)),
+    "sum": (1, 0, lambda x, y, x32: torch.sum(x)),
+    "tanh": (2, 0, lambda x, y, x32: torch.tanh(x)),
+    "sigmoid": (2, 0, lambda x, y, x32: torch.sigmoid(x)),
+    "gelu": (2, 0, lambda x, y, x32: torch.nn.functional.gelu(x)),
+    "relu_backward": (3, 0, lambda x, y, x32: torch.ops.aten.threshold_backward(y, x, 0)),
 }
+LOW_PRECISION_OPS = {
+    "cast_in": (1, 4, lambda x, y, x32, dtype: x32.to(dtype)),
+    "cast_out": (1, 4, lambda x, y, x32, dtype: x.to(torch.float32)),
+}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def main():
@@ -27,7 +36,11 @@ def main():
     parser.add_argument("--seconds", type=float, default=0.35)
     parser.add_argument("--wall", action="store_true")
     parser.add_argument("--tsv")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
     args = parser.parse_args()
+    dtype = DTYPES[args.dtype]
+    size = torch.tensor([], dtype=dtype).element_size()
+    suffix = "" if args.dtype == "f32" else "." + args.dtype
     torch.set_num_threads(args.threads)
     clock = time.perf_counter if args.wall else lambda: time.process_time() / args.threads
     per_sample = args.seconds / 7
@@ -54,7 +67,9 @@ def main():
 
     def report(name, layout, n, seconds, nbytes):
         rate = nbytes / seconds / 1e9
-        print(f"{name:<8} {layout:<12} {n:>10} {seconds * 1e6:8.1f} us {rate:8.2f} GB/s")
+        name += suffix
+        print(f"{name:<18} {layout:<12} {n:>10} {seconds * 1e6:9.1f} us {rate:8.2f} GB/s "
+              f"{n / seconds / 1e9:7.3f} Gelem/s")
         if out:
             out.write(f"torch\t{name}\t{layout}\t{n}\t{args.threads}\t{seconds:.9g}\t{rate:.4f}\n")
 
@@ -65,10 +80,16 @@ def main():
         if n < args.min_elems:
             n *= 4
             continue
-        x = torch.rand(n, generator=g) * 8 - 4
-        y = torch.rand(n, generator=g) * 8 - 4
-        for name, (nbytes, fn) in OPS.items():
-            report(name, "contiguous", n, measure(lambda: fn(x, y)), nbytes * n)
+        x32 = torch.rand(n, generator=g) * 8 - 4
+        x = x32.to(dtype)
+        y = (torch.rand(n, generator=g) * 8 - 4).to(dtype)
+        for name, (elements, extra, fn) in OPS.items():
+            report(name, "contiguous", n, measure(lambda: fn(x, y, x32)),
+                   (elements * size + extra) * n)
+        if args.dtype != "f32":
+            for name, (elements, extra, fn) in LOW_PRECISION_OPS.items():
+                report(name, "contiguous", n, measure(lambda: fn(x, y, x32, dtype)),
+                       (elements * size + extra) * n)
         n *= 4
     if args.no_layouts:
         if out:
@@ -78,10 +99,10 @@ def main():
     while side * side * 4 <= min(args.max_elems, 16 << 20):
         side *= 2
     n = side * side
-    x = torch.rand(side, side, generator=g) * 8 - 4
-    y = torch.rand(side, side, generator=g) * 8 - 4
-    r = torch.rand(side, generator=g)
-    col = torch.rand(side, 1, generator=g)
+    x = (torch.rand(side, side, generator=g) * 8 - 4).to(dtype)
+    y = (torch.rand(side, side, generator=g) * 8 - 4).to(dtype)
+    r = torch.rand(side, generator=g).to(dtype)
+    col = torch.rand(side, 1, generator=g).to(dtype)
     xt = x.t()
     cases = [
         ("add", "row-bcast", lambda: x + r, 12),
@@ -94,7 +115,7 @@ def main():
         ("sum", "T-axis0", lambda: xt.sum(0), 4),
     ]
     for name, layout, body, nbytes in cases:
-        report(name, layout, n, measure(body), nbytes * n)
+        report(name, layout, n, measure(body), nbytes // 4 * size * n)
     if out:
         out.close()
 

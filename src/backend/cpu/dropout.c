@@ -13,6 +13,7 @@
 #endif
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lowp.h"
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "core/random.h"
@@ -150,7 +151,17 @@ static void dropout_range(void *context, int64_t begin, int64_t end) {
         philox_blocks(j->seed, (uint64_t)b0, blocks, words);
         int64_t first = 4 * b0, count = 4 * (int64_t)blocks;
         if (first + count > j->n) count = j->n - first;
-        if (j->dtype == EG_DTYPE_F32) {
+        if (eg__is_lowp(j->dtype)) { /* the f32 loop on the widened block, rounded once */
+            float v[4 * DROPOUT_BLOCKS];
+            const char *x = j->x + 2 * first;
+            eg__lowp_widen(j->dtype, count, x, 2, v);
+            const float scale = (float)j->scale;
+            for (int64_t i = 0; i < count; i++) {
+                float kept = v[i] * scale;
+                v[i] = (words[i] >> 8) >= threshold ? kept : 0.0f;
+            }
+            eg__lowp_narrow(j->dtype, count, v, j->y + 2 * first, 2);
+        } else if (j->dtype == EG_DTYPE_F32) {
             const float *restrict x = (const float *)j->x + first;
             float *restrict y = (float *)j->y + first;
             const float scale = (float)j->scale;

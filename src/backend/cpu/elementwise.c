@@ -6,6 +6,7 @@
 
 #include "base/cpu_features.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lowp.h"
 #include "backend/cpu/vecmath.h"
 #include "base/error.h"
 
@@ -138,9 +139,15 @@ static const unary_fn float_unary_at[EG__CPU_LEVEL_COUNT] = {
 static const unary_fn double_unary_at[EG__CPU_LEVEL_COUNT] = {
     double_unary_baseline, double_unary_avx2, double_unary_avx512};
 
+static void lowp_unary(const unary_context *c, int64_t n, char **p, const int64_t *s);
+
 static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const unary_context *c = context;
     eg__cpu_level level = eg__cpu_active_level();
+    if (eg__is_lowp(c->dtype)) {
+        lowp_unary(c, n, p, s);
+        return;
+    }
     if (c->dtype == EG_DTYPE_F32) {
         int fn = vecmath_of(c->op);
         if (fn >= 0) {
@@ -153,6 +160,27 @@ static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
         float_unary_at[level](c, n, p, s);
     } else {
         double_unary_at[level](c, n, p, s);
+    }
+}
+
+/* bf16 / f16 (lowp.h): blocks widened to f32, the f32 loop (vector math included), each result
+ * rounded once. */
+static void lowp_unary(const unary_context *c, int64_t n, char **p, const int64_t *s) {
+    if (eg__lowp_unary_fast(c->op, c->dtype, n, p, s)) return;
+    int fn = vecmath_of(c->op);
+    if (fn >= 0 && s[0] == 2 && s[1] == 2 &&
+        eg__vecmath_lowp((eg__vecmath_fn)fn, c->dtype, n, (uint16_t *)p[0], (const uint16_t *)p[1]))
+        return;
+    float in[EG__LOWP_BLOCK], out[EG__LOWP_BLOCK];
+    unary_context f32 = *c;
+    f32.dtype = EG_DTYPE_F32;
+    char *pointers[2] = {(char *)out, (char *)in};
+    int64_t strides[2] = {sizeof(float), sizeof(float)};
+    for (int64_t begin = 0; begin < n; begin += EG__LOWP_BLOCK) {
+        int64_t count = n - begin < EG__LOWP_BLOCK ? n - begin : EG__LOWP_BLOCK;
+        eg__lowp_widen(c->dtype, count, p[1] + begin * s[1], s[1], in);
+        unary_inner(&f32, count, pointers, strides);
+        eg__lowp_narrow(c->dtype, count, out, p[0] + begin * s[0], s[0]);
     }
 }
 
@@ -324,6 +352,27 @@ static const binary_fn float_binary_at[EG__CPU_LEVEL_COUNT] = {
 static const binary_fn double_binary_at[EG__CPU_LEVEL_COUNT] = {
     double_binary_baseline, double_binary_avx2, double_binary_avx512};
 
+/* bf16 / f16: both operands widened block by block (a broadcast one once), the f32 loop, each
+ * result rounded once. */
+static void lowp_binary(const binary_context *c, int64_t n, char **p, const int64_t *s) {
+    if (eg__lowp_binary_fast(c->op, c->dtype, n, p, s)) return;
+    float a[EG__LOWP_BLOCK], b[EG__LOWP_BLOCK], out[EG__LOWP_BLOCK];
+    const binary_context f32 = {c->op, EG_DTYPE_F32};
+    binary_fn loop = float_binary_at[eg__cpu_active_level()];
+    char *pointers[3] = {(char *)out, (char *)a, (char *)b};
+    int64_t strides[3] = {sizeof(float), s[1] ? (int64_t)sizeof(float) : 0,
+                          s[2] ? (int64_t)sizeof(float) : 0};
+    if (!s[1]) eg__lowp_widen(c->dtype, 1, p[1], 0, a);
+    if (!s[2]) eg__lowp_widen(c->dtype, 1, p[2], 0, b);
+    for (int64_t begin = 0; begin < n; begin += EG__LOWP_BLOCK) {
+        int64_t count = n - begin < EG__LOWP_BLOCK ? n - begin : EG__LOWP_BLOCK;
+        if (s[1]) eg__lowp_widen(c->dtype, count, p[1] + begin * s[1], s[1], a);
+        if (s[2]) eg__lowp_widen(c->dtype, count, p[2] + begin * s[2], s[2], b);
+        loop(&f32, count, pointers, strides);
+        eg__lowp_narrow(c->dtype, count, out, p[0] + begin * s[0], s[0]);
+    }
+}
+
 static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
     switch (c->dtype) {
@@ -332,6 +381,10 @@ static void binary_inner(void *context, int64_t n, char **p, const int64_t *s) {
         break;
     case EG_DTYPE_F64:
         double_binary_at[eg__cpu_active_level()](c, n, p, s);
+        break;
+    case EG_DTYPE_BF16:
+    case EG_DTYPE_F16:
+        lowp_binary(c, n, p, s);
         break;
     case EG_DTYPE_I32:
         INT_BINARY_CASES(int32_t, uint32_t, INT32_MIN) break;
@@ -374,6 +427,26 @@ eg_status eg__cpu_binary(const eg__kernel_call *call) {
         break;                                                                                     \
     }
 
+static void compare_inner(void *context, int64_t n, char **p, const int64_t *s);
+
+/* bf16 / f16: compared as the f32 values they widen to (exactly their own values). */
+static void lowp_compare(const binary_context *c, int64_t n, char **p, const int64_t *s) {
+    float a[EG__LOWP_BLOCK], b[EG__LOWP_BLOCK];
+    const binary_context f32 = {c->op, EG_DTYPE_F32};
+    char *pointers[3] = {NULL, (char *)a, (char *)b};
+    int64_t strides[3] = {s[0], s[1] ? (int64_t)sizeof(float) : 0,
+                          s[2] ? (int64_t)sizeof(float) : 0};
+    if (!s[1]) eg__lowp_widen(c->dtype, 1, p[1], 0, a);
+    if (!s[2]) eg__lowp_widen(c->dtype, 1, p[2], 0, b);
+    for (int64_t begin = 0; begin < n; begin += EG__LOWP_BLOCK) {
+        int64_t count = n - begin < EG__LOWP_BLOCK ? n - begin : EG__LOWP_BLOCK;
+        if (s[1]) eg__lowp_widen(c->dtype, count, p[1] + begin * s[1], s[1], a);
+        if (s[2]) eg__lowp_widen(c->dtype, count, p[2] + begin * s[2], s[2], b);
+        pointers[0] = p[0] + begin * s[0];
+        compare_inner((void *)&f32, count, pointers, strides);
+    }
+}
+
 static void compare_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const binary_context *c = context;
     switch (c->dtype) {
@@ -388,6 +461,10 @@ static void compare_inner(void *context, int64_t n, char **p, const int64_t *s) 
     case EG_DTYPE_U8:
     case EG_DTYPE_BOOL:
         COMPARE_CASES(uint8_t) break;
+    case EG_DTYPE_BF16:
+    case EG_DTYPE_F16:
+        lowp_compare(c, n, p, s);
+        break;
     default:
         break;
     }
@@ -413,6 +490,10 @@ eg_status eg__cpu_compare(const eg__kernel_call *call) {
 
 static void where_inner(void *context, int64_t n, char **p, const int64_t *s) {
     size_t size = *(const size_t *)context;
+    if (size == 2) { /* bf16, f16: their bits, like every other dtype's */
+        WHERE_TYPED(uint16_t);
+        return;
+    }
     if (size == 4) {
         WHERE_TYPED(uint32_t);
         return;
@@ -439,6 +520,47 @@ typedef struct cast_context {
     eg_dtype from, to;
 } cast_context;
 
+static void cast_inner(void *context, int64_t n, char **p, const int64_t *s);
+
+/* Casts from or to bf16 / f16 that are not a contiguous f32 <-> bf16 / f16 conversion: from one,
+ * through its exact f32 value (so bf16 -> f16 rounds once, and bf16 -> i32 is f32 -> i32); to
+ * one from f32 by one rounding, from f64 and the integers through the double value, rounded
+ * once (i64 beyond 2^53 is rounded to double first). */
+static void lowp_cast(const cast_context *c, int64_t n, char **p, const int64_t *s) {
+    float block[EG__LOWP_BLOCK];
+    double wide[EG__LOWP_BLOCK];
+    const cast_context from_f32 = {EG_DTYPE_F32, c->to};
+    for (int64_t begin = 0; begin < n; begin += EG__LOWP_BLOCK) {
+        int64_t count = n - begin < EG__LOWP_BLOCK ? n - begin : EG__LOWP_BLOCK;
+        const char *in = p[1] + begin * s[1];
+        char *out = p[0] + begin * s[0];
+        if (eg__is_lowp(c->from)) {
+            eg__lowp_widen(c->from, count, in, s[1], block);
+            if (eg__is_lowp(c->to)) {
+                eg__lowp_narrow(c->to, count, block, out, s[0]);
+            } else if (c->to == EG_DTYPE_F32) {
+                for (int64_t i = 0; i < count; i++) memcpy(out + i * s[0], &block[i], 4);
+            } else if (c->to == EG_DTYPE_F64) {
+                for (int64_t i = 0; i < count; i++) {
+                    double v = block[i];
+                    memcpy(out + i * s[0], &v, 8);
+                }
+            } else {
+                char *pointers[2] = {out, (char *)block};
+                int64_t strides[2] = {s[0], sizeof(float)};
+                cast_inner((void *)&from_f32, count, pointers, strides);
+            }
+        } else if (c->from == EG_DTYPE_F32) {
+            eg__gather_f32(count, in, s[1], block);
+            eg__lowp_narrow(c->to, count, block, out, s[0]);
+        } else {
+            for (int64_t i = 0; i < count; i++)
+                wide[i] = eg__load_as_double(in + i * s[1], c->from, 0);
+            eg__lowp_narrow_doubles(c->to, count, wide, out, s[0]);
+        }
+    }
+}
+
 static void cast_inner(void *context, int64_t n, char **p, const int64_t *s) {
     const cast_context *c = context;
     if (c->from == EG_DTYPE_U8 && c->to == EG_DTYPE_F32) {
@@ -452,20 +574,17 @@ static void cast_inner(void *context, int64_t n, char **p, const int64_t *s) {
             *(float *)(p[0] + i * s[0]) = (float)*(const uint8_t *)(p[1] + i * s[1]);
         return;
     }
-    if (c->from == EG_DTYPE_F32 && c->to == EG_DTYPE_F16 && s[0] == 2 && s[1] == 4) {
-        eg_f32_to_f16((const float *)p[1], (uint16_t *)p[0], (size_t)n);
+    /* contiguous f32 <-> bf16 / f16: the vectorized conversions (lowp.c) */
+    if (c->from == EG_DTYPE_F32 && eg__is_lowp(c->to) && s[0] == 2 && s[1] == 4) {
+        eg__lowp_narrow(c->to, n, (const float *)p[1], p[0], 2);
         return;
     }
-    if (c->from == EG_DTYPE_F16 && c->to == EG_DTYPE_F32 && s[0] == 4 && s[1] == 2) {
-        eg_f16_to_f32((const uint16_t *)p[1], (float *)p[0], (size_t)n);
+    if (eg__is_lowp(c->from) && c->to == EG_DTYPE_F32 && s[0] == 4 && s[1] == 2) {
+        eg__lowp_widen(c->from, n, p[1], 2, (float *)p[0]);
         return;
     }
-    if (c->from == EG_DTYPE_F32 && c->to == EG_DTYPE_BF16 && s[0] == 2 && s[1] == 4) {
-        eg_f32_to_bf16((const float *)p[1], (uint16_t *)p[0], (size_t)n);
-        return;
-    }
-    if (c->from == EG_DTYPE_BF16 && c->to == EG_DTYPE_F32 && s[0] == 4 && s[1] == 2) {
-        eg_bf16_to_f32((const uint16_t *)p[1], (float *)p[0], (size_t)n);
+    if (eg__is_lowp(c->from) || eg__is_lowp(c->to)) {
+        lowp_cast(c, n, p, s);
         return;
     }
     for (int64_t i = 0; i < n; i++)
@@ -477,6 +596,36 @@ eg_status eg__cpu_cast(const eg__kernel_call *call);
 eg_status eg__cpu_cast(const eg__kernel_call *call) {
     cast_context c = {call->inputs[0]->dtype, call->output->dtype};
     return run_loop(call, 2, cast_inner, &c);
+}
+
+/* ---- relu_backward and mul_add: f32 and f64 in norm.c, bf16 and f16 here ---- */
+
+eg_status eg__cpu_relu_backward(const eg__kernel_call *call);
+eg_status eg__cpu_mul_add(const eg__kernel_call *call);
+
+/* x, g (broadcast together) -> g where x > 0, else 0 */
+eg_status eg__cpu_relu_backward_any(const eg__kernel_call *call);
+eg_status eg__cpu_relu_backward_any(const eg__kernel_call *call) {
+    eg_dtype dtype = call->output->dtype;
+    if (!eg__is_lowp(dtype)) return eg__cpu_relu_backward(call);
+    const eg_tensor *operands[3] = {call->output, call->inputs[0], call->inputs[1]};
+    eg__nd_loop loop;
+    eg__nd_loop_init(&loop, 3, operands);
+    eg__nd_loop_run(&loop, eg__lowp_relu_backward_inner, &dtype);
+    return EG_OK;
+}
+
+/* x, scale, shift (broadcast together) -> x * scale + shift */
+eg_status eg__cpu_mul_add_any(const eg__kernel_call *call);
+eg_status eg__cpu_mul_add_any(const eg__kernel_call *call) {
+    eg_dtype dtype = call->output->dtype;
+    if (!eg__is_lowp(dtype)) return eg__cpu_mul_add(call);
+    const eg_tensor *operands[4] = {call->output, call->inputs[0], call->inputs[1],
+                                    call->inputs[2]};
+    eg__nd_loop loop;
+    eg__nd_loop_init(&loop, 4, operands);
+    eg__nd_loop_run(&loop, eg__lowp_mul_add_inner, &dtype);
+    return EG_OK;
 }
 
 /* ---- copies ---- */

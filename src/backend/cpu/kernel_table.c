@@ -22,8 +22,8 @@ KERNEL(scatter_add)
 KERNEL(unslice)
 KERNEL(one_hot)
 KERNEL(pad)
-KERNEL(mul_add)
-KERNEL(relu_backward)
+KERNEL(mul_add_any)
+KERNEL(relu_backward_any)
 KERNEL(moments)
 KERNEL(batch_norm)
 KERNEL(batch_norm_backward_sums)
@@ -98,8 +98,8 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_PAD] = eg__cpu_pad,
     [EG__OP_SPARSE_SOFTMAX_CROSS_ENTROPY] = eg__cpu_sparse_softmax_cross_entropy,
     [EG__OP_DROPOUT] = eg__cpu_dropout,
-    [EG__OP_MUL_ADD] = eg__cpu_mul_add,
-    [EG__OP_RELU_BACKWARD] = eg__cpu_relu_backward,
+    [EG__OP_MUL_ADD] = eg__cpu_mul_add_any, /* f32, f64: norm.c; bf16, f16: elementwise.c */
+    [EG__OP_RELU_BACKWARD] = eg__cpu_relu_backward_any,
     [EG__OP_MOMENTS] = eg__cpu_moments,
     [EG__OP_BATCH_NORM] = eg__cpu_batch_norm,
     [EG__OP_BATCH_NORM_BACKWARD_SUMS] = eg__cpu_batch_norm_backward_sums,

@@ -225,6 +225,9 @@ static void copy_inner(void *arg, int64_t n, char **p, const int64_t *s) {
     char *dst = p[0];
     const char *src = p[1];
     switch (size) {
+    case 2:
+        for (int64_t i = 0; i < n; i++, dst += s[0], src += s[1]) memcpy(dst, src, 2);
+        break;
     case 4:
         for (int64_t i = 0; i < n; i++, dst += s[0], src += s[1]) memcpy(dst, src, 4);
         break;

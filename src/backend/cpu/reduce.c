@@ -1,4 +1,4 @@
-/* CPU kernels for reductions, softmax and the fused sparse softmax cross-entropy.
+/* CPU kernels for reductions (softmax and the sparse softmax cross-entropy: softmax.c).
  *
  * Every reduction is brought to the shape (outer, reduced, inner) over contiguous memory: when
  * the input is contiguous and the reduced axes are adjacent that is a free reinterpretation;
@@ -13,7 +13,7 @@
 
 #include "base/cpu_features.h"
 #include "backend/cpu/kernels.h"
-#include "backend/cpu/vecmath.h"
+#include "backend/cpu/lowp.h"
 #include "base/error.h"
 
 /* The canonical summation order of f32/f64 sum and mean, which every layout, mode and thread
@@ -116,6 +116,125 @@ static double sum_block_float(const float *x, int64_t n, int64_t inner) {
 }
 static double sum_block_double(const double *x, int64_t n, int64_t inner) {
     return sum_block_strided_double(x, n, inner);
+}
+
+/* bf16 / f16 blocks in the same order, their elements widened to f32 (exactly) and then to
+ * double: the f32 sum of the widened values, bit for bit, before the result's one rounding.
+ * lanes[l] takes elements k + l of each group of 8 below n8 (a multiple of 8), in order. */
+static void sum_lanes_widened(double *lanes, const float *x, int64_t n8) {
+    for (int64_t k = 0; k < n8; k += 8)
+        for (int l = 0; l < 8; l++) lanes[l] += x[k + l];
+}
+#if defined(__x86_64__)
+/* Contiguous blocks widened in registers: one accumulator of the 8 lanes at AVX-512 (lane l of
+ * the vector is lanes[l]), two of 4 at AVX2, as sum_block_f32_avx2. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"))) static void
+sum_lanes_lowp_avx512(double *lanes, const uint16_t *x, int64_t n8, bool bf16) {
+    __m512d acc = _mm512_loadu_pd(lanes);
+    int64_t k = 0;
+    for (; k + 16 <= n8; k += 16) {
+        if (k % 32 == 0 && k + 2 * SUM_PREFETCH_AHEAD < n8)
+            __builtin_prefetch(x + k + 2 * SUM_PREFETCH_AHEAD);
+        __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(x + k));
+        __m512 v = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                        : _mm512_cvtph_ps(h);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
+    }
+    if (k < n8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(x + k));
+        __m256 v = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                        : _mm256_cvtph_ps(h);
+        acc = _mm512_add_pd(acc, _mm512_cvtps_pd(v));
+    }
+    _mm512_storeu_pd(lanes, acc);
+}
+/* Two whole blocks at once (x and x + SUM_BLOCK), each into its own lanes: one block's lanes form
+ * a chain of dependent additions, so a second, independent chain doubles what the adders do per
+ * cycle; each block's sums are still exactly its own, in its own order. */
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"))) static void
+sum_two_blocks_lowp_avx512(double *lanes_a, double *lanes_b, const uint16_t *x, bool bf16) {
+    __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+    const uint16_t *y = x + SUM_BLOCK;
+    for (int64_t k = 0; k < SUM_BLOCK; k += 16) {
+        if (k % 32 == 0 && k + 2 * SUM_PREFETCH_AHEAD < SUM_BLOCK) {
+            __builtin_prefetch(x + k + 2 * SUM_PREFETCH_AHEAD);
+            __builtin_prefetch(y + k + 2 * SUM_PREFETCH_AHEAD);
+        }
+        __m256i hx = _mm256_loadu_si256((const __m256i *)(const void *)(x + k));
+        __m256i hy = _mm256_loadu_si256((const __m256i *)(const void *)(y + k));
+        __m512 vx = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hx), 16))
+                         : _mm512_cvtph_ps(hx);
+        __m512 vy = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hy), 16))
+                         : _mm512_cvtph_ps(hy);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_castps512_ps256(vx)));
+        b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_castps512_ps256(vy)));
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_extractf32x8_ps(vx, 1)));
+        b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm512_extractf32x8_ps(vy, 1)));
+    }
+    _mm512_storeu_pd(lanes_a, a);
+    _mm512_storeu_pd(lanes_b, b);
+}
+__attribute__((target("avx2,fma,f16c"))) static void
+sum_lanes_lowp_avx2(double *lanes, const uint16_t *x, int64_t n8, bool bf16) {
+    __m256d low = _mm256_loadu_pd(lanes), high = _mm256_loadu_pd(lanes + 4);
+    for (int64_t k = 0; k < n8; k += 8) {
+        if (k % 32 == 0 && k + 2 * SUM_PREFETCH_AHEAD < n8)
+            __builtin_prefetch(x + k + 2 * SUM_PREFETCH_AHEAD);
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(x + k));
+        __m256 v = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                        : _mm256_cvtph_ps(h);
+        low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+        high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    _mm256_storeu_pd(lanes, low);
+    _mm256_storeu_pd(lanes + 4, high);
+}
+#endif
+
+/* The totals of the two whole contiguous blocks at x, as sum_block_lowp gives each; false where
+ * the level has no such loop. */
+static bool sum_two_blocks_lowp(eg_dtype dtype, const uint16_t *x, double *totals) {
+#if defined(__x86_64__)
+    if (eg__cpu_active_level() >= EG__CPU_AVX512 &&
+        (dtype == EG_DTYPE_BF16 || eg__cpu_has_f16c())) {
+        double lanes[2][8];
+        sum_two_blocks_lowp_avx512(lanes[0], lanes[1], x, dtype == EG_DTYPE_BF16);
+        for (int k = 0; k < 2; k++) {
+            totals[k] = 0;
+            for (int l = 0; l < 8; l++) totals[k] += lanes[k][l];
+        }
+        return true;
+    }
+#else
+    (void)dtype, (void)x, (void)totals;
+#endif
+    return false;
+}
+
+static double sum_block_lowp(eg_dtype dtype, const uint16_t *x, int64_t n, int64_t inner) {
+    double lanes[8] = {0};
+    int64_t main_end = n - n % 8, k = 0;
+#if defined(__x86_64__)
+    eg__cpu_level level = eg__cpu_active_level();
+    if (inner == 1 && level >= EG__CPU_AVX2 && (dtype == EG_DTYPE_BF16 || eg__cpu_has_f16c())) {
+        if (level >= EG__CPU_AVX512)
+            sum_lanes_lowp_avx512(lanes, x, main_end, dtype == EG_DTYPE_BF16);
+        else
+            sum_lanes_lowp_avx2(lanes, x, main_end, dtype == EG_DTYPE_BF16);
+        k = main_end;
+    }
+#endif
+    float block[EG__LOWP_BLOCK];
+    for (; k < main_end; k += EG__LOWP_BLOCK) {
+        int64_t count = main_end - k < EG__LOWP_BLOCK ? main_end - k : EG__LOWP_BLOCK;
+        eg__lowp_widen(dtype, count, (const char *)(x + k * inner), 2 * inner, block);
+        sum_lanes_widened(lanes, block, count);
+    }
+    for (k = main_end; k < n; k++) lanes[0] += eg__lowp_to_float(dtype, x[k * inner]);
+    double total = 0;
+    for (int l = 0; l < 8; l++) total += lanes[l];
+    return total;
 }
 
 typedef struct reduce_plan {
@@ -258,6 +377,46 @@ typedef struct reduce_job {
         }                                                                                          \
     }
 
+/* bf16 / f16 rows: sums as above (sum_block_lowp), maxima and minima compared in f32 on widened
+ * blocks (the same first NaN wins), each result rounded once. */
+static void reduce_rows_lowp(const reduce_job *job, int64_t begin, int64_t end) {
+    const reduce_plan *plan = job->plan;
+    eg_dtype dtype = plan->source->dtype;
+    const uint16_t *src = eg__data(plan->source);
+    uint16_t *out = job->out;
+    int64_t r = plan->reduced, inner = plan->inner;
+    float block[EG__LOWP_BLOCK];
+    for (int64_t g = begin; g < end; g++) {
+        int64_t o = g / inner, i = g % inner;
+        const uint16_t *x = src + o * r * inner + i;
+        double result = 0;
+        if (job->op == EG__OP_SUM || job->op == EG__OP_MEAN) {
+            for (int64_t b = 0; b < r; b += SUM_BLOCK)
+                result += sum_block_lowp(dtype, x + b * inner,
+                                         r - b < SUM_BLOCK ? r - b : SUM_BLOCK, inner);
+            if (job->op == EG__OP_MEAN) result /= (double)r;
+        } else { /* max, min: never empty (inference rejects it) */
+            bool is_max = job->op == EG__OP_MAX, nan = false;
+            float best = eg__lowp_to_float(dtype, x[0]);
+            for (int64_t k0 = 0; k0 < r && !nan; k0 += EG__LOWP_BLOCK) {
+                int64_t count = r - k0 < EG__LOWP_BLOCK ? r - k0 : EG__LOWP_BLOCK;
+                eg__lowp_widen(dtype, count, (const char *)(x + k0 * inner), 2 * inner, block);
+                for (int64_t k = k0 ? 0 : 1; k < count; k++) {
+                    float v = block[k];
+                    if (v != v) {
+                        best = v;
+                        nan = true;
+                        break;
+                    }
+                    if (is_max ? v > best : v < best) best = v;
+                }
+            }
+            result = best;
+        }
+        out[g] = eg__lowp_from_double(dtype, result);
+    }
+}
+
 ROW_REDUCE(float, double, FLOAT_ONLY_CASES, FLOAT_SUM)
 ROW_REDUCE(double, double, FLOAT_ONLY_CASES, FLOAT_SUM)
 ROW_REDUCE(int32_t, int64_t, NO_CASES, INT_SUM)
@@ -268,12 +427,22 @@ ROW_REDUCE(int64_t, int64_t, NO_CASES, INT_SUM)
  * column is summed in the canonical order (see SUM_BLOCK), as the row kernel sums a contiguous
  * row, so a reduction's bits never depend on the memory layout of its input — eager, lazy and
  * graph modes see different layouts. */
+/* Row `offset` (in elements from the source's start) of a chunk, `width` columns, as f32: the
+ * source itself for f32; bf16 / f16 widened into slot. */
+static inline __attribute__((always_inline)) const float *
+column_row(eg_dtype dtype, const char *src, int64_t offset, int64_t width, float *slot) {
+    if (dtype == EG_DTYPE_F32) return (const float *)(const void *)src + offset;
+    eg__lowp_widen(dtype, width, src + 2 * offset, 2, slot);
+    return slot;
+}
+
+/* dtype: f32 (rows NULL), or bf16 / f16 with rows 4 * chunk floats of scratch, where each row's
+ * piece is widened first: the same additions on the same values, then one rounding. */
 static inline __attribute__((always_inline)) void
 sum_columns_chunked_body(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
-                         double *lanes, double *totals) {
+                         double *lanes, double *totals, eg_dtype dtype, float *rows) {
     const reduce_plan *plan = job->plan;
-    const float *src = eg__data(plan->source);
-    float *out = job->out;
+    const char *src = eg__data(plan->source);
     int64_t r = plan->reduced, inner = plan->inner;
     for (int64_t o = 0; o < plan->outer; o++) {
         for (int64_t c0 = begin; c0 < end; c0 += chunk) {
@@ -282,15 +451,20 @@ sum_columns_chunked_body(const reduce_job *job, int64_t begin, int64_t end, int6
             for (int64_t b = 0; b < r; b += SUM_BLOCK) {
                 int64_t n = r - b < SUM_BLOCK ? r - b : SUM_BLOCK, main_end = n - n % 8, k = 0;
                 memset(lanes, 0, sizeof(double) * 8 * (size_t)chunk);
-                const float *block = src + (o * r + b) * inner + c0;
+                int64_t block = (o * r + b) * inner + c0;
                 /* four rows into each lane per pass (rows k + l, k + l + 8, ... in order, as
                  * left-to-right additions): a quarter of the lanes' memory traffic, which bound
                  * the one-row-per-pass loop at ~5 GB/s */
                 for (; k + 32 <= main_end; k += 32)
                     for (int l = 0; l < 8; l++) {
-                        const float *row = block + (k + l) * inner;
-                        const float *row8 = row + 8 * inner, *row16 = row + 16 * inner,
-                                    *row24 = row + 24 * inner;
+                        int64_t at = block + (k + l) * inner;
+                        const float *row = column_row(dtype, src, at, width, rows);
+                        const float *row8 = column_row(dtype, src, at + 8 * inner, width,
+                                                       rows ? rows + chunk : NULL);
+                        const float *row16 = column_row(dtype, src, at + 16 * inner, width,
+                                                        rows ? rows + 2 * chunk : NULL);
+                        const float *row24 = column_row(dtype, src, at + 24 * inner, width,
+                                                        rows ? rows + 3 * chunk : NULL);
                         double *lane = lanes + l * chunk;
                         for (int64_t i = 0; i < width; i++)
                             lane[i] = lane[i] + (double)row[i] + (double)row8[i] +
@@ -298,12 +472,13 @@ sum_columns_chunked_body(const reduce_job *job, int64_t begin, int64_t end, int6
                     }
                 for (; k < main_end; k += 8)
                     for (int l = 0; l < 8; l++) {
-                        const float *row = block + (k + l) * inner;
+                        const float *row =
+                            column_row(dtype, src, block + (k + l) * inner, width, rows);
                         double *lane = lanes + l * chunk;
                         for (int64_t i = 0; i < width; i++) lane[i] += row[i];
                     }
                 for (; k < n; k++) {
-                    const float *row = block + k * inner;
+                    const float *row = column_row(dtype, src, block + k * inner, width, rows);
                     for (int64_t i = 0; i < width; i++) lanes[i] += row[i];
                 }
                 for (int64_t i = 0; i < width; i++) {
@@ -312,62 +487,69 @@ sum_columns_chunked_body(const reduce_job *job, int64_t begin, int64_t end, int6
                     totals[i] += total;
                 }
             }
-            for (int64_t i = 0; i < width; i++)
-                out[o * inner + c0 + i] =
-                    (float)(job->op == EG__OP_MEAN ? totals[i] / (double)r : totals[i]);
+            for (int64_t i = 0; i < width; i++) {
+                double v = job->op == EG__OP_MEAN ? totals[i] / (double)r : totals[i];
+                if (dtype == EG_DTYPE_F32)
+                    ((float *)job->out)[o * inner + c0 + i] = (float)v;
+                else
+                    ((uint16_t *)job->out)[o * inner + c0 + i] = eg__lowp_from_double(dtype, v);
+            }
         }
     }
 }
 
 /* The body compiled for the baseline and for AVX2 and AVX-512, where the column loops run 4 and 8
  * doubles wide: every column's additions are the same, in the same order (no multiplies, so
- * nothing to contract): the same bits on every path. */
-static void sum_columns_chunked_baseline(const reduce_job *job, int64_t begin, int64_t end,
-                                         int64_t chunk, double *lanes, double *totals) {
-    sum_columns_chunked_body(job, begin, end, chunk, lanes, totals);
-}
+ * nothing to contract): the same bits on every path. f32 gets its own copy of each. */
+#define SUM_COLUMNS_VARIANT(SUFFIX, ATTRIBUTES)                                                    \
+    ATTRIBUTES static void sum_columns_chunked_##SUFFIX(const reduce_job *job, int64_t begin,      \
+                                                        int64_t end, int64_t chunk, double *lanes, \
+                                                        double *totals, float *rows) {             \
+        eg_dtype dtype = job->plan->source->dtype;                                                 \
+        if (dtype == EG_DTYPE_F32)                                                                 \
+            sum_columns_chunked_body(job, begin, end, chunk, lanes, totals, EG_DTYPE_F32, NULL);   \
+        else                                                                                       \
+            sum_columns_chunked_body(job, begin, end, chunk, lanes, totals, dtype, rows);          \
+    }
+SUM_COLUMNS_VARIANT(baseline, )
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void
-sum_columns_chunked_avx2(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
-                         double *lanes, double *totals) {
-    sum_columns_chunked_body(job, begin, end, chunk, lanes, totals);
-}
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))) static void
-sum_columns_chunked_avx512(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
-                           double *lanes, double *totals) {
-    sum_columns_chunked_body(job, begin, end, chunk, lanes, totals);
-}
+SUM_COLUMNS_VARIANT(avx2, __attribute__((target("avx2,fma"))))
+SUM_COLUMNS_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma"))))
 #endif
 
 static void sum_columns_chunked(const reduce_job *job, int64_t begin, int64_t end, int64_t chunk,
-                                double *lanes, double *totals) {
+                                double *lanes, double *totals, float *rows) {
 #if defined(__x86_64__)
     eg__cpu_level level = eg__cpu_active_level();
     if (level >= EG__CPU_AVX512) {
-        sum_columns_chunked_avx512(job, begin, end, chunk, lanes, totals);
+        sum_columns_chunked_avx512(job, begin, end, chunk, lanes, totals, rows);
         return;
     }
     if (level >= EG__CPU_AVX2) {
-        sum_columns_chunked_avx2(job, begin, end, chunk, lanes, totals);
+        sum_columns_chunked_avx2(job, begin, end, chunk, lanes, totals, rows);
         return;
     }
 #endif
-    sum_columns_chunked_baseline(job, begin, end, chunk, lanes, totals);
+    sum_columns_chunked_baseline(job, begin, end, chunk, lanes, totals, rows);
 }
 
 /* Wide chunks give long contiguous reads of each row (a 4096 x 4096 column sum, one thread, by
  * CPU time: 1.2 GB/s with 128 columns, 2.3 with 512, 4 with 2048, 5 with 4096), so their lanes
- * live on the heap; without memory, narrow chunks on the stack do the same sums. */
+ * (and bf16 / f16 rows widened) live on the heap; without memory, narrow chunks on the stack do
+ * the same sums. */
 static void sum_columns_float(const reduce_job *job, int64_t begin, int64_t end) {
     enum { WIDE = 4096, NARROW = 128 };
     int64_t chunk = end - begin < WIDE ? end - begin : WIDE;
-    double *lanes = chunk > NARROW ? malloc(sizeof(double) * 9 * (size_t)chunk) : NULL;
+    double *lanes =
+        chunk > NARROW ? malloc((sizeof(double) * 9 + sizeof(float) * 4) * (size_t)chunk) : NULL;
     if (lanes) {
-        sum_columns_chunked(job, begin, end, chunk, lanes, lanes + 8 * chunk);
+        sum_columns_chunked(job, begin, end, chunk, lanes, lanes + 8 * chunk,
+                            (float *)(void *)(lanes + 9 * chunk));
         free(lanes);
     } else {
         double narrow[9 * NARROW];
-        sum_columns_chunked(job, begin, end, NARROW, narrow, narrow + 8 * NARROW);
+        float rows[4 * NARROW];
+        sum_columns_chunked(job, begin, end, NARROW, narrow, narrow + 8 * NARROW, rows);
     }
 }
 
@@ -389,7 +571,16 @@ static void block_range(void *context, int64_t begin, int64_t end) {
         if (plan->source->dtype == EG_DTYPE_F32)
             job->totals[item] =
                 sum_block_float((const float *)eg__data(plan->source) + o * r + b, n, 1);
-        else
+        else if (eg__is_lowp(plan->source->dtype)) {
+            const uint16_t *x = (const uint16_t *)eg__data(plan->source) + o * r + b;
+            /* two whole blocks of the same row in this task: side by side */
+            if (item + 1 < end && (item + 1) % job->n_blocks != 0 && r - b >= 2 * SUM_BLOCK &&
+                sum_two_blocks_lowp(plan->source->dtype, x, &job->totals[item])) {
+                item++;
+                continue;
+            }
+            job->totals[item] = sum_block_lowp(plan->source->dtype, x, n, 1);
+        } else
             job->totals[item] =
                 sum_block_double((const double *)eg__data(plan->source) + o * r + b, n, 1);
     }
@@ -406,6 +597,8 @@ static eg_status sum_long_rows(eg__op op, const reduce_plan *plan, void *out) {
         if (op == EG__OP_MEAN) result /= (double)plan->reduced;
         if (plan->source->dtype == EG_DTYPE_F32)
             ((float *)out)[o] = (float)result;
+        else if (eg__is_lowp(plan->source->dtype))
+            ((uint16_t *)out)[o] = eg__lowp_from_double(plan->source->dtype, result);
         else
             ((double *)out)[o] = result;
     }
@@ -428,6 +621,10 @@ static void reduce_range(void *context, int64_t begin, int64_t end) {
     case EG_DTYPE_I64:
         reduce_rows_int64_t(job, begin, end);
         break;
+    case EG_DTYPE_BF16:
+    case EG_DTYPE_F16:
+        reduce_rows_lowp(job, begin, end);
+        break;
     default:
         break;
     }
@@ -446,7 +643,8 @@ eg_status eg__cpu_reduce(const eg__kernel_call *call) {
     reduce_job job = {call->op, &plan, eg__data(call->output)};
     int64_t groups = plan.outer * plan.inner;
     bool is_sum = call->op == EG__OP_SUM || call->op == EG__OP_MEAN;
-    bool is_floating = plan.source->dtype == EG_DTYPE_F32 || plan.source->dtype == EG_DTYPE_F64;
+    bool is_floating = plan.source->dtype == EG_DTYPE_F32 || plan.source->dtype == EG_DTYPE_F64 ||
+                       eg__is_lowp(plan.source->dtype);
     if (is_sum && is_floating && plan.inner == 1 && plan.reduced > SUM_BLOCK &&
         plan.outer < 4 * eg__num_threads()) {
         status = sum_long_rows(call->op, &plan, job.out);
@@ -454,7 +652,7 @@ eg_status eg__cpu_reduce(const eg__kernel_call *call) {
         return status;
     }
     int64_t grain = EG_PARALLEL_GRAIN_ELEMENTWISE / (plan.reduced ? plan.reduced : 1) + 1;
-    if (plan.inner > 1 && plan.source->dtype == EG_DTYPE_F32 &&
+    if (plan.inner > 1 && (plan.source->dtype == EG_DTYPE_F32 || eg__is_lowp(plan.source->dtype)) &&
         (call->op == EG__OP_SUM || call->op == EG__OP_MEAN))
         eg__parallel_for(plan.inner, grain, column_range, &job);
     else
@@ -489,6 +687,31 @@ ARG_REDUCE_TYPED(float)
 ARG_REDUCE_TYPED(double)
 #undef ARG_REDUCE_TYPED
 
+/* bf16 / f16: the same comparisons on the values widened to f32, a block at a time. */
+static void arg_reduce_lowp(eg_dtype dtype, const uint16_t *src, int64_t *out,
+                            const reduce_plan *plan, bool is_max) {
+    float block[EG__LOWP_BLOCK];
+    int64_t r = plan->reduced, inner = plan->inner;
+    for (int64_t o = 0; o < plan->outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const uint16_t *row = src + o * r * inner + i;
+            int64_t best = 0;
+            float best_value = eg__lowp_to_float(dtype, row[0]);
+            for (int64_t k0 = 0; k0 < r; k0 += EG__LOWP_BLOCK) {
+                int64_t count = r - k0 < EG__LOWP_BLOCK ? r - k0 : EG__LOWP_BLOCK;
+                eg__lowp_widen(dtype, count, (const char *)(row + k0 * inner), 2 * inner, block);
+                for (int64_t k = 0; k < count; k++) {
+                    float v = block[k];
+                    if (is_max ? v > best_value : v < best_value) {
+                        best_value = v;
+                        best = k0 + k;
+                    }
+                }
+            }
+            out[o * inner + i] = best;
+        }
+}
+
 eg_status eg__cpu_arg_reduce(const eg__kernel_call *call);
 eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
     int axis = call->attrs->axis;
@@ -499,8 +722,11 @@ eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
     const char *src = eg__data(plan.source);
     eg_dtype dtype = plan.source->dtype;
     bool is_max = call->op == EG__OP_ARGMAX;
-    if (plan.reduced > 0 && (dtype == EG_DTYPE_F32 || dtype == EG_DTYPE_F64)) {
-        if (dtype == EG_DTYPE_F32)
+    if (plan.reduced > 0 &&
+        (dtype == EG_DTYPE_F32 || dtype == EG_DTYPE_F64 || eg__is_lowp(dtype))) {
+        if (eg__is_lowp(dtype))
+            arg_reduce_lowp(dtype, (const uint16_t *)(const void *)src, out, &plan, is_max);
+        else if (dtype == EG_DTYPE_F32)
             arg_reduce_float((const float *)src, out, &plan, is_max);
         else
             arg_reduce_double((const double *)src, out, &plan, is_max);
@@ -522,247 +748,4 @@ eg_status eg__cpu_arg_reduce(const eg__kernel_call *call) {
         }
     eg__unref(plan.source);
     return EG_OK;
-}
-
-/* ---- softmax and log_softmax along one axis ---- */
-
-/* f32 rows: exp through the vector math (vecmath.h: within 1 ulp; the same bits whatever the row
- * length, stride or thread count), summed in double in k order. The exponentials' arguments are
- * x - m rounded to float, as the f64 rows round theirs to double. */
-static void exp_strided_f32(int64_t n, float *out, int64_t out_stride, const float *in,
-                            int64_t in_stride) {
-    if (out_stride == 1 && in_stride == 1)
-        eg__vecmath_f32(EG__VECMATH_EXP, n, out, in);
-    else
-        eg__vecmath_f32_strided(EG__VECMATH_EXP, n, (char *)out,
-                                out_stride * (int64_t)sizeof(float), (const char *)in,
-                                in_stride * (int64_t)sizeof(float));
-}
-
-/* The sum of exp(v[k * stride] - m) for k in [0, n), in double, in order. */
-static double sum_exp_f32(const float *v, int64_t n, int64_t stride, float m) {
-    enum { CHUNK = 256 };
-    float e[CHUNK];
-    double s = 0;
-    for (int64_t begin = 0; begin < n; begin += CHUNK) {
-        int64_t count = n - begin < CHUNK ? n - begin : CHUNK;
-        for (int64_t k = 0; k < count; k++) e[k] = v[(begin + k) * stride] - m;
-        eg__vecmath_f32(EG__VECMATH_EXP, count, e, e);
-        for (int64_t k = 0; k < count; k++) s += e[k];
-    }
-    return s;
-}
-
-/* Rows of one block of contiguous rows (inner == 1), the exponentials of all of them taken in one
- * call: a batch of short rows (the seed model's 32 rows of 10 logits) otherwise pays the vector
- * math's call and its padded tail once per row. The exponentials' bits do not depend on where an
- * element sits in the call (vecmath.h), so a row's bits are those of softmax_f32's row loop. */
-enum { SOFTMAX_BLOCK = 2048 }; /* floats of exponentials per call; rows longer go one by one */
-
-/* The maxima of rows [0, rows) of x (r each). */
-static void row_maxima_f32(const float *x, int64_t rows, int64_t r, float *maxima) {
-    for (int64_t b = 0; b < rows; b++) {
-        const float *row = x + b * r;
-        float m = -INFINITY;
-        for (int64_t k = 0; k < r; k++) m = row[k] > m ? row[k] : m;
-        maxima[b] = m;
-    }
-}
-
-/* e[b r + k] = exp(x[b r + k] - maxima[b]) for rows [0, rows); e may be x. */
-static void row_exps_f32(const float *x, int64_t rows, int64_t r, const float *maxima, float *e) {
-    for (int64_t b = 0; b < rows; b++)
-        for (int64_t k = 0; k < r; k++) e[b * r + k] = x[b * r + k] - maxima[b];
-    eg__vecmath_f32(EG__VECMATH_EXP, rows * r, e, e);
-}
-
-/* The sum of row b of e, in double, in k order. */
-static double row_sum_f32(const float *e, int64_t b, int64_t r) {
-    double s = 0;
-    for (int64_t k = 0; k < r; k++) s += e[b * r + k];
-    return s;
-}
-
-static void softmax_rows_f32(const float *x, float *y, int64_t rows, int64_t r, bool log_) {
-    int64_t per_block = SOFTMAX_BLOCK / r;
-    float maxima[SOFTMAX_BLOCK], e[SOFTMAX_BLOCK];
-    for (int64_t first = 0; first < rows; first += per_block) {
-        int64_t n = rows - first < per_block ? rows - first : per_block;
-        const float *xb = x + first * r;
-        float *yb = y + first * r;
-        /* y may be x: every row's maximum is taken before any of the block is written */
-        row_maxima_f32(xb, n, r, maxima);
-        row_exps_f32(xb, n, r, maxima, log_ ? e : yb);
-        for (int64_t b = 0; b < n; b++) {
-            double s = row_sum_f32(log_ ? e : yb, b, r);
-            if (log_) {
-                float log_s = (float)log(s);
-                for (int64_t k = 0; k < r; k++) yb[b * r + k] = xb[b * r + k] - maxima[b] - log_s;
-            } else {
-                float inv = (float)(1.0 / s);
-                for (int64_t k = 0; k < r; k++) yb[b * r + k] *= inv;
-            }
-        }
-    }
-}
-
-static void softmax_f32(const float *x, float *y, int64_t outer, int64_t r, int64_t inner,
-                        bool log_) {
-    if (inner == 1 && r > 0 && r <= SOFTMAX_BLOCK) {
-        softmax_rows_f32(x, y, outer, r, log_);
-        return;
-    }
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t i = 0; i < inner; i++) {
-            const float *xr = x + o * r * inner + i;
-            float *yr = y + o * r * inner + i;
-            float m = -INFINITY;
-            for (int64_t k = 0; k < r; k++) m = xr[k * inner] > m ? xr[k * inner] : m;
-            /* y may be x: each element is read before it is written */
-            if (log_) {
-                float log_s = (float)log(sum_exp_f32(xr, r, inner, m));
-                for (int64_t k = 0; k < r; k++) yr[k * inner] = xr[k * inner] - m - log_s;
-            } else {
-                for (int64_t k = 0; k < r; k++) yr[k * inner] = xr[k * inner] - m;
-                exp_strided_f32(r, yr, inner, yr, inner);
-                double s = 0;
-                for (int64_t k = 0; k < r; k++) s += yr[k * inner];
-                float inv = (float)(1.0 / s);
-                for (int64_t k = 0; k < r; k++) yr[k * inner] *= inv;
-            }
-        }
-}
-
-/* f64 rows: libm's exp */
-#define SOFTMAX_ROWS(T)                                                                            \
-    static void softmax_##T(const T *x, T *y, int64_t outer, int64_t r, int64_t inner,             \
-                            bool log_) {                                                           \
-        for (int64_t o = 0; o < outer; o++)                                                        \
-            for (int64_t i = 0; i < inner; i++) {                                                  \
-                const T *xr = x + o * r * inner + i;                                               \
-                T *yr = y + o * r * inner + i;                                                     \
-                T m = -INFINITY;                                                                   \
-                for (int64_t k = 0; k < r; k++) m = xr[k * inner] > m ? xr[k * inner] : m;         \
-                double s = 0;                                                                      \
-                for (int64_t k = 0; k < r; k++) {                                                  \
-                    T e = (T)exp((double)(xr[k * inner] - m));                                     \
-                    if (!log_) yr[k * inner] = e;                                                  \
-                    s += e;                                                                        \
-                }                                                                                  \
-                if (log_) {                                                                        \
-                    T log_s = (T)log(s);                                                           \
-                    for (int64_t k = 0; k < r; k++) yr[k * inner] = xr[k * inner] - m - log_s;     \
-                } else {                                                                           \
-                    T inv = (T)(1.0 / s);                                                          \
-                    for (int64_t k = 0; k < r; k++) yr[k * inner] *= inv;                          \
-                }                                                                                  \
-            }                                                                                      \
-    }
-SOFTMAX_ROWS(double)
-
-eg_status eg__cpu_softmax(const eg__kernel_call *call);
-eg_status eg__cpu_softmax(const eg__kernel_call *call) {
-    const eg_tensor *x0 = call->inputs[0];
-    eg_tensor *x = eg__contiguous_temp(x0);
-    if (!x) return eg_last_status();
-    int axis = call->attrs->axis;
-    int64_t outer = 1, inner = 1, r = x->shape[axis];
-    for (int d = 0; d < axis; d++) outer *= x->shape[d];
-    for (int d = axis + 1; d < x->n_dims; d++) inner *= x->shape[d];
-    bool log_ = call->op == EG__OP_LOG_SOFTMAX;
-    if (x->dtype == EG_DTYPE_F32)
-        softmax_f32(eg__data(x), eg__data(call->output), outer, r, inner, log_);
-    else
-        softmax_double(eg__data(x), eg__data(call->output), outer, r, inner, log_);
-    eg__unref(x);
-    return EG_OK;
-}
-
-/* ---- sparse softmax cross-entropy: loss_b = logsumexp(x_b) - x_b[label_b] ---- */
-
-static int64_t load_label(const eg_tensor *labels, const char *base, int64_t b) {
-    int64_t offset = b * labels->strides[0];
-    switch (labels->dtype) {
-    case EG_DTYPE_I32:
-        return ((const int32_t *)base)[offset];
-    case EG_DTYPE_I64:
-        return ((const int64_t *)base)[offset];
-    default:
-        return ((const uint8_t *)base)[offset];
-    }
-}
-
-/* The sum of exp(row[k] - m): the f32 one through the vector math, as softmax_f32. */
-static double sum_exp_row_float(const float *row, int64_t n, float m) {
-    return sum_exp_f32(row, n, 1, m);
-}
-static double sum_exp_row_double(const double *row, int64_t n, double m) {
-    double s = 0;
-    for (int64_t k = 0; k < n; k++) s += exp(row[k] - m);
-    return s;
-}
-
-#define XENT_ROWS(T)                                                                               \
-    static eg_status xent_##T(const eg_tensor *logits, const eg_tensor *labels, T *loss) {         \
-        int64_t batch = logits->shape[0], classes = logits->shape[1];                              \
-        const T *x = eg__data(logits);                                                             \
-        const char *label_base = eg__data(labels);                                                 \
-        for (int64_t b = 0; b < batch; b++) {                                                      \
-            int64_t label = load_label(labels, label_base, b);                                     \
-            if (label < 0 || label >= classes)                                                     \
-                return eg__error(EG_ERR_INVALID_ARGUMENT,                                          \
-                                 "sparse_softmax_cross_entropy: label %lld of row %lld is out "    \
-                                 "of range [0, %lld)",                                             \
-                                 (long long)label, (long long)b, (long long)classes);              \
-            const T *row = x + b * classes;                                                        \
-            T m = -INFINITY;                                                                       \
-            for (int64_t k = 0; k < classes; k++) m = row[k] > m ? row[k] : m;                     \
-            double s = sum_exp_row_##T(row, classes, m);                                           \
-            loss[b] = (T)(log(s) + (double)m - (double)row[label]);                                \
-        }                                                                                          \
-        return EG_OK;                                                                              \
-    }
-XENT_ROWS(float)
-XENT_ROWS(double)
-
-/* The f32 rows in blocks, the exponentials of a block in one call (as softmax_rows_f32): the
- * same bits as xent_float's row loop, which takes rows longer than a block. */
-static eg_status xent_blocks_float(const eg_tensor *logits, const eg_tensor *labels, float *loss) {
-    int64_t batch = logits->shape[0], classes = logits->shape[1];
-    if (classes < 1 || classes > SOFTMAX_BLOCK) return xent_float(logits, labels, loss);
-    const float *x = eg__data(logits);
-    const char *label_base = eg__data(labels);
-    int64_t per_block = SOFTMAX_BLOCK / classes;
-    float maxima[SOFTMAX_BLOCK], e[SOFTMAX_BLOCK];
-    for (int64_t first = 0; first < batch; first += per_block) {
-        int64_t n = batch - first < per_block ? batch - first : per_block;
-        const float *xb = x + first * classes;
-        for (int64_t b = first; b < first + n; b++) {
-            int64_t label = load_label(labels, label_base, b);
-            if (label < 0 || label >= classes)
-                return eg__error(EG_ERR_INVALID_ARGUMENT,
-                                 "sparse_softmax_cross_entropy: label %lld of row %lld is out "
-                                 "of range [0, %lld)",
-                                 (long long)label, (long long)b, (long long)classes);
-        }
-        row_maxima_f32(xb, n, classes, maxima);
-        row_exps_f32(xb, n, classes, maxima, e);
-        for (int64_t b = 0; b < n; b++) {
-            double s = row_sum_f32(e, b, classes);
-            int64_t label = load_label(labels, label_base, first + b);
-            loss[first + b] = (float)(log(s) + (double)maxima[b] - (double)xb[b * classes + label]);
-        }
-    }
-    return EG_OK;
-}
-
-eg_status eg__cpu_sparse_softmax_cross_entropy(const eg__kernel_call *call);
-eg_status eg__cpu_sparse_softmax_cross_entropy(const eg__kernel_call *call) {
-    eg_tensor *logits = eg__contiguous_temp(call->inputs[0]);
-    if (!logits) return eg_last_status();
-    eg_status status = logits->dtype == EG_DTYPE_F32
-                           ? xent_blocks_float(logits, call->inputs[1], eg__data(call->output))
-                           : xent_double(logits, call->inputs[1], eg__data(call->output));
-    eg__unref(logits);
-    return status;
 }

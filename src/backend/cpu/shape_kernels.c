@@ -1,8 +1,10 @@
 /* CPU kernels that move data between shapes: concat, gather and its adjoint scatter_add,
  * unslice (the adjoint of slice), one_hot and pad. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/lowp.h"
 #include "base/error.h"
 
 /* A view of `base` (the output) restricted to [start, start + step * (count-1)] on axis. */
@@ -61,7 +63,15 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
     char *out = eg__data(call->output);
     const char *src = eg__data(dense);
     eg_status status = EG_OK;
-    if (scatter) memset(out, 0, (size_t)call->output->n_elems * size);
+    /* bf16 / f16 sums accumulate in f32 (in the f32 kernel's order) and are rounded once */
+    eg_dtype dtype = call->output->dtype;
+    float *sums = NULL;
+    if (scatter && eg__is_lowp(dtype)) {
+        sums = calloc((size_t)(call->output->n_elems ? call->output->n_elems : 1), sizeof *sums);
+        if (!sums) status = eg__error(EG_ERR_OUT_OF_MEMORY, "scatter_add: out of host memory");
+    } else if (scatter) {
+        memset(out, 0, (size_t)call->output->n_elems * size);
+    }
     for (int64_t j = 0; j < n_indices && status == EG_OK; j++) {
         int64_t index = load_index(indices, index_base, j);
         if (index < 0) index += axis_size;
@@ -78,6 +88,14 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
             if (!scatter) {
                 memcpy(out + (size_t)packed_offset * size, src + (size_t)indexed_offset * size,
                        (size_t)post * size);
+            } else if (sums) {
+                float *o = sums + indexed_offset, g[EG__LOWP_BLOCK];
+                for (int64_t q0 = 0; q0 < post; q0 += EG__LOWP_BLOCK) {
+                    int64_t count = post - q0 < EG__LOWP_BLOCK ? post - q0 : EG__LOWP_BLOCK;
+                    eg__lowp_widen(dtype, count, src + (size_t)(packed_offset + q0) * size,
+                                   (int64_t)size, g);
+                    for (int64_t q = 0; q < count; q++) o[q0 + q] += g[q];
+                }
             } else if (call->output->dtype == EG_DTYPE_F32) {
                 float *o = (float *)out + indexed_offset;
                 const float *g = (const float *)src + packed_offset;
@@ -89,6 +107,9 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
             }
         }
     }
+    if (sums && status == EG_OK)
+        eg__lowp_narrow(dtype, call->output->n_elems, sums, out, (int64_t)size);
+    free(sums);
     eg__unref(indices);
     eg__unref(dense);
     return status;
@@ -140,7 +161,12 @@ eg_status eg__cpu_pad(const eg__kernel_call *call) {
     char *data = eg__data(out);
     size_t size = eg_dtype_size(out->dtype);
     if (out->n_elems) {
-        eg__store_from_double(data, out->dtype, 0, call->attrs->scalars[0]);
+        if (eg__is_lowp(out->dtype)) { /* rounded once, not through f32 first */
+            uint16_t bits = eg__lowp_from_double(out->dtype, call->attrs->scalars[0]);
+            memcpy(data, &bits, 2);
+        } else {
+            eg__store_from_double(data, out->dtype, 0, call->attrs->scalars[0]);
+        }
         for (int64_t i = 1; i < out->n_elems; i++) memcpy(data + (size_t)i * size, data, size);
     }
     eg_tensor inner = *out;

@@ -46,7 +46,7 @@ typedef uint32_t vu16 __attribute__((vector_size(64)));
 #undef VM_FMA
 
 #define VM_SUFFIX avx2
-#define VM_TARGET __attribute__((target("avx2,fma")))
+#define VM_TARGET __attribute__((target("avx2,fma,f16c")))
 #define VM_FMA    1
 #include "backend/cpu/vecmath_kernels.h"
 #undef VM_SUFFIX
@@ -67,7 +67,7 @@ typedef uint32_t vu16 __attribute__((vector_size(64)));
 #define VM_AVX512 1
 
 #define VM_SUFFIX avx512
-#define VM_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define VM_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define VM_FMA    1
 #include "backend/cpu/vecmath_kernels.h"
 #undef VM_SUFFIX
@@ -111,6 +111,42 @@ void eg__vecmath_f32_strided(eg__vecmath_fn fn, int64_t n, char *out, int64_t ou
         for (int64_t i = 0; i < count; i++)
             memcpy(out + (begin + i) * out_stride, &buffer[i], sizeof(float));
     }
+}
+
+typedef void (*driver16_fn)(int64_t n, uint16_t *out, const uint16_t *in);
+/* [level][0: bf16, 1: f16][fn]; the baseline has no f16 drivers (no F16C) */
+static const driver16_fn drivers16[EG__CPU_LEVEL_COUNT][2][EG__VECMATH_COUNT] = {
+    {{exp_bf16_baseline, log_bf16_baseline, tanh_bf16_baseline, sigmoid_bf16_baseline,
+      gelu_bf16_baseline, softplus_bf16_baseline},
+     {NULL, NULL, NULL, NULL, NULL, NULL}},
+    {{exp_bf16_avx2, log_bf16_avx2, tanh_bf16_avx2, sigmoid_bf16_avx2, gelu_bf16_avx2,
+      softplus_bf16_avx2},
+     {exp_f16_avx2, log_f16_avx2, tanh_f16_avx2, sigmoid_f16_avx2, gelu_f16_avx2,
+      softplus_f16_avx2}},
+    {{exp_bf16_avx512, log_bf16_avx512, tanh_bf16_avx512, sigmoid_bf16_avx512, gelu_bf16_avx512,
+      softplus_bf16_avx512},
+     {exp_f16_avx512, log_f16_avx512, tanh_f16_avx512, sigmoid_f16_avx512, gelu_f16_avx512,
+      softplus_f16_avx512}},
+};
+
+/* AVX-512 with AVX512_BF16: the same bits (vecmath_kernels.h) */
+static const driver16_fn bf16_native[EG__VECMATH_COUNT] = {
+    exp_bf16_native_avx512,     log_bf16_native_avx512,  tanh_bf16_native_avx512,
+    sigmoid_bf16_native_avx512, gelu_bf16_native_avx512, softplus_bf16_native_avx512};
+
+bool eg__vecmath_lowp(eg__vecmath_fn fn, eg_dtype dtype, int64_t n, uint16_t *out,
+                      const uint16_t *in) {
+    bool f16 = dtype == EG_DTYPE_F16;
+    if ((!f16 && dtype != EG_DTYPE_BF16) || (f16 && !eg__cpu_has_f16c())) return false;
+    eg__cpu_level level = eg__cpu_active_level();
+    if (!f16 && level >= EG__CPU_AVX512 && eg__cpu_has_avx512_bf16()) {
+        bf16_native[fn](n, out, in);
+        return true;
+    }
+    driver16_fn driver = drivers16[level][f16][fn];
+    if (!driver) return false;
+    driver(n, out, in);
+    return true;
 }
 
 const char *eg__vecmath_name(eg__vecmath_fn fn) {

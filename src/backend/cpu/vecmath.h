@@ -42,9 +42,11 @@
 #ifndef EAGLE_SRC_BACKEND_CPU_VECMATH_H
 #define EAGLE_SRC_BACKEND_CPU_VECMATH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/cpu_features.h"
+#include "eagle/dtype.h"
 
 typedef enum eg__vecmath_fn {
     EG__VECMATH_EXP,
@@ -63,6 +65,13 @@ void eg__vecmath_f32(eg__vecmath_fn fn, int64_t n, float *out, const float *in);
 /* The same with strides in bytes (0 for a broadcast input): gathers into a small buffer. */
 void eg__vecmath_f32_strided(eg__vecmath_fn fn, int64_t n, char *out, int64_t out_stride,
                              const char *in, int64_t in_stride);
+
+/* The same on contiguous bf16 or f16 (dtype), widened and rounded in registers: the f32
+ * function's result on the widened input, rounded once to nearest even, the same bits as
+ * widening, eg__vecmath_f32 and rounding would give. out may equal in. false (nothing done) where
+ * the level has no such driver (f16 at the baseline, or without F16C). */
+bool eg__vecmath_lowp(eg__vecmath_fn fn, eg_dtype dtype, int64_t n, uint16_t *out,
+                      const uint16_t *in);
 
 /* At a given level (clamped to what the CPU has): for tests and benchmarks. */
 void eg__vecmath_f32_at(eg__cpu_level level, eg__vecmath_fn fn, int64_t n, float *out,

@@ -330,6 +330,183 @@ VM_DRIVER(sigmoid, sigmoid_v)
 VM_DRIVER(gelu, gelu_v)
 VM_DRIVER(softplus, softplus_v)
 
+/* bf16 and f16 drivers (vecmath.h: eg__vecmath_lowp): LANES 16-bit elements widened in registers
+ * (exactly), the f32 core, and the result rounded as core/dtype.c rounds: bf16 by its integer
+ * steps (x + 0x7fff + lsb) >> 16, a NaN's top half with the quiet bit; f16 by vcvtps2ph (nearest
+ * even), which needs F16C: only at the FMA levels, whose CPUs have it (the caller checks). The
+ * tail runs through the same code on a zero-padded vector. So the bits are those of the f32
+ * driver's result rounded once, whatever the position. */
+typedef uint16_t VM(vh) __attribute__((vector_size(LANES * 2)));
+
+VM_INLINE vf VM(widen_bf16)(VM(vh) h) {
+    return (vf)(__builtin_convertvector(h, vu) << 16);
+}
+/* The rounded bf16 in the low half of each 32-bit lane. */
+VM_INLINE vu VM(round_bf16_32)(vf y) {
+    vu x = (vu)y, top = x >> 16;
+    vu rounded = (x + 0x7fffu + (top & 1u)) >> 16;
+    return (vu)VM(choose)(VM_IS_NAN(y), (vf)(top | 0x40u), (vf)rounded);
+}
+VM_INLINE VM(vh) VM(round_bf16)(vf y) {
+    return __builtin_convertvector(VM(round_bf16_32)(y), VM(vh));
+}
+#if VM_FMA
+VM_INLINE vf VM(widen_f16)(VM(vh) h) {
+#if VM_AVX512
+    __m256i bits;
+    memcpy(&bits, &h, sizeof bits);
+    return (vf)_mm512_cvtph_ps(bits);
+#else
+    __m128i bits;
+    memcpy(&bits, &h, sizeof bits);
+    return (vf)_mm256_cvtph_ps(bits);
+#endif
+}
+VM_INLINE VM(vh) VM(round_f16)(vf y) {
+    VM(vh) h;
+#if VM_AVX512
+    __m256i bits = _mm512_cvtps_ph((__m512)y, _MM_FROUND_TO_NEAREST_INT);
+#else
+    __m128i bits = _mm256_cvtps_ph((__m256)y, _MM_FROUND_TO_NEAREST_INT);
+#endif
+    memcpy(&h, &bits, sizeof h);
+    return h;
+}
+#endif
+
+#define VM_DRIVER_16(NAME, CORE, FORMAT)                                                           \
+    VM_TARGET static void VM(NAME##_##FORMAT)(int64_t n, uint16_t *out, const uint16_t *in) {      \
+        int64_t i = 0;                                                                             \
+        for (; i + LANES <= n; i += LANES) {                                                       \
+            VM(vh) h;                                                                              \
+            VM_PREFETCH(in + i);                                                                   \
+            memcpy(&h, in + i, sizeof h);                                                          \
+            h = VM(round_##FORMAT)(VM(CORE)(VM(widen_##FORMAT)(h)));                               \
+            memcpy(out + i, &h, sizeof h);                                                         \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            VM(vh) h = {0};                                                                        \
+            memcpy(&h, in + i, sizeof(uint16_t) * (size_t)(n - i));                                \
+            h = VM(round_##FORMAT)(VM(CORE)(VM(widen_##FORMAT)(h)));                               \
+            memcpy(out + i, &h, sizeof(uint16_t) * (size_t)(n - i));                               \
+        }                                                                                          \
+    }
+#if VM_FMA
+/* bf16 at the AVX levels, two vectors at a time: interleaving 2 LANES elements with zeros
+ * (unpacklo / unpackhi, within each 128-bit lane) puts each in the top half of a 32-bit lane,
+ * which is its f32 value with no shift, and packing the two rounded vectors (packus, within the
+ * lanes as well) undoes the interleaving: the same values through the same core in another lane
+ * order, which elementwise results do not depend on, for a third of the conversions' shuffles. */
+#if VM_AVX512
+#define VM_PAIR           __m512i
+#define VM_PAIR_LO(h)     ((vf)_mm512_unpacklo_epi16(_mm512_setzero_si512(), h))
+#define VM_PAIR_HI(h)     ((vf)_mm512_unpackhi_epi16(_mm512_setzero_si512(), h))
+#define VM_PAIR_PACK(a, b) _mm512_packus_epi32((__m512i)(a), (__m512i)(b))
+#else
+#define VM_PAIR           __m256i
+#define VM_PAIR_LO(h)     ((vf)_mm256_unpacklo_epi16(_mm256_setzero_si256(), h))
+#define VM_PAIR_HI(h)     ((vf)_mm256_unpackhi_epi16(_mm256_setzero_si256(), h))
+#define VM_PAIR_PACK(a, b) _mm256_packus_epi32((__m256i)(a), (__m256i)(b))
+#endif
+#define VM_DRIVER_BF16_PAIRS(NAME, CORE)                                                           \
+    VM_TARGET static void VM(NAME##_bf16)(int64_t n, uint16_t *out, const uint16_t *in) {          \
+        int64_t i = 0;                                                                             \
+        VM_PAIR h;                                                                                 \
+        for (; i + 2 * LANES <= n; i += 2 * LANES) {                                               \
+            VM_PREFETCH(in + i);                                                                   \
+            memcpy(&h, in + i, sizeof h);                                                          \
+            vu lo = VM(round_bf16_32)(VM(CORE)(VM_PAIR_LO(h)));                                    \
+            vu hi = VM(round_bf16_32)(VM(CORE)(VM_PAIR_HI(h)));                                    \
+            h = VM_PAIR_PACK(lo, hi);                                                              \
+            memcpy(out + i, &h, sizeof h);                                                         \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            uint16_t pad[2 * LANES] = {0};                                                         \
+            memcpy(pad, in + i, sizeof(uint16_t) * (size_t)(n - i));                               \
+            memcpy(&h, pad, sizeof h);                                                             \
+            vu lo = VM(round_bf16_32)(VM(CORE)(VM_PAIR_LO(h)));                                    \
+            vu hi = VM(round_bf16_32)(VM(CORE)(VM_PAIR_HI(h)));                                    \
+            h = VM_PAIR_PACK(lo, hi);                                                              \
+            memcpy(pad, &h, sizeof h);                                                             \
+            memcpy(out + i, pad, sizeof(uint16_t) * (size_t)(n - i));                              \
+        }                                                                                          \
+    }
+#endif
+
+#define VM_DRIVERS_16(FORMAT)                                                                      \
+    VM_DRIVER_16(exp, exp_v, FORMAT)                                                               \
+    VM_DRIVER_16(log, log_v, FORMAT)                                                               \
+    VM_DRIVER_16(tanh, tanh_v, FORMAT)                                                             \
+    VM_DRIVER_16(sigmoid, sigmoid_v, FORMAT)                                                       \
+    VM_DRIVER_16(gelu, gelu_v, FORMAT)                                                             \
+    VM_DRIVER_16(softplus, softplus_v, FORMAT)
+#if VM_FMA
+#if VM_AVX512
+/* With AVX512_BF16, vcvtne2ps2bf16 rounds a pair of vectors to bf16 in one instruction, with
+ * core/dtype.c's bits for every f32 input (NaNs included; checked on all 2^32 of them) except the
+ * f32 subnormals, which it takes as zero: a pair holding one (a result below 2^-126, rare) is
+ * rounded by the integer steps instead. Its output is in the vectors' element order; a word
+ * permutation puts it in the interleaved order the pair came in (see above). */
+#define VM_BF16_TARGET                                                                             \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,avx512bf16")))
+VM_BF16_TARGET static inline __attribute__((always_inline)) __m512i VM(pack_bf16_pair)(vf lo,
+                                                                                         vf hi) {
+    if (!_kortestz_mask16_u8(_mm512_fpclass_ps_mask((__m512)lo, 0x20),
+                             _mm512_fpclass_ps_mask((__m512)hi, 0x20)))
+        return VM_PAIR_PACK(VM(round_bf16_32)(lo), VM(round_bf16_32)(hi));
+    /* word j of the conversion is element 8 (j % 16 / 4) + j % 4 (+ 4 for j >= 16) */
+    const __m512i order = _mm512_set_epi16(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10,
+                                           9, 8, 23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2,
+                                           1, 0);
+    return _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo));
+}
+#define VM_DRIVER_BF16_NATIVE(NAME, CORE)                                                          \
+    VM_BF16_TARGET static void VM(NAME##_bf16_native)(int64_t n, uint16_t *out,                    \
+                                                      const uint16_t *in) {                        \
+        int64_t i = 0;                                                                             \
+        VM_PAIR h;                                                                                 \
+        for (; i + 2 * LANES <= n; i += 2 * LANES) {                                               \
+            VM_PREFETCH(in + i);                                                                   \
+            memcpy(&h, in + i, sizeof h);                                                          \
+            h = VM(pack_bf16_pair)(VM(CORE)(VM_PAIR_LO(h)), VM(CORE)(VM_PAIR_HI(h)));              \
+            memcpy(out + i, &h, sizeof h);                                                         \
+        }                                                                                          \
+        if (i < n) {                                                                               \
+            uint16_t pad[2 * LANES] = {0};                                                         \
+            memcpy(pad, in + i, sizeof(uint16_t) * (size_t)(n - i));                               \
+            memcpy(&h, pad, sizeof h);                                                             \
+            h = VM(pack_bf16_pair)(VM(CORE)(VM_PAIR_LO(h)), VM(CORE)(VM_PAIR_HI(h)));              \
+            memcpy(pad, &h, sizeof h);                                                             \
+            memcpy(out + i, pad, sizeof(uint16_t) * (size_t)(n - i));                              \
+        }                                                                                          \
+    }
+VM_DRIVER_BF16_NATIVE(exp, exp_v)
+VM_DRIVER_BF16_NATIVE(log, log_v)
+VM_DRIVER_BF16_NATIVE(tanh, tanh_v)
+VM_DRIVER_BF16_NATIVE(sigmoid, sigmoid_v)
+VM_DRIVER_BF16_NATIVE(gelu, gelu_v)
+VM_DRIVER_BF16_NATIVE(softplus, softplus_v)
+#undef VM_DRIVER_BF16_NATIVE
+#undef VM_BF16_TARGET
+#endif
+VM_DRIVER_BF16_PAIRS(exp, exp_v)
+VM_DRIVER_BF16_PAIRS(log, log_v)
+VM_DRIVER_BF16_PAIRS(tanh, tanh_v)
+VM_DRIVER_BF16_PAIRS(sigmoid, sigmoid_v)
+VM_DRIVER_BF16_PAIRS(gelu, gelu_v)
+VM_DRIVER_BF16_PAIRS(softplus, softplus_v)
+VM_DRIVERS_16(f16)
+#undef VM_DRIVER_BF16_PAIRS
+#undef VM_PAIR
+#undef VM_PAIR_LO
+#undef VM_PAIR_HI
+#undef VM_PAIR_PACK
+#else
+VM_DRIVERS_16(bf16)
+#endif
+
+#undef VM_DRIVERS_16
+#undef VM_DRIVER_16
 #undef VM_DRIVER
 #undef VM_PREFETCH
 #undef vmask
