@@ -1,7 +1,10 @@
 """PyTorch's conv2d on the CNN's layer shapes (bench/conv/conv_bench.c's): forward, input gradient
-and filter gradient (torch.ops.aten.convolution_backward), f32, batch 64, NCHW and channels_last,
-printing GFLOP/s (2 * multiply-adds of the forward per second) by wall and process CPU time."""
+and filter gradient (torch.ops.aten.convolution_backward), batch 64, NCHW and channels_last, f32
+or (--dtype) bfloat16 / float16 (oneDNN through torch.backends.mkldnn), printing the median time
+of --repeats calls and GFLOP/s (2 * multiply-adds of the forward per second) by wall and process
+CPU time."""
 import argparse
+import statistics
 import time
 
 import torch
@@ -11,11 +14,15 @@ LAYERS = [("conv1", 28, 28, 1, 3, 32, 1), ("conv2", 28, 28, 32, 3, 32, 1),
 
 
 def timed(fn, repeats):
+    """Median wall and process CPU seconds of one call, after a warm-up call."""
     fn()
-    wall, cpu = time.perf_counter(), time.process_time()
+    walls, cpus = [], []
     for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-    return (time.perf_counter() - wall) / repeats, (time.process_time() - cpu) / repeats
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main():
@@ -23,15 +30,19 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    p.add_argument("--formats", default="nchw,channels_last")
     args = p.parse_args()
+    dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__} conv2d, batch {args.batch}, f32, {args.threads} thread(s), "
-          f"{args.repeats} repeats, mkldnn {torch.backends.mkldnn.is_available()}")
+    print(f"torch {torch.__version__} conv2d, batch {args.batch}, {args.dtype}, "
+          f"{args.threads} thread(s), median of {args.repeats}, "
+          f"mkldnn {torch.backends.mkldnn.is_available()}")
     g = torch.Generator().manual_seed(7)
     for name, h, w, c, k, o, pad in LAYERS:
-        for fmt in ("nchw", "channels_last"):
-            x = torch.randn(args.batch, c, h, w, generator=g)
-            wt = torch.randn(o, c, k, k, generator=g) * 0.1
+        for fmt in args.formats.split(","):
+            x = torch.randn(args.batch, c, h, w, generator=g).to(dtype)
+            wt = (torch.randn(o, c, k, k, generator=g) * 0.1).to(dtype)
             if fmt == "channels_last":
                 x = x.contiguous(memory_format=torch.channels_last)
                 wt = wt.contiguous(memory_format=torch.channels_last)

@@ -1,6 +1,6 @@
 /* CPU 2-d convolution: forward, gradient with respect to the input (also the transposed
  * convolution) and with respect to the filter, for NHWC and NCHW images of any strides and HWIO
- * filters, f32 and f64.
+ * filters, f32 and f64 (bf16 and f16 go to conv_lowp.c).
  *
  * Three algorithms, chosen per call (conv_use_avx512, conv_use_avx2, conv_use_direct;
  * bench/conv measures them):
@@ -56,11 +56,22 @@
  * applies; 3: the input gradient by col2im even at stride 1; 4: the AVX2 implicit-GEMM kernels
  * (conv_avx2.c) wherever they apply, even on a CPU with AVX-512; 5: the AVX-512 ones
  * (conv_avx512.c) wherever they apply (at the level EG__CPU_AVX512; the AVX2 kernels where the
- * AVX-512 filter gradient does not fit). For bench/conv and the tests. */
-static int forced_algorithm;
+ * AVX-512 filter gradient does not fit); 6 and 7 are for bf16 / f16 (conv_lowp.c: AMX where it
+ * applies; the f32 kernels on widened copies everywhere) and choose by shape here. For bench/conv
+ * and the tests. */
+static int forced_algorithm_code;
 void eg__conv_set_algorithm(int algorithm);
 void eg__conv_set_algorithm(int algorithm) {
-    forced_algorithm = algorithm;
+    forced_algorithm_code = algorithm;
+}
+
+int eg__conv_forced_algorithm(void) {
+    return forced_algorithm_code;
+}
+
+/* The forced choice among this file's algorithms. */
+static int f32_algorithm(void) {
+    return forced_algorithm_code >= 6 ? 0 : forced_algorithm_code;
 }
 
 typedef eg__conv_geometry conv_geometry;
@@ -89,6 +100,11 @@ static conv_geometry geometry(const eg_tensor *x, const eg_tensor *y, const int6
     g.dtype = x->dtype;
     g.esize = eg_dtype_size(x->dtype);
     return g;
+}
+
+eg__conv_geometry eg__conv_geometry_of(const eg_tensor *x, const eg_tensor *y,
+                                       const int64_t *w_shape, const eg__attrs *attrs) {
+    return geometry(x, y, w_shape, attrs);
 }
 
 /* Row-major C (m x n) = op(A) op(B) + beta C. */
@@ -209,7 +225,33 @@ int64_t eg__conv_band_in_rows(const conv_geometry *g, int64_t n_rows) {
     return (n_rows - 1) * g->stride_h + g->dil_h * (g->kh - 1) + 1;
 }
 
-void eg__conv_pad_band(const conv_geometry *g, const eg__conv_band *l, const float *x, int64_t b,
+/* n values of x (f32, bf16 or f16: g->dtype) from src, src_step apart, into dst as f32. */
+static void widen_run(eg_dtype dtype, const void *src, int64_t src_step, int64_t n, float *dst) {
+    if (dtype == EG_DTYPE_F32) {
+        const float *s = src;
+        if (src_step == 1)
+            memcpy(dst, s, (size_t)n * sizeof(float));
+        else
+            for (int64_t i = 0; i < n; i++) dst[i] = s[i * src_step];
+        return;
+    }
+    const uint16_t *s = src;
+    if (src_step == 1) {
+        if (dtype == EG_DTYPE_BF16)
+            eg_bf16_to_f32(s, dst, (size_t)n);
+        else
+            eg_f16_to_f32(s, dst, (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (dtype == EG_DTYPE_BF16)
+            eg_bf16_to_f32(s + i * src_step, dst + i, 1);
+        else
+            eg_f16_to_f32(s + i * src_step, dst + i, 1);
+    }
+}
+
+void eg__conv_pad_band(const conv_geometry *g, const eg__conv_band *l, const void *x, int64_t b,
                        int64_t first_row, int64_t n_rows, float *pad) {
     const eg__image *xi = &g->x;
     int64_t c = l->c, wp = l->wp;
@@ -226,16 +268,32 @@ void eg__conv_pad_band(const conv_geometry *g, const eg__conv_band *l, const flo
             continue;
         }
         memset(dst, 0, (size_t)(col_lo * c) * sizeof(float));
-        const float *src = x + b * xi->sn + ih * xi->sh + (col_lo - g->pad_l) * xi->sw;
+        const char *src =
+            (const char *)x +
+            (size_t)(b * xi->sn + ih * xi->sh + (col_lo - g->pad_l) * xi->sw) * g->esize;
         if (dense) {
-            memcpy(dst + col_lo * c, src, (size_t)((col_hi - col_lo) * c) * sizeof(float));
+            widen_run(g->dtype, src, 1, (col_hi - col_lo) * c, dst + col_lo * c);
         } else {
             for (int64_t col = col_lo; col < col_hi; col++)
-                for (int64_t ch = 0; ch < c; ch++)
-                    dst[col * c + ch] = src[(col - col_lo) * xi->sw + ch * xi->sc];
+                widen_run(g->dtype, src + (size_t)((col - col_lo) * xi->sw) * g->esize, xi->sc, c,
+                          dst + col * c);
         }
         memset(dst + col_hi * c, 0, (size_t)((wp - col_hi) * c) * sizeof(float));
     }
+}
+
+void eg__conv_round_into(eg_dtype dtype, const float *src, int64_t n, void *dst, int64_t offset) {
+    if (dtype == EG_DTYPE_BF16)
+        eg_f32_to_bf16(src, (uint16_t *)dst + offset, (size_t)n);
+    else
+        eg_f32_to_f16(src, (uint16_t *)dst + offset, (size_t)n);
+}
+
+const float *eg__conv_sweep_dy(const conv_geometry *g, const void *dy, int64_t offset, int64_t n,
+                               float *buffer) {
+    if (g->dtype == EG_DTYPE_F32) return (const float *)dy + offset;
+    widen_run(g->dtype, (const uint16_t *)dy + offset, 1, n, buffer);
+    return buffer;
 }
 
 void eg__conv_pack_filter(const conv_geometry *g, const float *w, int64_t nr, float *dst) {
@@ -374,16 +432,18 @@ DIRECT_FILTER_ROWS(8)
 #endif
 
 /* Whether conv_avx2.c's implicit-GEMM kernels compute this convolution's forward and filter
- * gradient: f32 NHWC on a CPU with AVX2 and FMA, with at least 8 output channels per group (the
+ * gradient: f32 (or bf16 / f16 for conv_lowp.c, which the kernels widen as they copy the input
+ * bands and round as they write each band's output) NHWC on a CPU with AVX2 and FMA, with at
+ * least 8 output channels per group (the
  * register block is 16 channels wide; fewer would leave most of it idle). bench/conv: they beat
  * im2col + sgemm and the direct kernel on every layer of the CNN, the 3x3x1 first layer included
  * (forward ~45 GFLOP/s against ~12 for the direct kernel). */
 static bool conv_use_avx2(const conv_geometry *g) {
 #ifdef EG_CONV_X86
-    if (forced_algorithm == 1 || forced_algorithm == 2 || g->dtype != EG_DTYPE_F32 || g->first ||
+    if (f32_algorithm() == 1 || f32_algorithm() == 2 || g->dtype == EG_DTYPE_F64 || g->first ||
         g->p == 0 || g->og == 0 || !cpu_has_avx2_fma() || !eg__conv_avx2_built())
         return false;
-    return forced_algorithm >= 4 || g->og >= 8;
+    return f32_algorithm() >= 4 || g->og >= 8;
 #else
     (void)g;
     return false;
@@ -395,11 +455,11 @@ static bool conv_use_avx2(const conv_geometry *g) {
  * keeps the AVX2 kernels on an AVX-512 CPU, for comparison. */
 static bool conv_use_avx512(const conv_geometry *g) {
 #ifdef EG_CONV_X86
-    if (forced_algorithm != 0 && forced_algorithm != 3 && forced_algorithm != 5) return false;
-    if (g->dtype != EG_DTYPE_F32 || g->first || g->p == 0 || g->og == 0 ||
+    if (f32_algorithm() != 0 && f32_algorithm() != 3 && f32_algorithm() != 5) return false;
+    if (g->dtype == EG_DTYPE_F64 || g->first || g->p == 0 || g->og == 0 ||
         eg__cpu_active_level() < EG__CPU_AVX512 || !eg__conv_avx512_built())
         return false;
-    return forced_algorithm == 5 || g->og >= 8;
+    return f32_algorithm() == 5 || g->og >= 8;
 #else
     (void)g;
     return false;
@@ -409,12 +469,12 @@ static bool conv_use_avx512(const conv_geometry *g) {
 /* Whether the direct kernels compute this convolution's forward and filter gradient. */
 static bool conv_use_direct(const conv_geometry *g) {
 #ifdef EG_CONV_X86
-    if (forced_algorithm == 1 || forced_algorithm >= 4 || g->dtype != EG_DTYPE_F32 || g->first)
+    if (f32_algorithm() == 1 || f32_algorithm() >= 4 || g->dtype != EG_DTYPE_F32 || g->first)
         return false;
     int nv = (int)(g->og / 8);
     if (g->og % 8 != 0 || (nv != 1 && nv != 2 && nv != 4 && nv != 8) || !cpu_has_avx2_fma())
         return false;
-    return forced_algorithm == 2 || g->k <= DIRECT_MAX_K;
+    return f32_algorithm() == 2 || g->k <= DIRECT_MAX_K;
 #else
     (void)g;
     return false;
@@ -459,6 +519,7 @@ typedef struct conv_job {
     int64_t chunk_images, n_chunks;
     char *partials;
     size_t partial_elems; /* of one chunk's partial filter gradient */
+    size_t acc_size;      /* bytes per partial element: g's, or f32 for bf16 / f16 */
     bool direct, avx2, avx512;
     atomic_bool failed; /* a task found no memory for its scratch space */
 } conv_job;
@@ -530,10 +591,11 @@ static eg_status run_forward(const conv_geometry *g, const char *x, const char *
         memset(y, 0, (size_t)(g->y.n * g->p * g->out_c) * g->esize);
         return EG_OK;
     }
-    if (conv_use_avx512(g))
-        return eg__conv_avx512_forward(g, (const float *)x, (const float *)w, (float *)y, what);
-    if (conv_use_avx2(g))
-        return eg__conv_avx2_forward(g, (const float *)x, (const float *)w, (float *)y, what);
+    if (conv_use_avx512(g)) return eg__conv_avx512_forward(g, x, (const float *)w, y, what);
+    if (conv_use_avx2(g)) return eg__conv_avx2_forward(g, x, (const float *)w, y, what);
+    if (g->dtype == EG_DTYPE_BF16 || g->dtype == EG_DTYPE_F16)
+        return eg__error(EG_ERR_INTERNAL, "%s: no kernel for a %s convolution", what,
+                         eg_dtype_name(g->dtype));
     conv_job job = {.g = g, .x = x, .w = w, .y = y};
     job.direct = conv_use_direct(g);
     job.tiles = (tiling){tile_rows(g), g->p, g->first};
@@ -543,8 +605,9 @@ static eg_status run_forward(const conv_geometry *g, const char *x, const char *
 }
 
 /* x: (B, H, W, C) / (B, C, H, W), w: (KH, KW, C/groups, O) -> y: (B, OH, OW, O) / (B, O, OH, OW) */
-eg_status eg__cpu_conv2d(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d(const eg__kernel_call *call) {
+    if (call->output->dtype == EG_DTYPE_BF16 || call->output->dtype == EG_DTYPE_F16)
+        return eg__conv_lowp_forward(call);
     eg__blas_single_threaded();
     eg_tensor *w = eg__contiguous_temp(call->inputs[1]);
     if (!w) return eg_last_status();
@@ -562,13 +625,8 @@ eg_status eg__cpu_conv2d(const eg__kernel_call *call) {
  * flipped in space and with its input and output channels swapped (per group), padded by
  * span - pad (possibly negative: im2col reads zeros outside dy either way). That runs as the
  * forward does (no scatter, a larger GEMM inner dimension) and is every stride-1 layer's path. */
-static bool flipped_geometry(const conv_geometry *g, conv_geometry *f) {
-    /* With few input channels per group the flipped GEMM would be too narrow (N = cg); when the
-     * input is much larger than the output (valid padding on small images) the flipped form
-     * multiplies many padding zeros (bench/conv: col2im wins from ~25% more). */
-    if (g->stride_h != 1 || g->stride_w != 1 || g->cg < FLIPPED_MIN_CHANNELS ||
-        g->x.h * g->x.w * 4 > g->p * 5 || forced_algorithm == 3)
-        return false;
+bool eg__conv_flip_geometry(const conv_geometry *g, conv_geometry *f) {
+    if (g->stride_h != 1 || g->stride_w != 1) return false;
     *f = *g;
     f->x = g->y; /* reads dy */
     f->y = g->x; /* writes dx */
@@ -582,8 +640,24 @@ static bool flipped_geometry(const conv_geometry *g, conv_geometry *f) {
     return true;
 }
 
-/* w (KH, KW, cg, O) -> (KH, KW, og, C): flipped in space, channels swapped within each group. */
-static void flip_filter(const conv_geometry *g, const char *w, char *out) {
+static bool flipped_geometry(const conv_geometry *g, conv_geometry *f);
+
+bool eg__conv_flip_preferred(const conv_geometry *g, conv_geometry *f) {
+    return flipped_geometry(g, f);
+}
+
+static bool flipped_geometry(const conv_geometry *g, conv_geometry *f) {
+    /* With few input channels per group the flipped GEMM would be too narrow (N = cg); when the
+     * input is much larger than the output (valid padding on small images) the flipped form
+     * multiplies many padding zeros (bench/conv: col2im wins from ~25% more). */
+    if (g->cg < FLIPPED_MIN_CHANNELS || g->x.h * g->x.w * 4 > g->p * 5 || f32_algorithm() == 3)
+        return false;
+    return eg__conv_flip_geometry(g, f);
+}
+
+void eg__conv_flip_filter(const conv_geometry *g, const void *w_, void *out_) {
+    const char *w = w_;
+    char *out = out_;
     size_t es = g->esize;
     int64_t c_total = g->cg * g->groups;
     for (int64_t i = 0; i < g->kh; i++)
@@ -630,8 +704,9 @@ static void conv_input_tasks(void *context, int64_t begin, int64_t end) {
 }
 
 /* dy: the convolution's output shape, w: (KH, KW, C/groups, O) -> dx: the input's shape */
-eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
+    if (call->output->dtype == EG_DTYPE_BF16 || call->output->dtype == EG_DTYPE_F16)
+        return eg__conv_lowp_backward_input(call);
     eg__blas_single_threaded();
     eg_tensor *dx = call->output;
     eg_tensor *dy = eg__contiguous_temp(call->inputs[0]);
@@ -649,7 +724,7 @@ eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
         if (!flipped) {
             status = out_of_memory("conv2d_backward_input");
         } else {
-            flip_filter(&g, eg__data(w), flipped);
+            eg__conv_flip_filter(&g, eg__data(w), flipped);
             status = run_forward(&f, eg__data(dy), flipped, eg__data(dx), "conv2d_backward_input");
             free(flipped);
         }
@@ -671,7 +746,7 @@ eg_status eg__cpu_conv2d_backward_input(const eg__kernel_call *call) {
 static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
     conv_job *j = context;
     const conv_geometry *g = j->g;
-    size_t es = g->esize, partial_elems = j->partial_elems;
+    size_t es = j->acc_size, partial_elems = j->partial_elems;
     char *col = j->direct   ? NULL
                 : j->avx512 ? scratch(eg__conv_avx512_filter_scratch(g) * sizeof(float))
                 : j->avx2   ? scratch(eg__conv_avx2_filter_scratch(g) * sizeof(float))
@@ -686,15 +761,13 @@ static void conv_filter_tasks(void *context, int64_t begin, int64_t end) {
         int64_t b_end = (chunk + 1) * j->chunk_images;
         if (b_end > g->x.n) b_end = g->x.n;
         if (j->avx512) {
-            eg__conv_avx512_filter_chunk(g, (const float *)j->x, (const float *)j->dy,
-                                         (float *)partial, chunk * j->chunk_images, b_end,
-                                         (float *)col);
+            eg__conv_avx512_filter_chunk(g, j->x, j->dy, (float *)partial, chunk * j->chunk_images,
+                                         b_end, (float *)col);
             continue;
         }
         if (j->avx2) {
-            eg__conv_avx2_filter_chunk(g, (const float *)j->x, (const float *)j->dy,
-                                       (float *)partial, chunk * j->chunk_images, b_end,
-                                       (float *)col);
+            eg__conv_avx2_filter_chunk(g, j->x, j->dy, (float *)partial, chunk * j->chunk_images,
+                                       b_end, (float *)col);
             continue;
         }
 #ifdef EG_CONV_X86
@@ -790,7 +863,7 @@ static pthread_mutex_t partials_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *partials_cached;
 static size_t partials_cached_bytes;
 
-static char *partials_take(size_t bytes) {
+char *eg__conv_partials_take(size_t bytes) {
     char *p = NULL;
     pthread_mutex_lock(&partials_lock);
     if (partials_cached && partials_cached_bytes >= bytes) {
@@ -807,9 +880,10 @@ void eg__cpu_conv_release_cached(void) {
     partials_cached = NULL;
     partials_cached_bytes = 0;
     pthread_mutex_unlock(&partials_lock);
+    eg__conv_scratch_release();
 }
 
-static void partials_give(char *p, size_t bytes) {
+void eg__conv_partials_give(char *p, size_t bytes) {
     if (!p) return;
     pthread_mutex_lock(&partials_lock);
     if (!partials_cached || partials_cached_bytes < bytes) {
@@ -822,44 +896,74 @@ static void partials_give(char *p, size_t bytes) {
     free(p);
 }
 
+/* dw (k x out_c, HWIO; f32 for bf16 / f16 geometries, which only the implicit GEMMs take) = the
+ * filter gradient of x (g->x's strides) and dy (contiguous). */
+static eg_status filter_gradient(const conv_geometry *g, const char *x, const char *dy, char *dw,
+                                 const char *what) {
+    bool lowp = g->dtype == EG_DTYPE_BF16 || g->dtype == EG_DTYPE_F16;
+    conv_job job = {.g = g, .x = x, .dy = dy};
+    job.tiles = (tiling){tile_rows(g), g->p, g->first};
+    job.avx512 = conv_use_avx512(g) && eg__conv_avx512_filter_fits(g);
+    job.avx2 = !job.avx512 && conv_use_avx2(g);
+    job.direct = !job.avx512 && !job.avx2 && conv_use_direct(g);
+    job.acc_size = lowp ? sizeof(float) : g->esize;
+    if (lowp && !job.avx512 && !job.avx2)
+        return eg__error(EG_ERR_INTERNAL, "%s: no kernel for a %s filter gradient", what,
+                         eg_dtype_name(g->dtype));
+    atomic_init(&job.failed, false);
+    job.chunk_images = (g->x.n + EG_CONV_FILTER_CHUNKS - 1) / EG_CONV_FILTER_CHUNKS;
+    if (job.chunk_images < 1) job.chunk_images = 1;
+    job.n_chunks = (g->x.n + job.chunk_images - 1) / job.chunk_images;
+    eg_status status = EG_OK;
+    size_t n = (size_t)(g->k * g->out_c);
+    job.partial_elems = job.avx512 ? eg__conv_avx512_filter_partial_floats(g) : n;
+    if (job.n_chunks == 0 || g->p == 0) {
+        memset(dw, 0, n * job.acc_size);
+    } else {
+        size_t partials_bytes = (size_t)job.n_chunks * job.partial_elems * job.acc_size;
+        job.partials = eg__conv_partials_take(partials_bytes);
+        if (job.partials) eg__parallel_for(job.n_chunks, 1, conv_filter_tasks, &job);
+        if (!job.partials || atomic_load(&job.failed)) {
+            status = out_of_memory(what);
+        } else if (job.avx512) {
+            avx512_sum_job s = {g, (const float *)job.partials, job.n_chunks, (float *)dw};
+            eg__parallel_for(eg__conv_avx512_filter_units(g), 1, avx512_sum_partials, &s);
+        } else {
+            sum_job s = {dw, job.partials, job.n_chunks, (int64_t)n,
+                         lowp ? EG_DTYPE_F32 : g->dtype};
+            eg__parallel_for((int64_t)n, EG_PARALLEL_GRAIN_ELEMENTWISE, sum_partials, &s);
+        }
+        eg__conv_partials_give(job.partials, partials_bytes);
+    }
+    return status;
+}
+
+bool eg__conv_implicit_fits(const conv_geometry *g) {
+    return conv_use_avx512(g) || conv_use_avx2(g);
+}
+
+eg_status eg__conv_implicit_forward(const conv_geometry *g, const void *x, const float *w, void *y,
+                                    const char *what) {
+    return run_forward(g, x, (const char *)w, y, what);
+}
+
+eg_status eg__conv_implicit_filter(const conv_geometry *g, const void *x, const void *dy, float *dw,
+                                   const char *what) {
+    return filter_gradient(g, x, dy, (char *)dw, what);
+}
+
 /* x: the input, dy: the convolution's output shape -> dw: (KH, KW, C/groups, O) */
-eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call);
 eg_status eg__cpu_conv2d_backward_filter(const eg__kernel_call *call) {
+    if (call->output->dtype == EG_DTYPE_BF16 || call->output->dtype == EG_DTYPE_F16)
+        return eg__conv_lowp_backward_filter(call);
     eg__blas_single_threaded();
     const eg_tensor *x = call->inputs[0];
     eg_tensor *dw = call->output;
     eg_tensor *dy = eg__contiguous_temp(call->inputs[1]);
     if (!dy) return eg_last_status();
     conv_geometry g = geometry(x, dy, dw->shape, call->attrs);
-    conv_job job = {.g = &g, .x = eg__data(x), .dy = eg__data(dy)};
-    job.tiles = (tiling){tile_rows(&g), g.p, g.first};
-    job.avx512 = conv_use_avx512(&g) && eg__conv_avx512_filter_fits(&g);
-    job.avx2 = !job.avx512 && conv_use_avx2(&g);
-    job.direct = !job.avx512 && !job.avx2 && conv_use_direct(&g);
-    atomic_init(&job.failed, false);
-    job.chunk_images = (g.x.n + EG_CONV_FILTER_CHUNKS - 1) / EG_CONV_FILTER_CHUNKS;
-    if (job.chunk_images < 1) job.chunk_images = 1;
-    job.n_chunks = (g.x.n + job.chunk_images - 1) / job.chunk_images;
-    eg_status status = EG_OK;
-    size_t n = (size_t)dw->n_elems;
-    job.partial_elems = job.avx512 ? eg__conv_avx512_filter_partial_floats(&g) : n;
-    if (job.n_chunks == 0 || g.p == 0) {
-        memset(eg__data(dw), 0, n * g.esize);
-    } else {
-        size_t partials_bytes = (size_t)job.n_chunks * job.partial_elems * g.esize;
-        job.partials = partials_take(partials_bytes);
-        if (job.partials) eg__parallel_for(job.n_chunks, 1, conv_filter_tasks, &job);
-        if (!job.partials || atomic_load(&job.failed)) {
-            status = out_of_memory("conv2d_backward_filter");
-        } else if (job.avx512) {
-            avx512_sum_job s = {&g, (const float *)job.partials, job.n_chunks, eg__data(dw)};
-            eg__parallel_for(eg__conv_avx512_filter_units(&g), 1, avx512_sum_partials, &s);
-        } else {
-            sum_job s = {eg__data(dw), job.partials, job.n_chunks, (int64_t)n, g.dtype};
-            eg__parallel_for((int64_t)n, EG_PARALLEL_GRAIN_ELEMENTWISE, sum_partials, &s);
-        }
-        partials_give(job.partials, partials_bytes);
-    }
+    eg_status status =
+        filter_gradient(&g, eg__data(x), eg__data(dy), eg__data(dw), "conv2d_backward_filter");
     eg__unref(dy);
     return status;
 }

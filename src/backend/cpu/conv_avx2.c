@@ -16,7 +16,12 @@
  * channels; for every output pixel of the band, 2 vector loads of dy, 6 broadcasts of the input,
  * 12 FMAs. Blocks past the end (pixels, filter rows) repeat the last valid row and are not
  * stored; channel tails use masked loads and stores. Every output value is computed by the same
- * sequence of operations whichever thread runs it. */
+ * sequence of operations whichever thread runs it.
+ *
+ * bf16 and f16 (conv_lowp.c): the band copies widen the input, each forward band is computed
+ * into an f32 buffer and rounded into y once, and each filter-gradient sweep's dy rows are
+ * widened into a buffer first: the same operations on the same values as on widened copies,
+ * without the passes over whole tensors. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +91,32 @@ static inline void put_row(float *dst, __m256 v0, __m256 v1, bool full, __m256i 
         if (n_valid > 5) put_row(dst_of(5), a50, a51, full, m0, m1, add);                          \
     } while (0)
 
+/* dst = src rounded to bf16, eg_f32_to_bf16's integer rule (nearest even; a NaN keeps its top
+ * bits, quiet), 16 at a time, cheaper than that function's compiler-vectorized AVX2 build
+ * (bench_conv --dtype bf16 at EG_CPU=avx2: the first layer's forward, whose output is 32 times
+ * its input). */
+static void round_bf16(const float *src, uint16_t *dst, int64_t n) {
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i r[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(src + i + 8 * h));
+            __m256i top = _mm256_srli_epi32(x, 16);
+            __m256i rounded = _mm256_srli_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(x, bias), _mm256_and_si256(top, one)), 16);
+            __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs_mask), inf);
+            r[h] = _mm256_blendv_epi8(rounded, _mm256_or_si256(top, quiet), nan);
+        }
+        /* packus interleaves the 128-bit lanes: put them back in order */
+        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r[0], r[1]), 0xD8);
+        _mm256_storeu_si256((__m256i *)(dst + i), packed);
+    }
+    eg_f32_to_bf16(src + i, dst + i, (size_t)(n - i));
+}
+
 /* ---- forward ---- */
 
 /* y[r][0..16) = sum over taps t and channels ch of px[r][taps[t] + ch] * w[t * cg + ch][0..16)
@@ -115,8 +146,9 @@ static void forward_block(const float *const *px, const int64_t *taps, int64_t n
 typedef struct forward_job {
     const eg__conv_geometry *g;
     eg__conv_band l;
-    const float *x, *wpack;
-    float *y;
+    const void *x;
+    const float *wpack;
+    void *y;
     const int64_t *taps;
     int64_t n_ob; /* 16-channel blocks per group */
     atomic_bool failed;
@@ -135,22 +167,27 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
     forward_job *j = context;
     const eg__conv_geometry *g = j->g;
     const eg__conv_band *l = &j->l;
+    bool lowp = g->dtype != EG_DTYPE_F32;
     size_t pad_bytes = (eg__conv_band_floats(l) * sizeof(float) + 63) / 64 * 64;
     size_t offsets_bytes = ((size_t)(l->rows * g->y.w) * sizeof(int64_t) + 63) / 64 * 64;
-    char *scratch = aligned_alloc(64, pad_bytes + offsets_bytes);
+    size_t out_bytes =
+        lowp ? ((size_t)(l->rows * g->y.w * g->out_c) * sizeof(float) + 63) / 64 * 64 : 0;
+    char *scratch = aligned_alloc(64, pad_bytes + offsets_bytes + out_bytes);
     if (!scratch) {
         atomic_store(&j->failed, true);
         return;
     }
     float *pad = (float *)scratch;
     int64_t *offsets = (int64_t *)(scratch + pad_bytes);
+    float *out = (float *)(scratch + pad_bytes + offsets_bytes); /* a low-precision band's sums */
     for (int64_t task = begin; task < end; task++) {
         int64_t b = task / l->n_bands, r0 = task % l->n_bands * l->rows;
         int64_t n_rows = g->y.h - r0 < l->rows ? g->y.h - r0 : l->rows;
         eg__conv_pad_band(g, l, j->x, b, r0 * g->stride_h, eg__conv_band_in_rows(g, n_rows), pad);
         int64_t n_pix = n_rows * g->y.w;
         pixel_offsets(g, l, n_rows, offsets);
-        float *yb = j->y + (b * g->p + r0 * g->y.w) * g->out_c;
+        int64_t y0 = (b * g->p + r0 * g->y.w) * g->out_c; /* the band's first output */
+        float *yb = lowp ? out : (float *)j->y + y0;
         for (int64_t grp = 0; grp < g->groups; grp++)
             for (int64_t ob = 0; ob < j->n_ob; ob++) {
                 const float *w = j->wpack + (grp * j->n_ob + ob) * g->k * NR;
@@ -168,12 +205,16 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
                                   n_ch == NR, m0, m1);
                 }
             }
+        if (g->dtype == EG_DTYPE_BF16)
+            round_bf16(out, (uint16_t *)j->y + y0, n_pix * g->out_c);
+        else if (lowp)
+            eg__conv_round_into(g->dtype, out, n_pix * g->out_c, j->y, y0);
     }
     free(scratch);
 }
 
-eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, const float *w,
-                                float *y, const char *what) {
+eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const void *x, const float *w, void *y,
+                                const char *what) {
     forward_job job = {.g = g, .x = x, .y = y};
     job.l = eg__conv_band_layout(g, FORWARD_BAND_PIXELS);
     job.n_ob = (g->og + NR - 1) / NR;
@@ -229,14 +270,23 @@ static void filter_flat_masked(const float *const *px, const int64_t *xoff, int6
     filter_block_flat(px, xoff, n_pix, dy, ldy, dw, ldw, n_valid, false, m0, m1);
 }
 
-/* Scratch: the padded band, then the filter rows' offsets in it, then a band's pixel offsets. */
-size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
-    eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
-    return (eg__conv_band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2 +
-           (size_t)(l.rows * g->y.w) * 2;
+/* Rows of one sweep: its dy rows and the padded input it reads stay in L1 while every block of
+ * filter rows and output channels passes over them. */
+static int64_t sweep_rows_of(const eg__conv_geometry *g) {
+    return EG_CONV_FILTER_SWEEP_PIXELS / g->y.w < 1 ? 1 : EG_CONV_FILTER_SWEEP_PIXELS / g->y.w;
 }
 
-void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
+/* Scratch: the padded band, then the filter rows' offsets in it, then a band's pixel offsets,
+ * then (bf16 / f16) a sweep's dy rows widened. */
+size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
+    eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
+    size_t dy_floats =
+        g->dtype != EG_DTYPE_F32 ? (size_t)(sweep_rows_of(g) * g->y.w * g->out_c) : 0;
+    return (eg__conv_band_floats(&l) + 15) / 16 * 16 + (size_t)g->k * 2 +
+           (size_t)(l.rows * g->y.w) * 2 + dy_floats;
+}
+
+void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const void *x, const void *dy,
                                 float *partial, int64_t b0, int64_t b1, float *scratch) {
     eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
     float *pad = scratch;
@@ -248,20 +298,17 @@ void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, cons
     for (int64_t row = 0, pix = 0; row < l.rows; row++)
         for (int64_t col = 0; col < g->y.w; col++, pix++)
             xoff[pix] = row * l.row_step + col * l.col_step;
-    int64_t n_ob = (g->og + NR - 1) / NR;
-    /* Rows of one sweep: its dy rows and the padded input it reads stay in L1 while every block
-     * of filter rows and output channels passes over them. */
-    int64_t sweep_rows = EG_CONV_FILTER_SWEEP_PIXELS / g->y.w < 1
-                             ? 1
-                             : EG_CONV_FILTER_SWEEP_PIXELS / g->y.w;
+    int64_t n_ob = (g->og + NR - 1) / NR, sweep_rows = sweep_rows_of(g);
+    float *dy_wide = (float *)(xoff + l.rows * g->y.w); /* bf16 / f16: a sweep's dy rows */
     for (int64_t b = b0; b < b1; b++)
         for (int64_t band = 0; band < l.n_bands; band++) {
             int64_t r0 = band * l.rows, n_rows = g->y.h - r0 < l.rows ? g->y.h - r0 : l.rows;
-            eg__conv_pad_band(g, &l, x, b, r0 * g->stride_h,
-                     eg__conv_band_in_rows(g, n_rows), pad);
+            eg__conv_pad_band(g, &l, x, b, r0 * g->stride_h, eg__conv_band_in_rows(g, n_rows), pad);
             for (int64_t s0 = 0; s0 < n_rows; s0 += sweep_rows) {
                 int64_t s_rows = n_rows - s0 < sweep_rows ? n_rows - s0 : sweep_rows;
-                const float *dyb = dy + (b * g->p + (r0 + s0) * g->y.w) * g->out_c;
+                const float *dyb =
+                    eg__conv_sweep_dy(g, dy, (b * g->p + (r0 + s0) * g->y.w) * g->out_c,
+                                      s_rows * g->y.w * g->out_c, dy_wide);
                 const float *ps = pad + s0 * l.row_step;
                 for (int64_t grp = 0; grp < g->groups; grp++)
                     for (int64_t k0 = 0; k0 < g->k; k0 += MR) {
@@ -291,8 +338,8 @@ void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, cons
 bool eg__conv_avx2_built(void) {
     return false;
 }
-eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const float *x, const float *w,
-                                float *y, const char *what) {
+eg_status eg__conv_avx2_forward(const eg__conv_geometry *g, const void *x, const float *w, void *y,
+                                const char *what) {
     (void)g, (void)x, (void)w, (void)y;
     return eg__error(EG_ERR_UNSUPPORTED, "%s: built without the AVX2 kernels", what);
 }
@@ -300,7 +347,7 @@ size_t eg__conv_avx2_filter_scratch(const eg__conv_geometry *g) {
     (void)g;
     return 0;
 }
-void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
+void eg__conv_avx2_filter_chunk(const eg__conv_geometry *g, const void *x, const void *dy,
                                 float *partial, int64_t b0, int64_t b1, float *scratch) {
     (void)g, (void)x, (void)dy, (void)partial, (void)b0, (void)b1, (void)scratch;
 }

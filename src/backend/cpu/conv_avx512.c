@@ -27,7 +27,10 @@
  * same sweeps (EG_CONV_FILTER_SWEEP_PIXELS), each from 0 over its pixels in order with fused
  * multiply-adds, then adds them in order into a partial that starts at 0, and the chunks' partials
  * in order, as there. Lanes are independent, so register width and block shape change no
- * rounding. */
+ * rounding.
+ *
+ * bf16 and f16 (conv_lowp.c) as in conv_avx2.c: widened band copies, each forward band summed
+ * into an f32 buffer and rounded into y once, each sweep's dy rows widened first. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,8 +149,9 @@ typedef struct forward_job {
     const eg__conv_geometry *g;
     eg__conv_band l;
     forward_shape shape;
-    const float *x, *wpack;
-    float *y;
+    const void *x;
+    const float *wpack;
+    void *y;
     const int64_t *taps;
     int64_t n_ob;       /* blocks of nv * 16 output channels per group */
     int64_t chunk_taps; /* taps per pass over the band's pixel blocks */
@@ -161,17 +165,23 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
     const eg__conv_band *l = &j->l;
     const forward_shape *s = &j->shape;
     int64_t nr = s->nv * LANES, w_out = g->y.w;
-    float *pad = aligned_alloc(64, (eg__conv_band_floats(l) * sizeof(float) + 63) / 64 * 64);
+    bool lowp = g->dtype != EG_DTYPE_F32;
+    size_t pad_bytes = (eg__conv_band_floats(l) * sizeof(float) + 63) / 64 * 64;
+    size_t out_bytes =
+        lowp ? ((size_t)(l->rows * w_out * g->out_c) * sizeof(float) + 63) / 64 * 64 : 0;
+    float *pad = aligned_alloc(64, pad_bytes + out_bytes);
     if (!pad) {
         atomic_store(&j->failed, true);
         return;
     }
+    float *out = (float *)((char *)pad + pad_bytes); /* a low-precision band's sums */
     for (int64_t task = begin; task < end; task++) {
         int64_t b = task / l->n_bands, r0 = task % l->n_bands * l->rows;
         int64_t n_rows = g->y.h - r0 < l->rows ? g->y.h - r0 : l->rows;
         eg__conv_pad_band(g, l, j->x, b, r0 * g->stride_h, eg__conv_band_in_rows(g, n_rows), pad);
         int64_t n_pix = n_rows * w_out, n_taps = g->kh * g->kw;
-        float *yb = j->y + (b * g->p + r0 * w_out) * g->out_c;
+        int64_t y0 = (b * g->p + r0 * w_out) * g->out_c; /* the band's first output */
+        float *yb = lowp ? out : (float *)j->y + y0;
         for (int64_t grp = 0; grp < g->groups; grp++)
             for (int64_t ob = 0; ob < j->n_ob; ob++) {
                 const float *w = j->wpack + (grp * j->n_ob + ob) * g->k * nr;
@@ -201,12 +211,13 @@ static void forward_tasks(void *context, int64_t begin, int64_t end) {
                     }
                 }
             }
+        if (lowp) eg__conv_round_into(g->dtype, out, n_pix * g->out_c, j->y, y0);
     }
     free(pad);
 }
 
-eg_status eg__conv_avx512_forward(const eg__conv_geometry *g, const float *x, const float *w,
-                                  float *y, const char *what) {
+eg_status eg__conv_avx512_forward(const eg__conv_geometry *g, const void *x, const float *w,
+                                  void *y, const char *what) {
     forward_job job = {.g = g, .x = x, .y = y};
     job.l = eg__conv_band_layout(g, FORWARD_BAND_PIXELS);
     job.shape = forward_shape_of(g, job.l.col_step);
@@ -303,13 +314,20 @@ int64_t eg__conv_avx512_filter_units(const eg__conv_geometry *g) {
     return g->groups * filter_vectors(g);
 }
 
-/* Scratch: the padded band, then a band's pixel offsets. */
-size_t eg__conv_avx512_filter_scratch(const eg__conv_geometry *g) {
-    eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
-    return (eg__conv_band_floats(&l) + 15) / 16 * 16 + (size_t)(l.rows * g->y.w) * 2;
+static int64_t sweep_rows_of(const eg__conv_geometry *g) {
+    return EG_CONV_FILTER_SWEEP_PIXELS / g->y.w < 1 ? 1 : EG_CONV_FILTER_SWEEP_PIXELS / g->y.w;
 }
 
-void eg__conv_avx512_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
+/* Scratch: the padded band, then a band's pixel offsets, then (bf16 / f16) a sweep's dy rows
+ * widened. */
+size_t eg__conv_avx512_filter_scratch(const eg__conv_geometry *g) {
+    eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
+    size_t dy_floats =
+        g->dtype != EG_DTYPE_F32 ? (size_t)(sweep_rows_of(g) * g->y.w * g->out_c) : 0;
+    return (eg__conv_band_floats(&l) + 15) / 16 * 16 + (size_t)(l.rows * g->y.w) * 2 + dy_floats;
+}
+
+void eg__conv_avx512_filter_chunk(const eg__conv_geometry *g, const void *x, const void *dy,
                                   float *tp, int64_t b0, int64_t b1, float *scratch) {
     eg__conv_band l = eg__conv_band_layout(g, EG_CONV_FILTER_BAND_PIXELS);
     float *pad = scratch;
@@ -319,16 +337,17 @@ void eg__conv_avx512_filter_chunk(const eg__conv_geometry *g, const float *x, co
         for (int64_t col = 0; col < g->y.w; col++, pix++)
             xoff[pix] = row * l.row_step + col * l.col_step;
     int64_t per_tap = (g->cg + LANES - 1) / LANES, n_kv = filter_vectors(g);
-    int64_t tv_stride = g->og * LANES;
-    int64_t sweep_rows =
-        EG_CONV_FILTER_SWEEP_PIXELS / g->y.w < 1 ? 1 : EG_CONV_FILTER_SWEEP_PIXELS / g->y.w;
+    int64_t tv_stride = g->og * LANES, sweep_rows = sweep_rows_of(g);
+    float *dy_wide = (float *)(xoff + l.rows * g->y.w); /* bf16 / f16: a sweep's dy rows */
     for (int64_t b = b0; b < b1; b++)
         for (int64_t band = 0; band < l.n_bands; band++) {
             int64_t r0 = band * l.rows, n_rows = g->y.h - r0 < l.rows ? g->y.h - r0 : l.rows;
             eg__conv_pad_band(g, &l, x, b, r0 * g->stride_h, eg__conv_band_in_rows(g, n_rows), pad);
             for (int64_t s0 = 0; s0 < n_rows; s0 += sweep_rows) {
                 int64_t s_rows = n_rows - s0 < sweep_rows ? n_rows - s0 : sweep_rows;
-                const float *dyb = dy + (b * g->p + (r0 + s0) * g->y.w) * g->out_c;
+                const float *dyb =
+                    eg__conv_sweep_dy(g, dy, (b * g->p + (r0 + s0) * g->y.w) * g->out_c,
+                                      s_rows * g->y.w * g->out_c, dy_wide);
                 const float *ps = pad + s0 * l.row_step;
                 for (int64_t grp = 0; grp < g->groups; grp++)
                     for (int64_t kv0 = 0; kv0 < n_kv; kv0 += FILTER_KV) {
@@ -388,8 +407,8 @@ void eg__conv_avx512_filter_sum(const eg__conv_geometry *g, const float *partial
 bool eg__conv_avx512_built(void) {
     return false;
 }
-eg_status eg__conv_avx512_forward(const eg__conv_geometry *g, const float *x, const float *w,
-                                  float *y, const char *what) {
+eg_status eg__conv_avx512_forward(const eg__conv_geometry *g, const void *x, const float *w,
+                                  void *y, const char *what) {
     (void)g, (void)x, (void)w, (void)y;
     return eg__error(EG_ERR_UNSUPPORTED, "%s: built without the AVX-512 kernels", what);
 }
@@ -409,7 +428,7 @@ size_t eg__conv_avx512_filter_scratch(const eg__conv_geometry *g) {
     (void)g;
     return 0;
 }
-void eg__conv_avx512_filter_chunk(const eg__conv_geometry *g, const float *x, const float *dy,
+void eg__conv_avx512_filter_chunk(const eg__conv_geometry *g, const void *x, const void *dy,
                                   float *tp, int64_t b0, int64_t b1, float *scratch) {
     (void)g, (void)x, (void)dy, (void)tp, (void)b0, (void)b1, (void)scratch;
 }
