@@ -306,7 +306,8 @@ eg_status eg_moments(const eg_tensor *x, int n_axes, const int *axes, bool keepd
 }
 
 /* a = scale / sqrt(variance + epsilon) and b = offset - mean * a are small when the moments are
- * per channel; then one pass y = x * a + b. */
+ * per channel; then one pass y = x * a + b. bf16 or f16 x with f32 statistics (eg_moments gives
+ * f32 for them) is normalized in f32 and rounded once to x's dtype. */
 eg_tensor *eg_batch_normalization(const eg_tensor *x, const eg_tensor *mean,
                                   const eg_tensor *variance, const eg_tensor *offset,
                                   const eg_tensor *scale, double epsilon) {
@@ -319,7 +320,7 @@ eg_tensor *eg_batch_normalization(const eg_tensor *x, const eg_tensor *mean,
                   epsilon);
         return NULL;
     }
-    eg_tensor *items[6] = {0};
+    eg_tensor *items[7] = {0};
     int n = 0;
 #define KEEP(expr) (items[n++] = (expr))
     eg_tensor *shifted = KEEP(eg_add_scalar(variance, epsilon));
@@ -327,8 +328,16 @@ eg_tensor *eg_batch_normalization(const eg_tensor *x, const eg_tensor *mean,
     if (scale) a = KEEP(eg_mul(a, scale));
     eg_tensor *b = KEEP(eg_mul(mean, a));
     b = offset ? KEEP(eg_sub(offset, b)) : KEEP(eg_neg(b));
+    bool widen =
+        a && (x->dtype == EG_DTYPE_BF16 || x->dtype == EG_DTYPE_F16) && a->dtype == EG_DTYPE_F32;
+    const eg_tensor *source = widen ? KEEP(eg_cast(x, EG_DTYPE_F32)) : x;
 #undef KEEP
-    eg_tensor *y = eg_mul_add(x, a, b);
+    eg_tensor *y = source ? eg_mul_add(source, a, b) : NULL;
+    if (widen && y) {
+        eg_tensor *narrow = eg_cast(y, x->dtype);
+        eg_release(y);
+        y = narrow;
+    }
     for (int i = n; i-- > 0;) eg_release(items[i]);
     return y;
 }
@@ -359,12 +368,20 @@ static eg_tensor *batch_norm_training(const char *name, const eg_tensor *x, int 
     }
     for (int d = 0; d < x->n_dims; d++)
         if (chosen[d] || n_axes == 0) attrs.axes[attrs.n_axes++] = d;
-    /* scale and offset broadcast to the statistics' (keepdims) shape; missing ones are 1 and 0 */
+    /* scale and offset broadcast to the statistics' (keepdims) shape; missing ones are 1 and 0.
+     * The statistics of bf16 and f16 x are f32, and so must the parameters be: low-precision
+     * ones are widened (the op computes in f32 anyway). */
     eg_tensor *items[4] = {0};
-    eg_tensor *g =
-        scale ? eg_broadcast_to(scale, mean->n_dims, mean->shape) : eg_full_like(mean, 1.0);
-    eg_tensor *o =
-        offset ? eg_broadcast_to(offset, mean->n_dims, mean->shape) : eg_full_like(mean, 0.0);
+    bool low = x->dtype == EG_DTYPE_BF16 || x->dtype == EG_DTYPE_F16, widened = true;
+    if (low && scale && scale->dtype != mean->dtype)
+        widened = (scale = items[2] = eg_cast(scale, mean->dtype)) != NULL;
+    if (widened && low && offset && offset->dtype != mean->dtype)
+        widened = (offset = items[3] = eg_cast(offset, mean->dtype)) != NULL;
+    eg_tensor *g = NULL, *o = NULL;
+    if (widened) {
+        g = scale ? eg_broadcast_to(scale, mean->n_dims, mean->shape) : eg_full_like(mean, 1.0);
+        o = offset ? eg_broadcast_to(offset, mean->n_dims, mean->shape) : eg_full_like(mean, 0.0);
+    }
     items[0] = g;
     items[1] = o;
     eg_tensor *y = NULL;
@@ -372,7 +389,7 @@ static eg_tensor *batch_norm_training(const char *name, const eg_tensor *x, int 
         const eg_tensor *in[5] = {x, mean, variance, g, o};
         y = eg__execute(EG__OP_BATCH_NORM, 5, in, &attrs);
     }
-    for (int i = 0; i < 2; i++) eg_release(items[i]);
+    for (int i = 0; i < 4; i++) eg_release(items[i]);
     if (y && batch_mean)
         *batch_mean = mean;
     else

@@ -342,6 +342,23 @@ eg_status eg__backward_matmul(const eg__backward_call *call) {
     temps t = {0};
     const eg_tensor *a = IN(0), *b = IN(1);
     bool ta = call->attrs->transpose_a, tb = call->attrs->transpose_b;
+    if (call->attrs->low_precision) { /* the same products in low precision, each gradient in
+                                         its operand's dtype */
+        eg_dtype compute = call->attrs->compute_dtype;
+        if (NEEDS(0)) {
+            eg_tensor *da =
+                !ta ? eg_matmul_low_precision(GRAD, b, false, !tb, compute, a->dtype)
+                    : eg_matmul_low_precision(b, GRAD, tb, true, compute, a->dtype);
+            SET_GRAD(0, reduce_like(tmp(&t, da), a));
+        }
+        if (NEEDS(1)) {
+            eg_tensor *db =
+                !tb ? eg_matmul_low_precision(a, GRAD, !ta, false, compute, b->dtype)
+                    : eg_matmul_low_precision(GRAD, a, true, ta, compute, b->dtype);
+            SET_GRAD(1, reduce_like(tmp(&t, db), b));
+        }
+        return finish(&t);
+    }
     if (NEEDS(0)) {
         eg_tensor *da = !ta ? eg_matmul_ex(GRAD, b, false, !tb) : eg_matmul_ex(b, GRAD, tb, true);
         SET_GRAD(0, reduce_like(tmp(&t, da), a));
@@ -463,10 +480,13 @@ eg_status eg__backward_mul_add(const eg__backward_call *call) {
 }
 
 /* out = (mean, var) over the axes, N elements each: dmean/dx = 1/N, dvar/dx = 2 (x - mean) / N,
- * so dx = x * s + t with s = 2 g_var / N and t = g_mean / N - mean * s: one mul_add pass. */
+ * so dx = x * s + t with s = 2 g_var / N and t = g_mean / N - mean * s: one mul_add pass. The
+ * moments of bf16 and f16 x are f32, and mul_add takes one dtype: x is widened to f32 for it and
+ * dx rounded back to x's dtype. */
 eg_status eg__backward_moments(const eg__backward_call *call) {
     temps t = {0};
     const eg_tensor *x = IN(0);
+    bool low = x->dtype != OUT->dtype;
     double n = reduced_count(call->attrs, x);
     int64_t kept[EG_MAX_DIMS];
     memcpy(kept, x->shape, sizeof kept);
@@ -484,6 +504,11 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
     eg_tensor *scale = tmp(&t, eg_mul_scalar(g_var, 2.0 / n));
     eg_tensor *shift =
         tmp(&t, eg_sub(tmp(&t, eg_mul_scalar(g_mean, 1.0 / n)), tmp(&t, eg_mul(mean, scale))));
+    if (low && NEEDS(0)) {
+        eg_tensor *wide = tmp(&t, eg_cast(x, OUT->dtype));
+        call->grad_inputs[0] = eg_cast(tmp(&t, eg_mul_add(wide, scale, shift)), x->dtype);
+        return finish(&t);
+    }
     SET_GRAD(0, eg_mul_add(x, scale, shift));
     return finish(&t);
 }
@@ -495,12 +520,16 @@ eg_status eg__backward_moments(const eg__backward_call *call) {
  * i.e. two mul_adds; mean and variance get nothing (their dependence on x is already in dx).
  * Every term is an Eagle op and m, v are recorded moments of x, so second order is exact.
  * With a fused relu (attrs->ints[0]) G is relu's gradient first: GRAD where y > 0 (y = relu(z) > 0
- * exactly where z > 0, so relu_backward(y, GRAD) is relu_backward(z, GRAD) bit for bit). */
+ * exactly where z > 0, so relu_backward(y, GRAD) is relu_backward(z, GRAD) bit for bit).
+ * bf16 and f16 x (and y, GRAD) with f32 statistics and parameters: x and G are widened to f32
+ * first, the rest runs in f32, and dx is rounded back to x's dtype (the parameters' gradients
+ * stay f32). */
 /* The same gradient from two fused kernels (batch_norm_backward_sums, then _input): two passes
  * over x-sized data instead of seven. They are not differentiable, so this runs only when no
  * tape records the backward computation. With relu they mask GRAD themselves where the
  * pre-activation, recomputed from x (and offset, one more input) with the forward's bits, is > 0:
- * relu_backward's pass disappears, and neither reads y. */
+ * relu_backward's pass disappears, and neither reads y. They take bf16 and f16 GRAD and x as they
+ * are (with f32 for the rest): sums in f32, dx in x's dtype. */
 static eg_status batch_norm_backward_fused(const eg__backward_call *call) {
     temps t = {0};
     const eg_tensor *x = IN(0), *m = IN(1), *v = IN(2), *g = IN(3);
@@ -537,6 +566,11 @@ eg_status eg__backward_batch_norm(const eg__backward_call *call) {
         G = tmp(&t, eg__execute(EG__OP_RELU_BACKWARD, 2, mask_in, &no_attrs));
         if (!G) return finish(&t);
     }
+    bool low = x->dtype != m->dtype;
+    if (low) {
+        x = tmp(&t, eg_cast(x, m->dtype));
+        G = tmp(&t, eg_cast(G, m->dtype));
+    }
     double n = reduced_count(call->attrs, x);
     eg_tensor *r = tmp(&t, eg_rsqrt(tmp(&t, eg_add_scalar(v, call->attrs->scalars[0]))));
     eg_tensor *sum_g = tmp(&t, reduce_like(G, m));
@@ -554,7 +588,9 @@ eg_status eg__backward_batch_norm(const eg__backward_call *call) {
         eg_tensor *c0 = tmp(
             &t,
             eg_mul(k_n, tmp(&t, eg_sub(sum_g, tmp(&t, eg_mul(tmp(&t, eg_mul(m, r)), d_scale))))));
-        SET_GRAD(0, eg_mul_add(G, k, tmp(&t, eg_mul_add(x, c1, c0))));
+        eg_tensor *dx = eg_mul_add(G, k, tmp(&t, eg_mul_add(x, c1, c0)));
+        if (low) dx = eg_cast(tmp(&t, dx), IN(0)->dtype);
+        call->grad_inputs[0] = dx;
     }
     return finish(&t);
 }
@@ -657,7 +693,22 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
         dz = (eg_tensor *)g;
         break;
     }
-    if (dz) {
+    bool low = call->attrs->low_precision;
+    eg_dtype compute = call->attrs->compute_dtype;
+    if (dz && low) { /* the products in low precision, each gradient in its input's dtype */
+        if (call->needs_grad[0])
+            call->grad_inputs[0] = eg_matmul_low_precision(dz, w, false, true, compute, x->dtype);
+        if (call->needs_grad[1])
+            call->grad_inputs[1] = eg_matmul_low_precision(x, dz, true, false, compute, w->dtype);
+        int rows_axis = 0;
+        eg_tensor *db = call->needs_grad[2] ? eg_sum(dz, 1, &rows_axis, false) : NULL;
+        if (db && db->dtype != b->dtype) {
+            eg_tensor *cast = eg_cast(db, b->dtype);
+            eg_release(db);
+            db = cast;
+        }
+        if (call->needs_grad[2]) call->grad_inputs[2] = db;
+    } else if (dz) {
         if (call->needs_grad[0]) call->grad_inputs[0] = eg_matmul_ex(dz, w, false, true);
         if (call->needs_grad[1]) call->grad_inputs[1] = eg_matmul_ex(x, dz, true, false);
         /* (N, U) to (U,): the column sum itself, without sum_to_shape's keepdims and reshape */

@@ -405,17 +405,17 @@ eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input
 
 /* ---- calling ---- */
 
-static bool same_dtype(eg_layer *layer, const eg_tensor *x, const char *what) {
-    if (!layer->n_variables || x->dtype == layer->variables[0]->dtype) return true;
-    eg__error(EG_ERR_DTYPE,
-              "%s: input of '%s' is %s but its variables are %s; cast the input first", what,
-              eg_layer_name(layer), eg_dtype_name(x->dtype),
-              eg_dtype_name(layer->variables[0]->dtype));
+static bool same_dtype(eg_layer *layer, const eg_tensor *x, const eg_tensor *variable,
+                       const char *what) {
+    if (!variable || x->dtype == variable->dtype) return true;
+    eg__error(EG_ERR_DTYPE, "%s: input of '%s' is %s but it computes in %s", what,
+              eg_layer_name(layer), eg_dtype_name(x->dtype), eg_dtype_name(variable->dtype));
     return false;
 }
 
-static eg_tensor *call_conv(eg_layer *layer, const eg_tensor *x) {
-    if (!same_dtype(layer, x, "conv2d layer")) return NULL;
+static eg_tensor *call_conv(eg_layer *layer, const eg_tensor *x,
+                            const eg_tensor *const *variables) {
+    if (!same_dtype(layer, x, variables[0], "conv2d layer")) return NULL;
     const eg_conv2d_layer_options *o = &layer->conv;
     eg_conv2d_options options = {{o->strides[0], o->strides[1]},
                                  {o->dilations[0], o->dilations[1]},
@@ -426,9 +426,9 @@ static eg_tensor *call_conv(eg_layer *layer, const eg_tensor *x) {
                                  o->data_format};
     eg__temps temps = {0};
     /* x: (B, H, W, C), kernel: (KH, KW, C / groups, F) -> (B, OH, OW, F) */
-    eg_tensor *y = eg__temp(&temps, eg_conv2d(x, layer->variables[0], &options));
+    eg_tensor *y = eg__temp(&temps, eg_conv2d(x, variables[0], &options));
     if (o->use_bias && y) {
-        const eg_tensor *bias = layer->variables[1];
+        const eg_tensor *bias = variables[1];
         if (o->data_format == EG_DATA_FORMAT_NCHW) {
             int64_t shape[3] = {layer->units, 1, 1};
             bias = eg__temp(&temps, eg_reshape(bias, 3, shape));
@@ -461,9 +461,17 @@ static eg_status update_moving(eg_tensor *moving, const eg_tensor *batch, double
     return status;
 }
 
+/* bf16 and f16 inputs (a mixed policy's activations) are normalized as they are with the f32
+ * variables: the statistics and normalization run in f32 inside the ops, which read and write
+ * the 16-bit activations without casting passes; the output keeps x's dtype. */
 static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) {
     bool batch = layer->kind == EG__LAYER_BATCH_NORM;
-    if (!same_dtype(layer, x, batch ? "batch_normalization" : "layer_normalization")) return NULL;
+    const eg_tensor *first = layer->n_variables ? layer->variables[0] : NULL;
+    bool mixed = first && first->dtype == EG_DTYPE_F32 &&
+                 (x->dtype == EG_DTYPE_BF16 || x->dtype == EG_DTYPE_F16);
+    if (!mixed &&
+        !same_dtype(layer, x, first, batch ? "batch_normalization" : "layer_normalization"))
+        return NULL;
     const eg_batch_norm_options *o = &layer->norm;
     int axis = layer->norm_axis, n_dims = x->n_dims, v = 0;
     eg__temps temps = {0};
@@ -515,10 +523,11 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
     return y;
 }
 
-eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
+eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x,
+                               const eg_tensor *const *variables, bool training) {
     switch (layer->kind) {
     case EG__LAYER_CONV2D:
-        return call_conv(layer, x);
+        return call_conv(layer, x, variables);
     case EG__LAYER_MAX_POOL2D:
         return eg_max_pool2d(x, &layer->pool);
     case EG__LAYER_AVG_POOL2D:
