@@ -53,6 +53,7 @@ def main():
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = build().to(memory_format=fmt)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    autocast, scaler = fashion.torch_autocast(args.precision)
     steps_per_epoch = (len(train_y) + args.batch_size - 1) // args.batch_size
     schedule = None if args.constant_lr else torch.optim.lr_scheduler.CosineAnnealingLR(
         optimizer, T_max=args.epochs * steps_per_epoch, eta_min=0.0)
@@ -64,11 +65,17 @@ def main():
         idx = torch.from_numpy(indices)
         x, y = images(train_x[idx]), train_y[idx]
         model.train()
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
+        with autocast():
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         if schedule is not None:
             schedule.step()
         return loss.item(), (logits.detach().argmax(1) == y).sum().item()
@@ -79,13 +86,15 @@ def main():
         with torch.no_grad():
             for s in range(0, len(test_y), 500):
                 x, y = images(test_x[s:s + 500]), test_y[s:s + 500]
-                logits = model(x)
+                with autocast():
+                    logits = model(x).float()
                 loss += F.cross_entropy(logits, y, reduction="sum").item()
                 hits += (logits.argmax(1) == y).sum().item()
         return hits / len(test_y), loss / len(test_y)
 
     print(f"torch {torch.__version__}: {len(train_y)} training examples, {args.threads} thread(s), "
-          f"cnn, batch {args.batch_size}{', channels_last' if args.channels_last else ''}",
+          f"cnn, batch {args.batch_size}{', channels_last' if args.channels_last else ''}, "
+          f"precision {args.precision}",
           flush=True)
     wall_total = cpu_total = 0.0
     trained = 0

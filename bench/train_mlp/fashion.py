@@ -72,6 +72,9 @@ def parse_args(description, extra=None):
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--limit", type=int, default=0, help="train on the first N examples only")
+    p.add_argument("--precision", default="float32",
+                   choices=["float32", "mixed_bfloat16", "mixed_float16"],
+                   help="as eagle train --precision (PyTorch: autocast on the CPU)")
     if extra:
         extra(p)
     args = p.parse_args()
@@ -79,12 +82,25 @@ def parse_args(description, extra=None):
     return args
 
 
+def torch_autocast(precision):
+    """PyTorch's counterpart of `eagle train --precision`: (autocast context factory, GradScaler
+    or None). mixed_float16 scales the loss dynamically from 2^15, as Eagle and TF do."""
+    import contextlib
+    import torch
+    if precision == "float32":
+        return contextlib.nullcontext, None
+    dtype = torch.bfloat16 if precision == "mixed_bfloat16" else torch.float16
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 15) if dtype == torch.float16 else None
+    return (lambda: torch.autocast("cpu", dtype=dtype)), scaler
+
+
 def train(args, name, step, evaluate, n_train):
     """Runs args.epochs epochs of step(indices) -> (mean loss, hits) over shuffled batches, then
     evaluate() -> (accuracy, loss) after each; prints what `eagle train` prints. Only the steps
     are timed (the shuffle and the evaluation are not, as in train.c)."""
     print(f"{name}: {n_train} training examples, {args.threads} thread(s), "
-          f"hidden {','.join(map(str, args.hidden))}, batch {args.batch_size}", flush=True)
+          f"hidden {','.join(map(str, args.hidden))}, batch {args.batch_size}, "
+          f"precision {getattr(args, 'precision', 'float32')}", flush=True)
     bs = args.batch_size
     train_seconds = 0.0
     for epoch in range(1, args.epochs + 1):

@@ -27,17 +27,24 @@ def main():
             torch.nn.init.xavier_uniform_(layer.weight)
             torch.nn.init.zeros_(layer.bias)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7)
+    autocast, scaler = fashion.torch_autocast(args.precision)
 
     def batch(images, labels, idx):
         return images[idx].float().mul_(1.0 / 255.0), labels[idx]
 
     def step(indices):
         x, y = batch(train_x, train_y, torch.from_numpy(indices))
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
+        with autocast():
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         return loss.item(), (logits.detach().argmax(1) == y).sum().item()
 
     def evaluate():
@@ -45,7 +52,8 @@ def main():
         with torch.no_grad():
             for s in range(0, len(test_y), 1000):
                 x, y = test_x[s:s + 1000].float().mul_(1.0 / 255.0), test_y[s:s + 1000]
-                logits = model(x)
+                with autocast():
+                    logits = model(x).float()
                 loss += F.cross_entropy(logits, y, reduction="sum").item()
                 hits += (logits.argmax(1) == y).sum().item()
         return hits / len(test_y), loss / len(test_y)

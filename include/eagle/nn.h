@@ -74,6 +74,41 @@ eg_tensor *eg_initializer_generate(const eg_initializer *initializer, eg_generat
                                    eg_dtype dtype, int n_dims, const int64_t *shape);
 
 /* ======================================================================================
+ * Precision policies (Keras' mixed precision)
+ * ====================================================================================== */
+
+/* What a layer computes in and what its variables are stored in, as Keras' dtype policies:
+ * - FLOAT32: computes in its variables' dtype (f32, or f64 for layers made with dtype f64);
+ * - MIXED_BFLOAT16 / MIXED_FLOAT16: variables stay f32 (the master weights an optimizer updates
+ *   and a checkpoint keeps); each call casts its input and its variables to bf16 / f16 (the casts
+ *   are ops: gradients flow back to the f32 variables) and computes in that dtype, accumulating
+ *   products and sums in f32. What needs range or accuracy runs in f32 whatever the policy:
+ *   batch normalization's statistics and normalization (its ops read and write the compute dtype
+ *   with f32 statistics and variables), layer normalization (cast in, f32, cast back), and the
+ *   losses (every eg_loss_* casts low-precision predictions to f32).
+ * MIXED_FLOAT16 needs loss scaling against gradient underflow: eg_optimizer_enable_loss_scaling
+ * (optim.h). MIXED_BFLOAT16 has f32's range and needs none. */
+typedef enum eg_policy {
+    EG_POLICY_FLOAT32 = 0,
+    EG_POLICY_MIXED_BFLOAT16,
+    EG_POLICY_MIXED_FLOAT16,
+    EG_POLICY_COUNT
+} eg_policy;
+
+/* "float32", "mixed_bfloat16", "mixed_float16" (Keras' names); "invalid" otherwise. Static. */
+const char *eg_policy_name(eg_policy policy);
+/* The policy named `name` (one of eg_policy_name's) into *policy. EG_ERR_INVALID_ARGUMENT naming
+ * the accepted names for any other text, EG_ERR_NULL_ARGUMENT for NULL arguments. */
+eg_status eg_policy_from_name(const char *name, eg_policy *policy);
+/* The dtype layers of this policy compute in: f32, bf16 or f16 (FLOAT32: f32, meaning "the
+ * variables' dtype"). EG_DTYPE_COUNT for an invalid policy. */
+eg_dtype eg_policy_compute_dtype(eg_policy policy);
+/* The policy layers made from now on get (Keras' set_global_policy); FLOAT32 at start. Process
+ * wide. EG_ERR_INVALID_ARGUMENT for an invalid policy (nothing changes). */
+eg_status eg_set_global_policy(eg_policy policy);
+eg_policy eg_global_policy(void);
+
+/* ======================================================================================
  * Layers
  * ====================================================================================== */
 
@@ -243,6 +278,12 @@ eg_tensor *const *eg_layer_variables(const eg_layer *layer, int *n_variables);
  * layer.trainable; variables that are never trainable (BatchNormalization's moving statistics)
  * stay so. A non-trainable BatchNormalization runs in inference mode. */
 void eg_layer_set_trainable(eg_layer *layer, bool trainable);
+/* Sets the layer's policy (it had the global policy when it was made). A layer given its own
+ * policy keeps it when its model's policy is set. EG_ERR_NULL_ARGUMENT, EG_ERR_INVALID_ARGUMENT
+ * for an invalid policy. The next call computes in the new policy's dtype. */
+eg_status eg_layer_set_policy(eg_layer *layer, eg_policy policy);
+/* The layer's policy (FLOAT32 for NULL). */
+eg_policy eg_layer_policy(const eg_layer *layer);
 /* Frees a layer that no model owns, with its variables (they must not be used afterwards).
  * NULL is ignored. Freeing a layer a model owns is refused (the model frees it). */
 void eg_layer_free(eg_layer *layer);
@@ -312,6 +353,12 @@ int64_t eg_model_count_params(const eg_model *model);
  *
  * EG_ERR_NULL_ARGUMENT for a NULL model or out; EG_ERR_IO when writing fails. */
 eg_status eg_model_summary(const eg_model *model, FILE *out);
+/* Sets `policy` on every layer of the model that was not given its own (eg_layer_set_policy),
+ * and on layers added later; eg_model_summary prints it. EG_ERR_NULL_ARGUMENT,
+ * EG_ERR_INVALID_ARGUMENT for an invalid policy. */
+eg_status eg_model_set_policy(eg_model *model, eg_policy policy);
+/* The model's policy: the last one set, else the global policy when it was made. */
+eg_policy eg_model_policy(const eg_model *model);
 /* Frees the model, its layers and their variables. NULL is ignored. */
 void eg_model_free(eg_model *model);
 

@@ -164,6 +164,46 @@ eg_status eg_optimizer_set_slot(eg_optimizer *optimizer, const eg_tensor *variab
  * Adam's bias correction follow it. EG_ERR_NULL_ARGUMENT, EG_ERR_INVALID_ARGUMENT when < 0. */
 eg_status eg_optimizer_set_iterations(eg_optimizer *optimizer, int64_t iterations);
 
+/* ---- loss scaling (TensorFlow's LossScaleOptimizer), for mixed_float16 ----
+ * f16 gradients below 2^-24 flush to zero. Scaling the loss by S before the gradient scales every
+ * gradient by S into f16's range; the optimizer then divides them by S (exact: S is a power of 2)
+ * before its update. A step whose gradients hold an inf or NaN (S too large) is skipped: no
+ * variable, slot or step counter changes. Dynamic scaling starts at initial_scale, halves on every
+ * skipped step (never below 1) and doubles after growth_interval finite steps in a row. A fixed
+ * scale never changes; it skips non-finite steps too (unlike TF's fixed scale, which applies
+ * them: an inf in a master weight ends a run). Works in eager, lazy and graph mode: the finite
+ * check, the unscale and the update run as one effect once every gradient is computed (in a
+ * traced function at every replay, so the updates are not fused into the gradients' products
+ * there). The check reads the sum of all gradients on the host: one sync per step. */
+typedef struct eg_loss_scale_options {
+    bool dynamic;            /* default true */
+    double initial_scale;    /* default 32768 (2^15, TF's); a power of 2 in [1, 2^64] */
+    int64_t growth_interval; /* default 2000: finite steps in a row before the scale doubles */
+} eg_loss_scale_options;
+
+eg_loss_scale_options eg_loss_scale_options_default(void);
+/* Turns loss scaling on for `optimizer` (options NULL = the defaults); the scale starts at
+ * initial_scale. EG_ERR_NULL_ARGUMENT, EG_ERR_INVALID_ARGUMENT for a scale that is not a power of
+ * 2 in range or growth_interval < 1, EG_ERR_STATE when it is already on. */
+eg_status eg_optimizer_enable_loss_scaling(eg_optimizer *optimizer,
+                                           const eg_loss_scale_options *options);
+/* loss * the current scale (a new reference, recorded: take the gradient of this), on loss's
+ * device and in its dtype (any shape: scaled elementwise). Without loss scaling: a new reference
+ * to loss's values. The scale is a variable read when the op runs, so a traced step sees the
+ * scale of each replay. NULL with an error for a NULL argument or a non-float loss. */
+eg_tensor *eg_optimizer_scale_loss(eg_optimizer *optimizer, const eg_tensor *loss);
+/* The current loss scale; 1 without loss scaling (and for NULL). */
+double eg_optimizer_loss_scale(const eg_optimizer *optimizer);
+/* Steps skipped for non-finite gradients since loss scaling was turned on; 0 without it. */
+int64_t eg_optimizer_skipped_steps(const eg_optimizer *optimizer);
+/* Finite steps in a row since the scale last changed (what growth_interval counts). */
+int64_t eg_optimizer_loss_scale_good_steps(const eg_optimizer *optimizer);
+/* Restores the loss scaling state (for resuming from a checkpoint): the scale, the finite steps
+ * in a row and the skipped steps. EG_ERR_STATE without loss scaling, EG_ERR_INVALID_ARGUMENT for
+ * out-of-range values. */
+eg_status eg_optimizer_set_loss_scale_state(eg_optimizer *optimizer, double scale,
+                                            int64_t good_steps, int64_t skipped_steps);
+
 /* Frees the optimizer and releases its slots. NULL is ignored. */
 void eg_optimizer_free(eg_optimizer *optimizer);
 
@@ -179,6 +219,11 @@ void eg_optimizer_free(eg_optimizer *optimizer);
 #define eg_optimizer_slot_name(...)      EG_CALLSITE_(eg_optimizer_slot_name(__VA_ARGS__))
 #define eg_optimizer_set_slot(...)       EG_CALLSITE_(eg_optimizer_set_slot(__VA_ARGS__))
 #define eg_optimizer_set_iterations(...) EG_CALLSITE_(eg_optimizer_set_iterations(__VA_ARGS__))
+#define eg_optimizer_enable_loss_scaling(...)                                                      \
+    EG_CALLSITE_(eg_optimizer_enable_loss_scaling(__VA_ARGS__))
+#define eg_optimizer_scale_loss(...) EG_CALLSITE_(eg_optimizer_scale_loss(__VA_ARGS__))
+#define eg_optimizer_set_loss_scale_state(...)                                                     \
+    EG_CALLSITE_(eg_optimizer_set_loss_scale_state(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

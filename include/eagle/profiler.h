@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "eagle/dtype.h"
 #include "eagle/status.h"
 
 #ifdef __cplusplus
@@ -76,10 +77,12 @@ eg_status eg_profiler_range_pop(void);
  * is "main", the CPU thread pool's workers "eagle pool N" and other threads "thread TID". */
 eg_status eg_profiler_set_thread_name(const char *name);
 
-/* One op (all calls of it on all threads) or one range name. */
+/* One op in one dtype (all calls of it on all threads) or one range name. */
 typedef struct eg_profiler_entry {
     const char *name; /* "matmul", or the range's name; static storage */
     bool is_range;
+    eg_dtype dtype; /* what the op ran in: a low-precision product's compute dtype, else its
+                       first input's dtype (a cast's: its result's); EG_DTYPE_COUNT for a range */
     uint64_t calls;
     double total_seconds;
     double min_seconds;
@@ -104,7 +107,7 @@ typedef struct eg_profiler_summary {
 eg_status eg_profiler_stats(eg_profiler_summary *summary, eg_profiler_entry *entries, int capacity,
                             int *n_entries);
 
-/* Prints the per-op table sorted by total time: op, calls, total ms, mean us, % of the time spent
+/* Prints the per-op table sorted by total time: op, dtype (what it ran in), calls, total ms, mean us, % of the time spent
  * in ops; then the ranges. step_seconds > 0 is the mean wall time of one step and adds the
  * columns "ms/step" and "% step" (the op's time per step over step_seconds); the number of
  * steps is the number of "step" ranges recorded, or, without any, wall_seconds / step_seconds.

@@ -38,6 +38,8 @@ struct eg_layer {
     bool frozen[EG__LAYER_MAX_VARIABLES];          /* never trainable (moving statistics) */
     int n_variables;
     eg_dtype dtype;           /* of the variables */
+    eg_policy policy;         /* what a call computes in (policy.c) */
+    bool policy_fixed;        /* set by eg_layer_set_policy: a model's policy leaves it alone */
     eg_generator *generator;  /* for their initializers (NULL: the default generator) */
     eg_activation activation; /* DENSE, ACTIVATION */
     /* DENSE */
@@ -56,6 +58,11 @@ struct eg_layer {
     double rate;
 };
 
+/* The dtype the layer computes in: its policy's, or its variables' under FLOAT32. */
+eg_dtype eg__layer_compute_dtype(const eg_layer *layer);
+/* EG_OK for a valid policy, else EG_ERR_INVALID_ARGUMENT naming `what`. */
+eg_status eg__policy_check(eg_policy policy, const char *what);
+
 /* The type's default name prefix ("dense"). */
 const char *eg__layer_prefix(const eg_layer *layer);
 /* Sets the layer's name (copied); false when out of host memory (error raised). */
@@ -69,7 +76,9 @@ eg_tensor *eg__layer_make_variable(eg_layer *layer, const char *what, const eg_i
                                    int n_dims, const int64_t *shape);
 /* Build and call for the kinds of conv_layers.c (CONV2D and after). */
 eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape);
-eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x, bool training);
+/* variables: the layer's, cast to what the call computes in (eg_layer_call). */
+eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x,
+                               const eg_tensor *const *variables, bool training);
 
 /* Undoes a build: releases the layer's variables and marks it unbuilt (a model build that failed
  * after it). */

@@ -66,6 +66,7 @@ eg_layer *eg__layer_new(eg__layer_kind kind, const char *name, const char *what)
     layer->kind = kind;
     layer->trainable = true;
     layer->dtype = EG_DTYPE_F32;
+    layer->policy = eg_global_policy();
     if (name && !eg__layer_set_name(layer, name)) {
         free(layer);
         return NULL;
@@ -270,12 +271,16 @@ eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape
 
 /* ---- calling ---- */
 
-static eg_tensor *call_dense(eg_layer *layer, const eg_tensor *x) {
-    const eg_tensor *kernel = layer->variables[0], *bias = layer->variables[1];
-    if (x->dtype != kernel->dtype) {
-        eg__error(EG_ERR_DTYPE,
-                  "dense: input of '%s' is %s but its variables are %s; cast the "
-                  "input first",
+/* Dense in its compute dtype. Under a mixed policy the f32 kernel and bias enter the product as
+ * they are, rounded to the compute dtype while the product reads them, and the weights'
+ * gradients come out in f32 (eg_dense_low_precision): no cast passes over the weights either
+ * way. */
+static eg_tensor *call_dense(eg_layer *layer, const eg_tensor *x, const eg_tensor *const *variables,
+                             eg_dtype compute) {
+    const eg_tensor *kernel = variables[0], *bias = variables[1];
+    bool low = compute != kernel->dtype;
+    if (!low && x->dtype != kernel->dtype) {
+        eg__error(EG_ERR_DTYPE, "dense: input of '%s' is %s but it computes in %s",
                   eg_layer_name(layer), eg_dtype_name(x->dtype), eg_dtype_name(kernel->dtype));
         return NULL;
     }
@@ -285,10 +290,14 @@ static eg_tensor *call_dense(eg_layer *layer, const eg_tensor *x) {
     if (bias && x->n_dims == 2 &&
         (act == EG_ACTIVATION_NONE || act == EG_ACTIVATION_RELU || act == EG_ACTIVATION_SIGMOID ||
          act == EG_ACTIVATION_TANH))
-        return eg_dense(x, kernel, bias, act);
+        return low ? eg_dense_low_precision(x, kernel, bias, act, compute, compute)
+                   : eg_dense(x, kernel, bias, act);
     eg__temps temps = {0};
     /* x: (..., D_in), kernel: (D_in, D_out) -> (..., D_out) */
-    eg_tensor *y = eg__temp(&temps, eg_matmul(x, kernel));
+    eg_tensor *y = eg__temp(&temps, low ? eg_matmul_low_precision(x, kernel, false, false,
+                                                                  compute, compute)
+                                        : eg_matmul(x, kernel));
+    if (bias && low) bias = eg__temp(&temps, eg_cast(bias, compute));
     if (bias) y = eg__temp(&temps, eg_add(y, bias));
     eg_tensor *out = y ? eg_activation_apply(layer->activation, y) : NULL;
     eg__temps_release(&temps);
@@ -299,6 +308,15 @@ static eg_tensor *call_flatten(const eg_tensor *x) {
     int64_t shape[2] = {x->shape[0], 1};
     for (int d = 1; d < x->n_dims; d++) shape[1] *= x->shape[d];
     return eg_reshape(x, 2, shape);
+}
+
+/* Layer normalization runs in its variables' dtype whatever the policy: its statistics need
+ * f32's accuracy (on the f32 lists of PyTorch's and TensorFlow's autocast). Batch normalization
+ * reads and writes the compute dtype itself: its ops take bf16 / f16 activations with the f32
+ * variables as they are and compute the statistics and normalization in f32 (conv_layers.c,
+ * call_norm), with no cast passes over the activations. */
+static bool runs_in_full_precision(const eg_layer *layer) {
+    return layer->kind == EG__LAYER_LAYER_NORM;
 }
 
 eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
@@ -314,21 +332,59 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
         if (x->n_dims >= 2) shape[0] = -1;
         if (eg_layer_build(layer, x->n_dims, shape) != EG_OK) return NULL;
     }
-    switch (layer->kind) {
-    case EG__LAYER_DENSE:
-        return call_dense(layer, x);
-    case EG__LAYER_FLATTEN:
-        if (x->n_dims < 1) {
-            eg__error(EG_ERR_SHAPE, "flatten: '%s' needs at least 1 dim, got a 0-d tensor",
-                      eg_layer_name(layer));
-            return NULL;
-        }
-        return call_flatten(x);
-    case EG__LAYER_ACTIVATION:
-        return eg_activation_apply(layer->activation, x);
-    default:
-        return eg__conv_layer_call(layer, x, training);
+    eg_dtype compute = eg__layer_compute_dtype(layer);
+    eg_dtype runs_in = runs_in_full_precision(layer) ? layer->dtype : compute;
+    eg__temps temps = {0};
+    /* Under a mixed policy floating inputs are cast to what the layer runs in, as Keras' layers
+     * autocast theirs (a layer already in its input's dtype adds no op). Under FLOAT32 inputs
+     * pass as they are: a layer without variables keeps their dtype, one with variables refuses
+     * another dtype. */
+    const eg_tensor *input = x;
+    /* a low-precision Dense reads f32 inputs as they are (its product rounds them) */
+    bool reads_f32 = layer->kind == EG__LAYER_DENSE && runs_in != layer->dtype &&
+                     layer->dtype == EG_DTYPE_F32;
+    /* batch normalization keeps its f32 variables (its ops read them with low x) */
+    bool keeps_variables = reads_f32 || layer->kind == EG__LAYER_BATCH_NORM;
+    if (layer->policy != EG_POLICY_FLOAT32 && eg_dtype_is_float(x->dtype) && x->dtype != runs_in &&
+        !(reads_f32 && x->dtype == EG_DTYPE_F32))
+        input = eg__temp(&temps, eg_cast(x, runs_in));
+    /* Under a mixed policy the f32 variables are cast at each call (Keras' AutoCastVariable):
+     * the gradient flows back through the cast to the f32 master weights. Dense needs no cast
+     * (its low-precision product reads them). */
+    const eg_tensor *variables[EG__LAYER_MAX_VARIABLES] = {0};
+    for (int i = 0; i < layer->n_variables; i++) {
+        const eg_tensor *v = layer->variables[i];
+        variables[i] = v && v->dtype != runs_in && !keeps_variables
+                           ? eg__temp(&temps, eg_cast(v, runs_in))
+                           : v;
     }
+    eg_tensor *y = NULL;
+    if (input) switch (layer->kind) {
+        case EG__LAYER_DENSE:
+            y = call_dense(layer, input, variables, reads_f32 ? runs_in : variables[0]->dtype);
+            break;
+        case EG__LAYER_FLATTEN:
+            if (input->n_dims < 1)
+                eg__error(EG_ERR_SHAPE, "flatten: '%s' needs at least 1 dim, got a 0-d tensor",
+                          eg_layer_name(layer));
+            else
+                y = call_flatten(input);
+            break;
+        case EG__LAYER_ACTIVATION:
+            y = eg_activation_apply(layer->activation, input);
+            break;
+        default:
+            y = eg__conv_layer_call(layer, input, variables, training);
+            break;
+        }
+    /* a layer that ran in full precision hands the policy's compute dtype on */
+    if (y && runs_in != compute && eg_dtype_is_float(y->dtype) && y->dtype != compute) {
+        eg_tensor *cast = eg_cast(y, compute);
+        eg_release(y);
+        y = cast;
+    }
+    eg__temps_release(&temps);
+    return y;
 }
 
 eg_status eg__layer_rename_variables(eg_layer *layer) {

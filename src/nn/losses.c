@@ -28,6 +28,23 @@ static bool check_pred(const char *name, const eg_tensor *y_pred, int min_dims) 
     return true;
 }
 
+/* Losses run in f32 whatever the policy (softmax, logs and the batch mean need its range and
+ * accuracy): a bf16 or f16 y_pred is widened first, through a recorded cast, so its gradient
+ * reaches the low-precision logits. */
+static bool low_precision(const eg_tensor *t) {
+    return t->dtype == EG_DTYPE_BF16 || t->dtype == EG_DTYPE_F16;
+}
+/* Returns CALL, which names the widened predictions `wide`, when y_pred is bf16 or f16. */
+#define WIDEN_PREDICTIONS(y_pred, CALL)                                                            \
+    do {                                                                                           \
+        if (y_pred && low_precision(y_pred)) {                                                     \
+            eg_tensor *wide = eg_cast(y_pred, EG_DTYPE_F32);                                       \
+            eg_tensor *out_ = wide ? (CALL) : NULL;                                                \
+            eg_release(wide);                                                                      \
+            return out_;                                                                           \
+        }                                                                                          \
+    } while (0)
+
 static bool same_shape(const eg_tensor *a, const eg_tensor *b) {
     return a->n_dims == b->n_dims &&
            (a->n_dims == 0 || !memcmp(a->shape, b->shape, (size_t)a->n_dims * sizeof(int64_t)));
@@ -136,6 +153,8 @@ static eg_tensor *normalized_probabilities(eg__temps *temps, const eg_tensor *y_
 eg_tensor *eg_loss_sparse_categorical_crossentropy(const eg_tensor *labels, const eg_tensor *y_pred,
                                                    bool from_logits, eg_reduction reduction) {
     static const char *name = "sparse_categorical_crossentropy";
+    WIDEN_PREDICTIONS(y_pred, eg_loss_sparse_categorical_crossentropy(labels, wide, from_logits,
+                                                                      reduction));
     if (!eg__check_arg(labels, name, 0) || !eg__check_arg(y_pred, name, 1) ||
         !check_reduction(name, reduction) || !check_pred(name, y_pred, 1))
         return NULL;
@@ -185,6 +204,7 @@ done:
 eg_tensor *eg_loss_categorical_crossentropy(const eg_tensor *y_true, const eg_tensor *y_pred,
                                             bool from_logits, eg_reduction reduction) {
     static const char *name = "categorical_crossentropy";
+    WIDEN_PREDICTIONS(y_pred, eg_loss_categorical_crossentropy(y_true, wide, from_logits, reduction));
     if (!eg__check_arg(y_true, name, 0) || !eg__check_arg(y_pred, name, 1) ||
         !check_reduction(name, reduction) || !check_pred(name, y_pred, 1))
         return NULL;
@@ -209,6 +229,7 @@ eg_tensor *eg_loss_categorical_crossentropy(const eg_tensor *y_true, const eg_te
 eg_tensor *eg_loss_binary_crossentropy(const eg_tensor *y_true, const eg_tensor *y_pred,
                                        bool from_logits, eg_reduction reduction) {
     static const char *name = "binary_crossentropy";
+    WIDEN_PREDICTIONS(y_pred, eg_loss_binary_crossentropy(y_true, wide, from_logits, reduction));
     if (!eg__check_arg(y_true, name, 0) || !eg__check_arg(y_pred, name, 1) ||
         !check_reduction(name, reduction) || !check_pred(name, y_pred, 0))
         return NULL;
@@ -257,6 +278,7 @@ typedef enum { REGRESSION_MSE, REGRESSION_MAE, REGRESSION_HUBER } regression_kin
 
 static eg_tensor *regression_loss(const char *name, regression_kind kind, const eg_tensor *y_true,
                                   const eg_tensor *y_pred, double delta, eg_reduction reduction) {
+    WIDEN_PREDICTIONS(y_pred, regression_loss(name, kind, y_true, wide, delta, reduction));
     if (!eg__check_arg(y_true, name, 0) || !eg__check_arg(y_pred, name, 1) ||
         !check_reduction(name, reduction) || !check_pred(name, y_pred, 0))
         return NULL;

@@ -18,6 +18,8 @@ struct eg_model {
     int trainable_capacity;
     eg_tensor **all; /* cache returned by eg_model_variables */
     int all_capacity;
+    eg_policy policy; /* eg_model_set_policy's, else the global policy when made */
+    bool policy_set;  /* layers added later get it */
 };
 
 eg_model *eg_sequential_new(const char *name) {
@@ -30,7 +32,23 @@ eg_model *eg_sequential_new(const char *name) {
         return NULL;
     }
     model->name = copy;
+    model->policy = eg_global_policy();
     return model;
+}
+
+eg_status eg_model_set_policy(eg_model *model, eg_policy policy) {
+    if (!model) return eg__error(EG_ERR_NULL_ARGUMENT, "model_set_policy: model is NULL");
+    eg_status status = eg__policy_check(policy, "model_set_policy");
+    if (status != EG_OK) return status;
+    model->policy = policy;
+    model->policy_set = true;
+    for (int i = 0; i < model->n_layers; i++)
+        if (!model->layers[i]->policy_fixed) model->layers[i]->policy = policy;
+    return EG_OK;
+}
+
+eg_policy eg_model_policy(const eg_model *model) {
+    return model ? model->policy : EG_POLICY_FLOAT32;
 }
 
 const char *eg_model_name(const eg_model *model) {
@@ -118,6 +136,7 @@ eg_status eg_sequential_add(eg_model *model, eg_layer *layer) {
         if ((status = eg_layer_build(layer, n_dims, shape)) != EG_OK) goto fail;
     }
     layer->owner = model;
+    if (model->policy_set && !layer->policy_fixed) layer->policy = model->policy;
     model->layers[model->n_layers++] = layer;
     return EG_OK;
 fail:
@@ -299,13 +318,22 @@ eg_status eg_model_summary(const eg_model *model, FILE *out) {
                          model ? "out" : "model");
     int64_t total = 0, trainable = 0;
     fprintf(out, "Model: \"%s\"\n", model->name);
+    /* Keras prints no policy; a mixed one changes what every layer computes in, so it is named,
+     * and a layer whose own policy differs says so after its type. */
+    if (model->policy != EG_POLICY_FLOAT32)
+        fprintf(out, "Policy: %s (variables f32, compute %s)\n", eg_policy_name(model->policy),
+                eg_dtype_name(eg_policy_compute_dtype(model->policy)));
     print_line(out, '_');
     print_row(out, "Layer (type)", "Output Shape", "Param #");
     print_line(out, '=');
     for (int i = 0; i < model->n_layers; i++) {
         const eg_layer *layer = model->layers[i];
         char name[192], shape[160], count[40];
-        snprintf(name, sizeof name, "%s (%s)", eg_layer_name(layer), eg_layer_type(layer));
+        if (layer->policy == model->policy)
+            snprintf(name, sizeof name, "%s (%s)", eg_layer_name(layer), eg_layer_type(layer));
+        else
+            snprintf(name, sizeof name, "%s (%s, %s)", eg_layer_name(layer), eg_layer_type(layer),
+                     eg_policy_name(layer->policy));
         int64_t params = eg_layer_count_params(layer);
         total += params;
         for (int j = 0; j < layer->n_variables; j++)

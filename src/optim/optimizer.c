@@ -35,7 +35,16 @@ struct eg_optimizer {
     int64_t iterations;
     const char *slot_names[MAX_SLOTS]; /* NULL: position unused */
     eg__idmap slots;                   /* variable id -> slot_set * */
+    eg__loss_scale *loss_scale;        /* owned; NULL without loss scaling */
 };
+
+eg__loss_scale *eg__optimizer_loss_scale(const eg_optimizer *opt) {
+    return opt ? opt->loss_scale : NULL;
+}
+
+void eg__optimizer_attach_loss_scale(eg_optimizer *opt, eg__loss_scale *ls) {
+    opt->loss_scale = ls;
+}
 
 /* ---- options ---- */
 
@@ -291,8 +300,14 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     }
     eg__idmap_clear(&seen);
     if (status != EG_OK) return status;
+    if (opt->loss_scale) return eg__loss_scale_apply(opt, n, grads, variables);
     /* now (eager, lazy), or at every replay of the function being traced */
     return eg__executor_current()->update(&updater, opt, n, grads, variables);
+}
+
+eg_status eg__optimizer_apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
+                                  eg_tensor *const *variables) {
+    return apply_now(opt, n, grads, variables);
 }
 
 /* The step now, the pairs checked: the updater's apply. */
@@ -520,6 +535,7 @@ void eg_optimizer_free(eg_optimizer *opt) {
         free(set);
     }
     eg__idmap_clear(&opt->slots);
+    eg__loss_scale_free(opt->loss_scale);
     free(opt);
 }
 

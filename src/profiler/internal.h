@@ -78,7 +78,7 @@ typedef struct eg__prof_thread {
     bool alive;    /* false once the thread has exited: the buffer is freed at the next reset */
     bool recorded; /* something was recorded this session */
     char name[64];
-    eg__prof_stat ops[EG__OP_COUNT];
+    eg__prof_stat ops[EG__OP_COUNT][EG_DTYPE_COUNT]; /* by op and the dtype it ran in */
     eg__prof_stat *ranges; /* indexed by name id; n_ranges entries */
     int n_ranges;
     eg__prof_chunk *first, *last;

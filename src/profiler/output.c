@@ -62,12 +62,14 @@ eg_status eg_profiler_report(FILE *out, double step_seconds) {
         fprintf(out,
                 "times below: CPU time of the calling thread (pool workers' shares left out)\n");
     if (per_step) fprintf(out, "step: %.3f ms, %.4g step(s)\n", step_seconds * 1e3, n_steps);
-    fprintf(out, "%-*s %10s %12s %12s %7s", NAME, "op", "calls", "total ms", "mean us", "% ops");
+    fprintf(out, "%-*s %-5s %10s %12s %12s %7s", NAME, "op", "dtype", "calls", "total ms",
+            "mean us", "% ops");
     if (per_step) fprintf(out, " %10s %7s", "ms/step", "% step");
     fprintf(out, "\n");
     for (int i = 0; i < n && !entries[i].is_range; i++) {
         const eg_profiler_entry *e = &entries[i];
         print_name(out, e->name, NAME);
+        fprintf(out, " %-5s", eg_dtype_name(e->dtype));
         fprintf(out, " %10" PRIu64 " %12.3f %12.3f %7.1f", e->calls, e->total_seconds * 1e3,
                 e->total_seconds * 1e6 / (double)e->calls,
                 s.op_seconds > 0 ? 100.0 * e->total_seconds / s.op_seconds : 0.0);
@@ -76,7 +78,7 @@ eg_status eg_profiler_report(FILE *out, double step_seconds) {
                     100.0 * e->total_seconds / n_steps / step_seconds);
         fprintf(out, "\n");
     }
-    fprintf(out, "%-*s %10" PRIu64 " %12.3f %12s %7.1f", NAME, "(all ops)", s.op_calls,
+    fprintf(out, "%-*s %-5s %10" PRIu64 " %12.3f %12s %7.1f", NAME, "(all ops)", "", s.op_calls,
             s.op_seconds * 1e3, "", s.op_calls ? 100.0 : 0.0);
     if (per_step)
         fprintf(out, " %10.4f %7.1f", s.op_seconds / n_steps * 1e3,
@@ -85,8 +87,8 @@ eg_status eg_profiler_report(FILE *out, double step_seconds) {
     if (per_step) {
         /* What a step spends outside ops: tapes, scopes, the caller's own code. */
         double outside = step_seconds - s.op_seconds / n_steps;
-        fprintf(out, "%-*s %10s %12s %12s %7s %10.4f %7.1f\n", NAME, "(outside ops)", "", "", "",
-                "", outside * 1e3, 100.0 * outside / step_seconds);
+        fprintf(out, "%-*s %-5s %10s %12s %12s %7s %10.4f %7.1f\n", NAME, "(outside ops)", "", "",
+                "", "", "", outside * 1e3, 100.0 * outside / step_seconds);
     }
     bool header = false;
     for (int i = 0; i < n; i++) {

@@ -200,9 +200,22 @@ static uint64_t bytes_in_use(const eg_device *device) {
     return stats.bytes_in_use;
 }
 
+/* The dtype an op ran in, for the table: a low-precision product's compute dtype (it may read f32
+ * operands), else its first input's (a matmul of bf16 operands ran in bf16), a cast's result (so
+ * casts to bf16 and back to f32 are told apart). */
+static eg_dtype ran_in(eg__op op, int n_inputs, const eg_tensor *const *inputs,
+                       const eg__attrs *attrs, const eg_tensor *output) {
+    if (attrs && attrs->low_precision && (unsigned)attrs->compute_dtype < EG_DTYPE_COUNT)
+        return attrs->compute_dtype;
+    const eg_tensor *t = op == EG__OP_CAST || n_inputs == 0 ? output : inputs[0];
+    if (!t) t = inputs[0];
+    return (unsigned)t->dtype < EG_DTYPE_COUNT ? t->dtype : EG_DTYPE_F32;
+}
+
 /* start/end: wall clock (the trace); duration: what the stats count. */
 static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
-                      const eg_tensor *const *inputs, const eg_tensor *output, const char *note,
+                      const eg_tensor *const *inputs, const eg__attrs *attrs,
+                      const eg_tensor *output, const char *note,
                       uint64_t start, uint64_t end, uint64_t duration) {
     eg__prof_thread *t = thread_buffer();
     if (!t) return;
@@ -214,7 +227,7 @@ static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
     }
     pthread_mutex_lock(&t->mutex);
     if (gen == atomic_load_explicit(&generation, memory_order_relaxed)) {
-        stat_add(&t->ops[op], duration);
+        stat_add(&t->ops[op][ran_in(op, n_inputs, inputs, attrs, output)], duration);
         t->recorded = true;
         if (trace) {
             int n_kept =
@@ -272,7 +285,7 @@ static void op_end(eg__op op, int n_inputs, const eg_tensor *const *inputs, cons
         eg__kernel_call call = {op, n_inputs, inputs, output, attrs};
         if (backend && backend->kernel_note) note = backend->kernel_note(&call);
     }
-    record_op(flags, span->values[0], op, n_inputs, inputs, output, note, start, end,
+    record_op(flags, span->values[0], op, n_inputs, inputs, attrs, output, note, start, end,
               flags & EG_PROFILE_CPU_TIME ? cpu_end - span->values[1] : end - start);
 }
 
@@ -522,9 +535,11 @@ static void stat_merge(eg__prof_stat *into, const eg__prof_stat *s) {
     into->total_ns += s->total_ns;
 }
 
-static eg_profiler_entry make_entry(const char *name, bool is_range, const eg__prof_stat *s) {
+static eg_profiler_entry make_entry(const char *name, bool is_range, eg_dtype dtype,
+                                    const eg__prof_stat *s) {
     return (eg_profiler_entry){.name = name,
                                .is_range = is_range,
+                               .dtype = dtype,
                                .calls = s->calls,
                                .total_seconds = (double)s->total_ns * 1e-9,
                                .min_seconds = (double)s->min_ns * 1e-9,
@@ -537,15 +552,16 @@ eg_status eg_profiler_stats(eg_profiler_summary *summary, eg_profiler_entry *ent
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "profiler_stats: capacity %d with %s entries array", capacity,
                          entries ? "an" : "a NULL");
-    eg__prof_stat ops[EG__OP_COUNT];
-    memset(ops, 0, sizeof ops);
+    eg__prof_stat(*ops)[EG_DTYPE_COUNT] = calloc(EG__OP_COUNT, sizeof *ops);
     eg_profiler_summary s = {0};
     pthread_mutex_lock(&eg__profiler.mutex);
     int n_names = eg__profiler.n_names;
     eg__prof_stat *ranges = calloc(n_names > 0 ? (size_t)n_names : 1, sizeof *ranges);
-    eg_profiler_entry *all = malloc((EG__OP_COUNT + (size_t)n_names) * sizeof *all);
-    if (!ranges || !all) {
+    eg_profiler_entry *all =
+        malloc((EG__OP_COUNT * EG_DTYPE_COUNT + (size_t)n_names) * sizeof *all);
+    if (!ops || !ranges || !all) {
         pthread_mutex_unlock(&eg__profiler.mutex);
+        free(ops);
         free(ranges);
         free(all);
         return eg__error(EG_ERR_OUT_OF_MEMORY, "profiler_stats: out of memory");
@@ -564,24 +580,29 @@ eg_status eg_profiler_stats(eg_profiler_summary *summary, eg_profiler_entry *ent
         s.n_threads += t->recorded;
         s.trace_events += t->n_events;
         s.dropped_events += t->n_dropped;
-        for (int op = 0; op < EG__OP_COUNT; op++) stat_merge(&ops[op], &t->ops[op]);
+        for (int op = 0; op < EG__OP_COUNT; op++)
+            for (int d = 0; d < EG_DTYPE_COUNT; d++) stat_merge(&ops[op][d], &t->ops[op][d]);
         for (int i = 0; i < t->n_ranges && i < n_names; i++) stat_merge(&ranges[i], &t->ranges[i]);
         pthread_mutex_unlock(&t->mutex);
     }
     int n = 0;
-    for (int op = 0; op < EG__OP_COUNT; op++) {
-        if (!ops[op].calls) continue;
-        all[n++] = make_entry(eg__op_defs[op].name, false, &ops[op]);
-        s.op_calls += ops[op].calls;
-        s.op_seconds += (double)ops[op].total_ns * 1e-9;
-    }
+    for (int op = 0; op < EG__OP_COUNT; op++)
+        for (int d = 0; d < EG_DTYPE_COUNT; d++) {
+            const eg__prof_stat *stat = &ops[op][d];
+            if (!stat->calls) continue;
+            all[n++] = make_entry(eg__op_defs[op].name, false, (eg_dtype)d, stat);
+            s.op_calls += stat->calls;
+            s.op_seconds += (double)stat->total_ns * 1e-9;
+        }
     for (int i = 0; i < n_names; i++)
-        if (ranges[i].calls) all[n++] = make_entry(eg__profiler.names[i], true, &ranges[i]);
+        if (ranges[i].calls)
+            all[n++] = make_entry(eg__profiler.names[i], true, EG_DTYPE_COUNT, &ranges[i]);
     pthread_mutex_unlock(&eg__profiler.mutex);
     qsort(all, (size_t)n, sizeof *all, compare_entries);
     if (capacity > 0) memcpy(entries, all, (size_t)(n < capacity ? n : capacity) * sizeof *all);
     if (summary) *summary = s;
     if (n_entries) *n_entries = n;
+    free(ops);
     free(ranges);
     free(all);
     return EG_OK;

@@ -31,6 +31,8 @@ check "bad hidden list -> 2" expect_exit 2 "$eagle" train --hidden 64,,3
 check "bad optimizer -> 2" expect_exit 2 "$eagle" train --optimizer lbfgs
 check "bad mode -> 2" expect_exit 2 "$eagle" train --mode turbo
 check "bad model -> 2" expect_exit 2 "$eagle" train --model resnet
+check "bad precision -> 2" expect_exit 2 "$eagle" train --precision float16
+check "... naming the policies" grep -q "mixed_bfloat16" <<<"$out"
 check "--model cnn with --hidden -> 2" expect_exit 2 "$eagle" train --model cnn --hidden 64
 check "bench without a name -> 2" expect_exit 2 "$eagle" bench
 check "eval without file -> 2" expect_exit 2 "$eagle" eval
@@ -118,7 +120,7 @@ if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
         python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.78 else 1)"
     # Deterministic: same seed, 1 vs 2 threads -> identical losses and accuracies (timings
     # removed; the comparison must see real lines, so an empty log fails).
-    numbers_of() { grep -E "loss|accuracy" <<<"$1" | sed -E 's/[0-9.]+ samples\/s//g; s/in [0-9.]+ s//g; s/ETA [0-9:]+//g'; }
+    numbers_of() { grep -E "loss|accuracy" <<<"$1" | grep -v "^eagle " | sed -E 's/[0-9.]+ samples\/s//g; s/in [0-9.]+ s//g; s/ETA [0-9:]+//g'; }
     first_numbers=$(numbers_of "$first")
     second_numbers=$(numbers_of "$second")
     same_log() { [ "$(wc -l <<<"$first_numbers")" -ge 4 ] && [ "$first_numbers" = "$second_numbers" ]; }
@@ -251,6 +253,33 @@ PY
     cnn_graph=$(numbers_of "$(cnn --epochs 1 --mode graph)")
     check "cnn: --mode graph gives eager's training log" \
         bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$cnn_eager" "$cnn_graph"
+    # Mixed precision: each policy trains (the summary names it, the profile shows bf16 ops),
+    # the three modes agree, mixed_float16 prints its loss scale, and --resume keeps the policy
+    # and the loss scale state (byte-identical checkpoints).
+    for policy in mixed_bfloat16 mixed_float16; do
+        mp() { "$eagle" train --limit 2000 --test-limit 500 --epochs 1 --seed 4 --threads 2 --precision "$policy" "$@" 2>&1; }
+        mp_eager=$(mp)
+        check "$policy: the summary names the policy" grep -q "Policy: $policy" <<<"$mp_eager"
+        mp_accuracy=$(grep "test accuracy" <<<"$mp_eager" | tail -1 | awk '{print $3}')
+        check "$policy: trains (test accuracy $mp_accuracy >= 0.70)" \
+            python3 -c "import sys; sys.exit(0 if float('$mp_accuracy') >= 0.70 else 1)"
+        for mode in lazy graph; do
+            check "$policy: --mode $mode gives eager's training log" \
+                bash -c '[ "$(wc -l <<<"$1")" -ge 3 ] && [ "$1" = "$2" ]' _ "$(numbers_of "$mp_eager")" "$(numbers_of "$(mp --mode $mode)")"
+        done
+    done
+    check "mixed_float16: the loss scale is printed" grep -q "loss scale 32768" <<<"$mp_eager"
+    check "mixed_bfloat16: the profile's table has bf16 dense ops" \
+        bash -c '"$0" train --limit 500 --epochs 1 --precision mixed_bfloat16 --profile "$1/mp.json" 2>&1 | grep -qE "^dense +bf16"' "$eagle" "$tmp"
+    mp_cnn() { "$eagle" train --model cnn --limit 128 --test-limit 200 --seed 3 --threads 2 --precision mixed_float16 "$@" 2>&1; }
+    mp_cnn --epochs 2 --save "$tmp/mp-straight.safetensors" >/dev/null
+    mp_cnn --epochs 2 --stop-after 1 --save "$tmp/mp-half.safetensors" >/dev/null
+    mp_resumed=$(mp_cnn --resume "$tmp/mp-half.safetensors" --save "$tmp/mp-resumed.safetensors")
+    check "cnn mixed_float16: --resume gives the uninterrupted run's checkpoint, byte for byte" \
+        cmp "$tmp/mp-straight.safetensors" "$tmp/mp-resumed.safetensors"
+    check "... and keeps the policy" grep -q "precision mixed_float16" <<<"$mp_resumed"
+    check "--resume with another --precision -> 2" \
+        expect_exit 2 "$eagle" train --resume "$tmp/mp-half.safetensors" --precision float32
     # Under a memory limit the pipeline's AUTOTUNE stages run on the training thread, so a run
     # that hits the limit fails at the same place, with the same numbers, every time.
     limited_run() { EG_MEMORY_LIMIT=6M "$eagle" train --epochs 1 --threads 2 2>&1 | grep -i "out of memory"; }

@@ -65,6 +65,7 @@ eg_status mlp_batch(const mlp_data *data, const int64_t *indices, int64_t n, eg_
 typedef struct mlp_step_state {
     eg_model *model;
     eg_optimizer *optimizer;
+    bool loss_scaling; /* the gradient is taken of eg_optimizer_scale_loss's scaled loss */
 } mlp_step_state;
 
 /* One training step on in[0] = x (B, 784) f32 (for the CNN (B, 28, 28, 1)) and in[1] = labels

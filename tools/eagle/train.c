@@ -22,7 +22,8 @@ enum {
     GIVEN_BATCH = 8,
     GIVEN_SEED = 16,
     GIVEN_MODEL = 32,
-    GIVEN_EPOCHS = 64
+    GIVEN_EPOCHS = 64,
+    GIVEN_PRECISION = 128
 };
 
 typedef struct train_options {
@@ -44,6 +45,7 @@ typedef struct train_options {
     bool profile_cpu_time;    /* the per-op table in thread CPU time */
     bool augment;             /* random flips and crops of the training images */
     const char *device;       /* --device: where the model trains (NULL: the host) */
+    eg_policy precision;      /* --precision */
 } train_options;
 
 static void print_help(void) {
@@ -83,6 +85,11 @@ static void print_help(void) {
         "                       (flags given must agree), --data and --limit must give the same\n"
         "                       training examples. The losses are exactly those of the\n"
         "                       uninterrupted run\n"
+        "  --precision POLICY   float32 (default), mixed_bfloat16 or mixed_float16: layers\n"
+        "                       compute in bf16 / f16 from f32 master weights (losses and\n"
+        "                       batch normalization stay f32); mixed_float16 scales the loss\n"
+        "                       dynamically (from 2^15; halved and the step skipped on inf/NaN\n"
+        "                       gradients, doubled after 2000 finite steps)\n"
         "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
         "                       lazily (fused, memory on demand) or traced once and replayed\n"
         "  --device NAME        where the model trains: cpu (default), cuda or cuda:N\n"
@@ -132,6 +139,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         TEST_LIMIT,
         STOP_AFTER,
         DEVICE,
+        PRECISION,
         HELP
     };
     static const struct option options[] = {
@@ -156,6 +164,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"test-limit", required_argument, NULL, TEST_LIMIT},
         {"stop-after", required_argument, NULL, STOP_AFTER},
         {"device", required_argument, NULL, DEVICE},
+        {"precision", required_argument, NULL, PRECISION},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
@@ -262,6 +271,16 @@ static int parse_options(int argc, char **argv, train_options *o) {
             break;
         case DEVICE:
             o->device = optarg;
+            break;
+        case PRECISION:
+            if (eg_policy_from_name(optarg, &o->precision) != EG_OK) {
+                eg_clear_error();
+                return cli_usage_error("train",
+                                       "--precision expects float32, mixed_bfloat16 or "
+                                       "mixed_float16, got '%s'",
+                                       optarg);
+            }
+            o->given |= GIVEN_PRECISION;
             break;
         case RESUME:
             o->resume_path = optarg;
@@ -379,9 +398,10 @@ static eg_status train_step(stepper *st, eg_dataset_iterator *batches, int64_t *
 }
 
 /* TensorBoard: per-epoch scalars and weight histograms. */
-static eg_status log_epoch(eg_summary_writer *w, eg_model *model, int epoch, double train_loss,
-                           double train_accuracy, double test_accuracy, double test_loss,
-                           double samples_per_second) {
+/* optimizer: its loss scale and skipped steps are logged when it scales the loss. */
+static eg_status log_epoch(eg_summary_writer *w, eg_model *model, const eg_optimizer *optimizer,
+                           bool loss_scaling, int epoch, double train_loss, double train_accuracy,
+                           double test_accuracy, double test_loss, double samples_per_second) {
     eg_memory_stats memory;
     eg_memory_stats_get(NULL, &memory);
     eg_status status = EG_OK;
@@ -392,6 +412,11 @@ static eg_status log_epoch(eg_summary_writer *w, eg_model *model, int epoch, dou
                         test_loss,  samples_per_second, (double)memory.bytes_in_use};
     for (int i = 0; i < 6 && status == EG_OK; i++)
         status = eg_summary_scalar(w, tags[i], epoch, values[i]);
+    if (status == EG_OK && loss_scaling)
+        status = eg_summary_scalar(w, "epoch/loss_scale", epoch, eg_optimizer_loss_scale(optimizer));
+    if (status == EG_OK && loss_scaling)
+        status = eg_summary_scalar(w, "epoch/skipped_steps", epoch,
+                                   (double)eg_optimizer_skipped_steps(optimizer));
     int n_vars;
     eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
     for (int i = 0; i < n_vars && status == EG_OK; i++)
@@ -430,12 +455,14 @@ static eg_status save_checkpoint(const char *path, eg_model *model, const eg_opt
                        .epoch = at->epochs_done,
                        .epochs = o->epochs,
                        .augment = o->augment,
+                       .has_loss_scale = o->precision == EG_POLICY_MIXED_FLOAT16,
                        .step = at->step,
                        .loss = at->loss,
                        .hits = at->hits,
                        .samples = at->samples};
     snprintf(meta.model_kind, sizeof meta.model_kind, "%s", o->model_kind);
     snprintf(meta.train_data, sizeof meta.train_data, "%s", r->train_data);
+    snprintf(meta.precision, sizeof meta.precision, "%s", eg_policy_name(o->precision));
     return train_state_save(path, model, optimizer, &meta);
 }
 
@@ -537,6 +564,15 @@ static int adopt_settings(train_options *o, const train_meta *m) {
                                !m->augment_known ? "augmentation not recorded"
                                : m->augment      ? "with --augment"
                                                  : "without --augment");
+    eg_policy saved_precision = EG_POLICY_FLOAT32;
+    if (m->precision[0]) (void)eg_policy_from_name(m->precision, &saved_precision);
+    if ((o->given & GIVEN_PRECISION) && o->precision != saved_precision)
+        return cli_usage_error("train",
+                               "--precision %s differs from the checkpoint %s (%s); --resume "
+                               "continues that run",
+                               eg_policy_name(o->precision), o->resume_path,
+                               eg_policy_name(saved_precision));
+    o->precision = saved_precision;
     if (!m->augment_known)
         printf("note: %s does not record whether --augment was used; continuing %s it\n",
                o->resume_path, o->augment ? "with" : "without");
@@ -702,7 +738,11 @@ int cli_train(int argc, char **argv) {
     model = cnn ? cnn_build() : mlp_build(&o.model);
     optimizer = model ? make_optimizer(&o, decay_steps, &initial_rate) : NULL;
     if (!model || !optimizer) goto done;
-    st = (stepper){o.mode, {model, optimizer}, NULL, o.seed};
+    /* Set on the built model: the variables stay f32 masters, the calls change dtype. */
+    if (eg_model_set_policy(model, o.precision) != EG_OK) goto done;
+    bool loss_scaling = o.precision == EG_POLICY_MIXED_FLOAT16;
+    if (loss_scaling && eg_optimizer_enable_loss_scaling(optimizer, NULL) != EG_OK) goto done;
+    st = (stepper){o.mode, {model, optimizer, loss_scaling}, NULL, o.seed};
     if (!strcmp(o.mode, "graph") &&
         !(st.graph = eg_function_new("train_step", mlp_step, 2, 2, &st.state)))
         goto done;
@@ -713,10 +753,13 @@ int cli_train(int argc, char **argv) {
         resume = NULL;
     }
     printf("eagle %s: %lld training / %lld test examples, %d thread(s), %s, optimizer %s%s, %s "
-           "mode%s\n",
+           "mode%s%s%s%s\n",
            eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(), o.model_kind,
            eg_optimizer_name(optimizer), decay_steps > 0 ? " (cosine decay)" : "", o.mode,
-           o.augment ? ", random flips and crops" : "");
+           o.augment ? ", random flips and crops" : "",
+           o.precision != EG_POLICY_FLOAT32 ? ", precision " : "",
+           o.precision != EG_POLICY_FLOAT32 ? eg_policy_name(o.precision) : "",
+           loss_scaling ? " (dynamic loss scale)" : "");
     if (o.resume_path && resumed.step > 0)
         printf("resumed from %s in epoch %ld after step %lld (%lld steps)\n", o.resume_path,
                resumed.epoch + 1, (long long)resumed.step, (long long)resumed.iterations);
@@ -797,7 +840,10 @@ int cli_train(int argc, char **argv) {
         if (evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
         if (o.profile_path) eg_profiler_resume();
         printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
-        if (summary && log_epoch(summary, model, epoch, eg_metric_mean_result(&loss_mean),
+        if (loss_scaling)
+            printf("  loss scale %g, %lld step(s) skipped for inf/NaN gradients so far\n",
+                   eg_optimizer_loss_scale(optimizer), (long long)eg_optimizer_skipped_steps(optimizer));
+        if (summary && log_epoch(summary, model, optimizer, loss_scaling, epoch, eg_metric_mean_result(&loss_mean),
                                  hits / (double)seen, test_accuracy, test_loss,
                                  epoch_seconds > 0 ? (double)(seen - seen_before) / epoch_seconds
                                                    : 0) != EG_OK)

@@ -45,7 +45,7 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
 
     char hidden[128], learning_rate[32], decay_steps[32], batch_size[32], seed[32], examples[32],
         epoch[32], epochs[32], iterations[32], step[32], loss[40], weight[40], hits[40],
-        samples[32];
+        samples[32], loss_scale[40], good_steps[32], skipped_steps[32];
     bool mlp = !strcmp(meta->model_kind, "mlp");
     if (mlp)
         mlp_format_hidden(&meta->model, hidden, sizeof hidden);
@@ -65,7 +65,12 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
     snprintf(weight, sizeof weight, "%.17g", meta->loss.count);
     snprintf(hits, sizeof hits, "%.17g", meta->hits);
     snprintf(samples, sizeof samples, "%lld", (long long)meta->samples);
-    enum { MAX_KEYS = 20 };
+    snprintf(loss_scale, sizeof loss_scale, "%.17g", eg_optimizer_loss_scale(optimizer));
+    snprintf(good_steps, sizeof good_steps, "%lld",
+             (long long)eg_optimizer_loss_scale_good_steps(optimizer));
+    snprintf(skipped_steps, sizeof skipped_steps, "%lld",
+             (long long)eg_optimizer_skipped_steps(optimizer));
+    enum { MAX_KEYS = 24 };
     const char *keys[MAX_KEYS], *values[MAX_KEYS];
     int n_keys = 0;
 #define PUT(key, value) (keys[n_keys] = (key), values[n_keys++] = (value))
@@ -80,6 +85,12 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
     PUT("eagle.epoch", epoch);
     PUT("eagle.epochs", epochs);
     PUT("eagle.augment", meta->augment ? "1" : "0");
+    PUT("eagle.precision", meta->precision[0] ? meta->precision : "float32");
+    if (meta->has_loss_scale) {
+        PUT("eagle.loss_scale", loss_scale);
+        PUT("eagle.loss_scale.good_steps", good_steps);
+        PUT("eagle.loss_scale.skipped_steps", skipped_steps);
+    }
     if (meta->train_data[0]) PUT("eagle.train_data", meta->train_data);
     if (mlp) PUT("eagle.hidden", hidden);
     if (meta->step > 0) {
@@ -200,6 +211,24 @@ bool train_state_read_meta(const eg_safetensors *file, const char *path, train_m
         meta->augment = augment[0] == '1';
         meta->augment_known = true;
     }
+    const char *precision = eg_safetensors_metadata(file, "eagle.precision");
+    eg_policy policy = EG_POLICY_FLOAT32;
+    if (precision && eg_policy_from_name(precision, &policy) != EG_OK) {
+        fprintf(stderr, "eagle train: %s: metadata eagle.precision: %s\n", path, eg_last_error());
+        eg_clear_error();
+        return false;
+    }
+    snprintf(meta->precision, sizeof meta->precision, "%s", eg_policy_name(policy));
+    if (eg_safetensors_metadata(file, "eagle.loss_scale")) {
+        long long good, skipped;
+        if (!read_number(file, path, "eagle.loss_scale", &meta->loss_scale) ||
+            !read_integer(file, path, "eagle.loss_scale.good_steps", 0, 1LL << 62, &good) ||
+            !read_integer(file, path, "eagle.loss_scale.skipped_steps", 0, 1LL << 62, &skipped))
+            return false;
+        meta->has_loss_scale = true;
+        meta->loss_scale_good_steps = good;
+        meta->loss_scale_skipped_steps = skipped;
+    }
     const char *data = eg_safetensors_metadata(file, "eagle.train_data");
     if (data) {
         if (strlen(data) != 16 || strspn(data, "0123456789abcdef") != 16) {
@@ -258,5 +287,9 @@ eg_status train_state_restore(const eg_safetensors *file, eg_model *model, eg_op
     }
     eg_scope_end();
     if (status == EG_OK) status = eg_optimizer_set_iterations(optimizer, meta->iterations);
+    if (status == EG_OK && meta->has_loss_scale)
+        status = eg_optimizer_set_loss_scale_state(optimizer, meta->loss_scale,
+                                                   meta->loss_scale_good_steps,
+                                                   meta->loss_scale_skipped_steps);
     return status;
 }

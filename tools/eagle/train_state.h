@@ -40,7 +40,12 @@ typedef struct train_meta {
     int64_t iterations;  /* optimizer updates applied */
     char train_data[24]; /* mlp_data_fingerprint of the training split ("": not recorded) */
     bool augment;
-    bool augment_known; /* false: an older checkpoint that did not record it */
+    bool augment_known;  /* false: an older checkpoint that did not record it */
+    char precision[16];  /* eg_policy_name of the run; "" in an older checkpoint (float32) */
+    /* The loss scaling state (mixed_float16 runs; has_loss_scale false otherwise) */
+    bool has_loss_scale;
+    double loss_scale;
+    int64_t loss_scale_good_steps, loss_scale_skipped_steps;
     /* Within epoch `epoch + 1` (all 0 at the end of an epoch): steps trained, and the sums behind
      * its log so far (eg_metric_mean of the loss, correct predictions, examples). */
     int64_t step;
