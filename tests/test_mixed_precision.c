@@ -28,7 +28,9 @@ typedef struct scaled_problem {
 static eg_status scaled_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     scaled_problem *p = user;
     eg_tape *tape = eg_tape_begin(false);
-    eg_tensor *loss = eg_sum(eg_mul(p->w, in[0]), 0, NULL, false);
+    eg_tensor *product = eg_mul(p->w, in[0]);
+    eg_tensor *loss = eg_sum(product, 0, NULL, false);
+    eg_release(product);
     eg_tensor *scaled = eg_optimizer_scale_loss(p->opt, loss);
     eg_tensor *grad = NULL;
     eg_status status = eg_tape_gradient(tape, scaled, 1, (const eg_tensor *const *)&p->w, &grad,
