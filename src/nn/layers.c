@@ -336,21 +336,19 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
     eg_dtype runs_in = runs_in_full_precision(layer) ? layer->dtype : compute;
     eg__temps temps = {0};
     /* Under a mixed policy floating inputs are cast to what the layer runs in, as Keras' layers
-     * autocast theirs (a layer already in its input's dtype adds no op). Under FLOAT32 inputs
-     * pass as they are: a layer without variables keeps their dtype, one with variables refuses
-     * another dtype. */
-    const eg_tensor *input = x;
-    /* a low-precision Dense reads f32 inputs as they are (its product rounds them) */
+     * autocast theirs (a layer already in its input's dtype adds no op); a low-precision Dense
+     * reads f32 inputs as they are (its product rounds them). Under FLOAT32 inputs pass as they
+     * are: a layer without variables keeps their dtype, one with variables refuses another. */
     bool reads_f32 = layer->kind == EG__LAYER_DENSE && runs_in != layer->dtype &&
                      layer->dtype == EG_DTYPE_F32;
-    /* batch normalization keeps its f32 variables (its ops read them with low x) */
-    bool keeps_variables = reads_f32 || layer->kind == EG__LAYER_BATCH_NORM;
+    const eg_tensor *input = x;
     if (layer->policy != EG_POLICY_FLOAT32 && eg_dtype_is_float(x->dtype) && x->dtype != runs_in &&
         !(reads_f32 && x->dtype == EG_DTYPE_F32))
         input = eg__temp(&temps, eg_cast(x, runs_in));
     /* Under a mixed policy the f32 variables are cast at each call (Keras' AutoCastVariable):
-     * the gradient flows back through the cast to the f32 master weights. Dense needs no cast
-     * (its low-precision product reads them). */
+     * the gradient flows back through the cast to the f32 master weights. Dense and batch
+     * normalization keep theirs: their low-precision ops read f32 variables as they are. */
+    bool keeps_variables = reads_f32 || layer->kind == EG__LAYER_BATCH_NORM;
     const eg_tensor *variables[EG__LAYER_MAX_VARIABLES] = {0};
     for (int i = 0; i < layer->n_variables; i++) {
         const eg_tensor *v = layer->variables[i];
@@ -361,7 +359,7 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
     eg_tensor *y = NULL;
     if (input) switch (layer->kind) {
         case EG__LAYER_DENSE:
-            y = call_dense(layer, input, variables, reads_f32 ? runs_in : variables[0]->dtype);
+            y = call_dense(layer, input, variables, runs_in);
             break;
         case EG__LAYER_FLATTEN:
             if (input->n_dims < 1)

@@ -164,10 +164,10 @@ static void free_step(void *context) {
     free(c);
 }
 
-/* The sum of every gradient into *sum, accumulated on their device in f32 (f64 for f64
- * gradients) and read once: an inf or NaN anywhere makes it non-finite. Finite values cannot
- * overflow it in practice: that would take gradients summing past 3.4e38 (f16 ones are at most
- * 65504 each). */
+/* The sum of every gradient into *sum: each gradient summed on its device in f32 (f64 for f64
+ * gradients), the partial sums added in f64, read once: an inf or NaN anywhere makes it
+ * non-finite. A finite gradient's f32 sum overflows only past 3.4e38 (f16 ones are at most 65504
+ * each). */
 static eg_status gradient_sum(const step_context *c, double *sum) {
     eg_tensor *total = NULL;
     for (int i = 0; i < c->n; i++) {
@@ -177,11 +177,11 @@ static eg_status gradient_sum(const step_context *c, double *sum) {
         eg_tensor *cast = g->dtype != wide ? eg_cast(g, wide) : NULL;
         eg_tensor *part = eg_sum(cast ? cast : g, 0, NULL, false);
         eg_release(cast);
-        if (part && total && part->dtype != total->dtype) { /* f32 and f64 gradients: in f64 */
-            eg_tensor **narrow = part->dtype == EG_DTYPE_F32 ? &part : &total;
-            eg_tensor *widened = eg_cast(*narrow, EG_DTYPE_F64);
-            eg_release(*narrow);
-            *narrow = widened;
+        eg_tensor *part64 =
+            part && part->dtype != EG_DTYPE_F64 ? eg_cast(part, EG_DTYPE_F64) : NULL;
+        if (part64) {
+            eg_release(part);
+            part = part64;
         }
         eg_tensor *next = !part || !total ? part : eg_add(total, part);
         if (next != part) eg_release(part);
