@@ -20,5 +20,6 @@
 #include "eagle/profiler.h"
 #include "eagle/lazy.h"
 #include "eagle/session.h"
+#include "eagle/distribute.h"
 
 #endif

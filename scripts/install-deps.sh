@@ -2,7 +2,8 @@
 # Installs what Eagle needs to build, test and train on Debian 12 (run as root).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libopenblas-dev zlib1g-dev libcmocka-dev
-          clang libclang-rt-14-dev dataset-fashion-mnist python3 python3-venv qemu-user)
+          clang libclang-rt-14-dev dataset-fashion-mnist python3 python3-venv qemu-user
+          openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -243,6 +243,17 @@ static int apply_concat(const oc_case *c, const eg_tensor *const *in, eg_tensor 
     return one(eg_concat(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
 
+/* Outside a replica the collectives act on a group of one: all_reduce is the tensor, and
+ * all_reduce_start + _done pack the inputs (both cases run the pair). */
+static int apply_collective(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+    if (c->op == EG__OP_ALL_REDUCE) return one(eg_all_reduce(in[0]), out);
+    int64_t tag = -1;
+    eg_tensor *started = eg_all_reduce_start(oc_case_n_inputs(c), in, &tag);
+    eg_tensor *sum = eg_all_reduce_done(started, tag);
+    eg_release(started);
+    return one(sum, out);
+}
+
 static int apply_stack(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
     return one(eg_stack(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
@@ -725,6 +736,13 @@ const oc_case oc_cases[] = {
          IN("F 1,2 n", "F 2,2 n", "F 1,2 n", "F 3,2 n", "F 1,2 n", "F 2,1:T n", "F 1,2 n",
             "F 2,2 n", "F 1,2 n", "F 1,2 n"),
          P(0)),
+
+    CASE(ALL_REDUCE, "all_reduce alone", collective, identity, IN("F 3,4 n")),
+    CASE(ALL_REDUCE, "all_reduce alone of a transposed view", collective, identity,
+         IN("F 2,4,3:T n")),
+    CASE(ALL_REDUCE_START, "all_reduce_start alone packs views", collective, packed,
+         IN("F 2,3 n", "F 3,2:T n", "F 4,2:S n")),
+    CASE(ALL_REDUCE_DONE, "all_reduce_done alone of one", collective, packed, IN("F 5 n")),
 
     CASE(CONCAT, "stack axis 0", stack, stack, IN("F 2,3 n", "F 2,3 n", "F 2,3 n"), P(0)),
     CASE(CONCAT, "stack axis -1 of views", stack, stack, IN("F 3,2:T n", "F 4,3:S n"), P(-1)),

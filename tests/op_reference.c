@@ -493,6 +493,18 @@ int oc_ref_identity(const oc_case *c, const oc_ref *in, oc_ref *out) {
     return same_values(&in[0], in[0].n_dims, in[0].shape, out);
 }
 
+/* Every input's elements in row-major order, one after the other: a 1-d result. */
+int oc_ref_packed(const oc_case *c, const oc_ref *in, oc_ref *out) {
+    int n = oc_case_n_inputs(c);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += in[i].n_elems;
+    oc_ref_init(out, in[0].dtype, 1, &total);
+    int64_t o = 0;
+    for (int i = 0; i < n; i++)
+        for (int64_t k = 0; k < in[i].n_elems; k++) out->data[o++] = in[i].data[k];
+    return 1;
+}
+
 /* p[0] = axis; all spec inputs are joined. */
 int oc_ref_concat(const oc_case *c, const oc_ref *in, oc_ref *out) {
     int n = oc_case_n_inputs(c), axis = norm_axis(c->p[0], in[0].n_dims);

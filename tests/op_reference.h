@@ -25,6 +25,7 @@ int oc_ref_slice(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_split(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_broadcast_to(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_identity(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_packed(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_concat(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_stack(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_gather(const oc_case *c, const oc_ref *in, oc_ref *out);

@@ -43,6 +43,20 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
                               const eg_tensor *output_gradient, int n_sources,
                               const eg_tensor *const *sources, eg_tensor **grads,
                               eg_unconnected unconnected);
+/* Told of one source's gradient as soon as no op left in the backward pass can add to it (index
+ * into the sources; gradient borrowed, NULL for a source the target does not depend on when
+ * unconnected is EG_UNCONNECTED_NULL). A failure stops the gradient with that status. Called on
+ * the thread computing the gradient, while tapes are paused: tensors it makes are its own to
+ * release (no scope holds them). */
+typedef eg_status (*eg_gradient_ready_fn)(int source, const eg_tensor *gradient, void *user);
+/* eg_tape_gradient that calls ready(i, gradient, user) once for each source, in the order their
+ * gradients become final during the backward pass (sources no recorded op reads come last):
+ * what lets a data-parallel step start summing a bucket of gradients while the rest are still
+ * being computed. ready NULL is eg_tape_gradient. */
+eg_status eg_tape_gradient_notify(eg_tape *tape, const eg_tensor *target, int n_sources,
+                                  const eg_tensor *const *sources, eg_tensor **grads,
+                                  eg_unconnected unconnected, eg_gradient_ready_fn ready,
+                                  void *user);
 /* Number of ops recorded so far. */
 size_t eg_tape_n_records(const eg_tape *tape);
 /* Stops recording if needed and releases everything the tape holds. NULL is ignored. */
@@ -74,6 +88,7 @@ eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);
 #define eg_tape_watch(...) EG_CALLSITE_(eg_tape_watch(__VA_ARGS__))
 #define eg_tape_gradient(...) EG_CALLSITE_(eg_tape_gradient(__VA_ARGS__))
 #define eg_tape_gradient_ex(...) EG_CALLSITE_(eg_tape_gradient_ex(__VA_ARGS__))
+#define eg_tape_gradient_notify(...) EG_CALLSITE_(eg_tape_gradient_notify(__VA_ARGS__))
 #define eg_variable(...) EG_CALLSITE_(eg_variable(__VA_ARGS__))
 #define eg_assign(...) EG_CALLSITE_(eg_assign(__VA_ARGS__))
 #define eg_assign_add(...) EG_CALLSITE_(eg_assign_add(__VA_ARGS__))

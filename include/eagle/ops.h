@@ -290,6 +290,23 @@ eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, con
                                              double epsilon, eg_activation activation,
                                              eg_tensor **batch_mean, eg_tensor **batch_variance);
 
+/* ---- collectives: sums over the replicas of a data-parallel step (eagle/distribute.h) ----
+ * Inside a replica's step (eg_strategy_run) they sum over every replica of the strategy, each
+ * replica getting the sum, added in replica order (replica 0 first) whatever the timing, so the
+ * bits never depend on it; outside any replica they act on a group of one. Every replica must make
+ * the same collective calls in the same order (a replica that does not is reported when the
+ * group's timeout passes, naming it). f32 or f64 only. Made on the replica's device. */
+/* x summed over the replicas (a copy of x outside a replica). Differentiable: the gradient is the
+ * all-reduce of the gradient (the gradient of the sum of every replica's objective). */
+eg_tensor *eg_all_reduce(const eg_tensor *x);
+/* Starts summing n tensors (one float dtype) over the replicas: returns a 1-d buffer holding them
+ * packed in order, which is being summed while the caller goes on (the first way to overlap
+ * communication with computation); *tag gets the reduction's name. Only eg_all_reduce_done may
+ * read the buffer. Not differentiable. */
+eg_tensor *eg_all_reduce_start(int n, const eg_tensor *const *tensors, int64_t *tag);
+/* Waits for the sum started as `tag` and returns it (a new 1-d tensor). */
+eg_tensor *eg_all_reduce_done(const eg_tensor *started, int64_t tag);
+
 #if !defined(EG_NO_CALLSITE)
 #define eg_neg(...)           EG_CALLSITE_(eg_neg(__VA_ARGS__))
 #define eg_abs(...)           EG_CALLSITE_(eg_abs(__VA_ARGS__))
@@ -377,6 +394,9 @@ eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, con
 #define eg_dense_low_precision(...) EG_CALLSITE_(eg_dense_low_precision(__VA_ARGS__))
 #define eg_batch_norm_training_activation(...)                                                     \
     EG_CALLSITE_(eg_batch_norm_training_activation(__VA_ARGS__))
+#define eg_all_reduce(...)       EG_CALLSITE_(eg_all_reduce(__VA_ARGS__))
+#define eg_all_reduce_start(...) EG_CALLSITE_(eg_all_reduce_start(__VA_ARGS__))
+#define eg_all_reduce_done(...)  EG_CALLSITE_(eg_all_reduce_done(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

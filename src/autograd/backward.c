@@ -9,6 +9,7 @@
 #include "autograd/internal.h"
 #include "base/error.h"
 #include "api/internal.h"
+#include "device/collective.h"
 
 #define IN(i)    (call->inputs[i])
 #define OUT      (call->output)
@@ -719,6 +720,19 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
                                        : eg__sum_to_shape(dz, 1, b->shape);
     }
     for (int i = 0; i < n; i++) eg_release(items[i]);
+    return eg_last_status();
+}
+
+/* y = sum over replicas of x: every replica's objective reads y, so d/dx of their sum is the sum
+ * of their gradients, an all_reduce of GRAD in the same group (each replica's backward makes the
+ * same calls in the same order, so the tags agree). */
+eg_status eg__backward_all_reduce(const eg__backward_call *call) {
+    if (!NEEDS(0)) return EG_OK;
+    eg__attrs attrs = {0};
+    attrs.ints[0] = call->attrs->ints[0];
+    attrs.ints[1] = eg__collective_next_tag(attrs.ints[0]);
+    const eg_tensor *in[1] = {GRAD};
+    call->grad_inputs[0] = eg__execute(EG__OP_ALL_REDUCE, 1, in, &attrs);
     return eg_last_status();
 }
 

@@ -218,12 +218,43 @@ static eg_status accumulate(eg__idmap *grads, uint64_t id, eg_tensor *g) {
     return EG_OK;
 }
 
+/* Who hears of each source's gradient as soon as it is final (eg_tape_gradient_notify). */
+typedef struct ready_listener {
+    eg_gradient_ready_fn fn;
+    void *user;
+    /* per source: the index of the earliest record reading it (its gradient is final once that
+     * record's rule ran), or -1 when no record reads it (told at the end) */
+    int64_t *last_contribution;
+} ready_listener;
+
+/* Tells the listener of every source whose last contribution is record `index`. */
+static eg_status tell_ready(const ready_listener *listener, const eg__idmap *grads, size_t index,
+                            int n_sources, const eg_tensor *const *sources) {
+    for (int s = 0; s < n_sources; s++) {
+        if (listener->last_contribution[s] != (int64_t)index) continue;
+        eg_tensor *g = eg__idmap_get(grads, sources[s]->id);
+        eg_status status = listener->fn(s, g, listener->user);
+        if (status != EG_OK) return status;
+    }
+    return EG_OK;
+}
+
 static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
                                const eg_tensor *output_gradient, int n_sources,
                                const eg_tensor *const *sources, eg_tensor **grads_out,
-                               eg_unconnected unconnected) {
+                               eg_unconnected unconnected, ready_listener *listener) {
     eg__idmap reachable = {0}, grads = {0};
     eg_status status = EG_OK;
+    if (listener) {
+        for (int s = 0; s < n_sources; s++) listener->last_contribution[s] = -1;
+        for (size_t i = tape->n_records; i-- > 0;) {
+            record *r = &tape->records[i];
+            for (int j = 0; j < r->n_inputs; j++)
+                for (int s = 0; s < n_sources; s++)
+                    if (r->inputs[j]->id == sources[s]->id)
+                        listener->last_contribution[s] = (int64_t)i;
+        }
+    }
     /* Forward sweep: which tensors depend on a source. Only their gradients are computed. */
     for (int i = 0; i < n_sources; i++)
         if (!eg__idmap_put(&reachable, sources[i]->id, (void *)sources[i])) goto out_of_memory;
@@ -289,6 +320,8 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
                 free(input_grads);
                 free(needs_grad);
             }
+            if (status == EG_OK && listener)
+                status = tell_ready(listener, &grads, i, n_sources, sources);
             if (status != EG_OK) goto done;
             /* This output's gradient is complete and used; drop it unless a source wants it. */
             bool is_source = false;
@@ -314,6 +347,9 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
         }
         grads_out[i] = g;
     }
+    for (int s = 0; listener && s < n_sources && status == EG_OK; s++)
+        if (listener->last_contribution[s] < 0)
+            status = listener->fn(s, grads_out[s], listener->user);
     goto done;
 out_of_memory:
     status = eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradient: out of host memory");
@@ -330,10 +366,10 @@ done:
     return status;
 }
 
-eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
-                              const eg_tensor *output_gradient, int n_sources,
-                              const eg_tensor *const *sources, eg_tensor **grads,
-                              eg_unconnected unconnected) {
+static eg_status tape_gradient(eg_tape *tape, const eg_tensor *target,
+                               const eg_tensor *output_gradient, int n_sources,
+                               const eg_tensor *const *sources, eg_tensor **grads,
+                               eg_unconnected unconnected, ready_listener *listener) {
     if (!tape) return eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradient: tape is NULL");
     if (!grads || (n_sources > 0 && !sources) || n_sources < 0)
         return eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradient: sources/grads arrays are NULL");
@@ -357,8 +393,8 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
      * (unrelated, not yet cleared) must not read as theirs. */
     eg__saved_error earlier;
     eg__error_set_aside(&earlier);
-    eg_status status =
-        backpropagate(tape, target, output_gradient, n_sources, sources, grads, unconnected);
+    eg_status status = backpropagate(tape, target, output_gradient, n_sources, sources, grads,
+                                     unconnected, listener);
     /* A scope slot owns one reference of one tensor object, so every gradient handed out must be
      * an object of its own: backward rules pass gradients through unchanged (add, copy), which
      * can make two sources share one object, or hand back output_gradient (possibly owned by a
@@ -386,10 +422,35 @@ eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
     return status;
 }
 
+eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
+                              const eg_tensor *output_gradient, int n_sources,
+                              const eg_tensor *const *sources, eg_tensor **grads,
+                              eg_unconnected unconnected) {
+    return tape_gradient(tape, target, output_gradient, n_sources, sources, grads, unconnected,
+                         NULL);
+}
+
 eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
                            const eg_tensor *const *sources, eg_tensor **grads,
                            eg_unconnected unconnected) {
-    return eg_tape_gradient_ex(tape, target, NULL, n_sources, sources, grads, unconnected);
+    return tape_gradient(tape, target, NULL, n_sources, sources, grads, unconnected, NULL);
+}
+
+eg_status eg_tape_gradient_notify(eg_tape *tape, const eg_tensor *target, int n_sources,
+                                  const eg_tensor *const *sources, eg_tensor **grads,
+                                  eg_unconnected unconnected, eg_gradient_ready_fn ready,
+                                  void *user) {
+    if (!ready)
+        return tape_gradient(tape, target, NULL, n_sources, sources, grads, unconnected, NULL);
+    if (n_sources < 0 || (n_sources > 0 && (!sources || !grads)))
+        return eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradient: sources/grads arrays are NULL");
+    ready_listener listener = {ready, user, calloc((size_t)n_sources + 1, sizeof(int64_t))};
+    if (!listener.last_contribution)
+        return eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradient: out of host memory");
+    eg_status status =
+        tape_gradient(tape, target, NULL, n_sources, sources, grads, unconnected, &listener);
+    free(listener.last_contribution);
+    return status;
 }
 
 void eg_tape_free(eg_tape *tape) {

@@ -127,6 +127,9 @@ static const probe probes[EG__OP_COUNT] = {
     [EG__OP_AVG_POOL2D] = {.inputs = {"v 1,4,4,2"}, .attrs = {POOL_WINDOW}},
     [EG__OP_AVG_POOL2D_BACKWARD] = {.inputs = {"v 1,2,2,2"},
                                     .attrs = {POOL_WINDOW, .n_dims = 4, .shape = {1, 4, 4, 2}}},
+    [EG__OP_ALL_REDUCE] = {.inputs = {"v 2,3"}},
+    [EG__OP_ALL_REDUCE_START] = {.inputs = {"v 2,3", "v 4"}},
+    [EG__OP_ALL_REDUCE_DONE] = {.inputs = {"v 10"}},
 };
 
 /* Parses "ROLE SHAPE" into a storage-less tensor; the dtype is `value_dtype` for a value input.

@@ -275,13 +275,20 @@ eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     eg_tensor *logits = eg_model_call(s->model, in[0], true);
     eg_tensor *loss =
         eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
-    eg_tensor *scaled = s->loss_scaling ? eg_optimizer_scale_loss(s->optimizer, loss) : NULL;
+    eg_tensor *shared = s->replica ? eg_mul_scalar(loss, s->share) : NULL;
+    eg_tensor *target = shared ? shared : loss;
+    eg_tensor *scaled = s->loss_scaling ? eg_optimizer_scale_loss(s->optimizer, target) : NULL;
+    if (scaled) target = scaled;
     eg_profiler_range_pop();
     eg_profiler_range_push("backward");
-    eg_status status = eg_tape_gradient(tape, scaled ? scaled : loss, n_vars,
-                                        (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
+    eg_status status =
+        s->replica ? eg_replica_gradient(s->replica, tape, target, n_vars,
+                                         (const eg_tensor *const *)vars, grads)
+                   : eg_tape_gradient(tape, target, n_vars, (const eg_tensor *const *)vars, grads,
+                                      EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_release(scaled);
+    eg_release(shared);
     eg_profiler_range_pop();
     eg_profiler_range_push("optimizer");
     if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n_vars, grads, vars);

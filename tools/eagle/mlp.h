@@ -66,6 +66,11 @@ typedef struct mlp_step_state {
     eg_model *model;
     eg_optimizer *optimizer;
     bool loss_scaling; /* the gradient is taken of eg_optimizer_scale_loss's scaled loss */
+    /* A replica of several (NULL: training alone): the gradient is summed over the replicas
+     * (eg_replica_gradient) of the loss weighted by share, this replica's part of the global
+     * batch, so that the sum is the global batch's mean. */
+    const eg_replica_context *replica;
+    double share;
 } mlp_step_state;
 
 /* One training step on in[0] = x (B, 784) f32 (for the CNN (B, 28, 28, 1)) and in[1] = labels

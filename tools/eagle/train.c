@@ -12,6 +12,7 @@
 #include "cnn.h"
 #include "mlp.h"
 #include "pipeline.h"
+#include "replicas.h"
 #include "train_state.h"
 
 /* Options that --resume takes from the checkpoint unless given (then they must agree). */
@@ -46,6 +47,8 @@ typedef struct train_options {
     bool augment;             /* random flips and crops of the training images */
     const char *device;       /* --device: where the model trains (NULL: the host) */
     eg_policy precision;      /* --precision */
+    long replicas;            /* --replicas: mirrored over this many logical CPU devices */
+    bool distributed;         /* --distributed: one replica per MPI process */
 } train_options;
 
 static void print_help(void) {
@@ -93,6 +96,12 @@ static void print_help(void) {
         "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
         "                       lazily (fused, memory on demand) or traced once and replayed\n"
         "  --device NAME        where the model trains: cpu (default), cuda or cuda:N\n"
+        "  --replicas N         data parallel over N logical CPU devices of this process (the\n"
+        "                       mirrored strategy): each replica trains on its share of every\n"
+        "                       batch and the gradients are summed\n"
+        "  --distributed        data parallel over the processes of an MPI job, one replica\n"
+        "                       each (mpirun -np N eagle train --distributed ...); rank 0 prints\n"
+        "                       and saves\n"
         "  --augment            random horizontal flips and padded crops of training images\n"
         "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
         "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
@@ -140,6 +149,8 @@ static int parse_options(int argc, char **argv, train_options *o) {
         STOP_AFTER,
         DEVICE,
         PRECISION,
+        REPLICAS,
+        DISTRIBUTED,
         HELP
     };
     static const struct option options[] = {
@@ -165,6 +176,8 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"stop-after", required_argument, NULL, STOP_AFTER},
         {"device", required_argument, NULL, DEVICE},
         {"precision", required_argument, NULL, PRECISION},
+        {"replicas", required_argument, NULL, REPLICAS},
+        {"distributed", no_argument, NULL, DISTRIBUTED},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
@@ -285,6 +298,13 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case RESUME:
             o->resume_path = optarg;
             break;
+        case REPLICAS:
+            if (!cli_parse_int("train", "--replicas", optarg, 1, REPLICAS_MAX, &o->replicas))
+                return CLI_USAGE;
+            break;
+        case DISTRIBUTED:
+            o->distributed = true;
+            break;
         case 'h':
         case HELP:
             print_help();
@@ -298,6 +318,12 @@ static int parse_options(int argc, char **argv, train_options *o) {
         return cli_usage_error("train", "--profile-cpu-time needs --profile FILE");
     if (o->save_every_epoch && !o->save_path)
         return cli_usage_error("train", "--save-every-epoch needs --save FILE");
+    if (o->replicas > 1 && o->distributed)
+        return cli_usage_error("train", "--replicas and --distributed do not combine (one replica "
+                                        "per process)");
+    if (o->replicas > 1 && o->device)
+        return cli_usage_error("train", "--replicas splits the host into logical CPU devices; it "
+                                        "does not take --device");
     return apply_model_defaults(o);
 }
 
@@ -335,14 +361,6 @@ static eg_optimizer *make_optimizer(const train_options *o, int64_t decay_steps,
     return optimizer;
 }
 
-/* One step: forward, loss, tape gradient, optimizer update. Returns the batch loss and hits. */
-typedef struct stepper {
-    const char *mode;
-    mlp_step_state state;
-    eg_function *graph; /* graph mode */
-    uint64_t seed;
-} stepper;
-
 /* The default generator's seed for update number `iteration`: what a step draws (dropout masks)
  * depends on the run's seed and the step only, so a resumed run draws what the uninterrupted one
  * did (splitmix64 of the pair). */
@@ -354,12 +372,13 @@ static uint64_t step_seed(uint64_t seed, int64_t iteration) {
 }
 
 /* One step on the next batch of the input pipeline (which prepares batches on other cores while
- * this one trains); *n_out receives the batch size. */
-static eg_status train_step(stepper *st, eg_dataset_iterator *batches, int64_t *n_out,
-                            double *loss_out, double *hits_out) {
+ * this one trains), every replica its share; *n_out receives the global batch size, *stop
+ * whether any process asked to stop after this step. */
+static eg_status train_step(replicas *r, uint64_t seed, eg_dataset_iterator *batches,
+                            bool stop_here, int64_t *n_out, double *loss_out, double *hits_out,
+                            bool *stop) {
     eg_profiler_range_push("step");
     eg_scope_begin();
-    eg_tensor *out[2] = {NULL, NULL};
     eg_element batch = {0};
     bool end = false;
     eg_profiler_range_push("data");
@@ -369,32 +388,41 @@ static eg_status train_step(stepper *st, eg_dataset_iterator *batches, int64_t *
         fprintf(stderr, "eagle train: the input pipeline ended before the epoch did\n");
         status = EG_ERR_STATE;
     }
-    const eg_tensor *in[2] = {batch.tensors[0], batch.tensors[1]};
-    /* The pipeline makes host tensors; the step runs where the model lives (--device). */
-    for (int k = 0; k < 2 && status == EG_OK; k++)
-        if (eg_tensor_device(in[k]) != eg_device_current() &&
-            !(in[k] = eg_tensor_to(in[k], eg_device_current())))
-            status = eg_last_status();
-    if (status == EG_OK) *n_out = eg_tensor_dim(in[0], 0);
-    eg_manual_seed(step_seed(st->seed, eg_optimizer_iterations(st->state.optimizer)));
-    if (status == EG_OK) {
-        if (!strcmp(st->mode, "graph")) {
-            status = eg_function_call(st->graph, in, out);
-        } else if (!strcmp(st->mode, "lazy")) {
-            eg_lazy_begin();
-            status = mlp_step(in, out, &st->state);
-            eg_lazy_end();
-        } else {
-            status = mlp_step(in, out, &st->state);
-        }
-    }
-    if (status == EG_OK) {
-        *loss_out = eg_item(out[0]);
-        *hits_out = eg_item(out[1]);
-    }
+    if (status == EG_OK) *n_out = eg_tensor_dim(batch.tensors[0], 0);
+    eg_manual_seed(step_seed(seed, eg_optimizer_iterations(r->state[0].optimizer)));
+    if (status == EG_OK)
+        status = replicas_step(r, batch.tensors[0], batch.tensors[1], stop_here, loss_out,
+                               hits_out, stop);
     eg_scope_end();
     eg_profiler_range_pop();
     return status == EG_OK ? eg_last_status() : status;
+}
+
+/* What every replica's model and optimizer are made of (replicas_build_fn). */
+typedef struct build_context {
+    const train_options *o;
+    bool cnn, loss_scaling;
+    int64_t decay_steps;
+    double initial_rate;
+} build_context;
+
+static eg_status build_replica_model(eg_model **model, eg_optimizer **optimizer, void *user) {
+    build_context *b = user;
+    *model = b->cnn ? cnn_build() : mlp_build(&b->o->model);
+    *optimizer = *model ? make_optimizer(b->o, b->decay_steps, &b->initial_rate) : NULL;
+    if (!*model || !*optimizer) return eg_last_status() ? eg_last_status() : EG_ERR_INTERNAL;
+    /* Set on the built model: the variables stay f32 masters, the calls change dtype. */
+    eg_status status = eg_model_set_policy(*model, b->o->precision);
+    if (status == EG_OK && b->loss_scaling)
+        status = eg_optimizer_enable_loss_scaling(*optimizer, NULL);
+    return status;
+}
+
+/* The strategy of the run: multi-worker (--distributed), mirrored (--replicas N) or alone. */
+static eg_strategy *make_strategy(const train_options *o, const eg_device *device) {
+    if (o->distributed) return eg_strategy_multi_worker_new(device, NULL);
+    if (o->replicas > 1) return eg_strategy_mirrored_new((int)o->replicas, NULL, NULL);
+    return eg_strategy_default_new();
 }
 
 /* TensorBoard: per-epoch scalars and weight histograms. */
@@ -677,6 +705,11 @@ int cli_train(int argc, char **argv) {
         }
     }
     if (o.threads) eg_set_num_threads((int)o.threads);
+    if (o.replicas > 1 && eg_device_configure_cpus((int)o.replicas) != EG_OK) {
+        fprintf(stderr, "eagle train: %s\n", eg_last_error());
+        eg_safetensors_close(resume);
+        return CLI_FAILURE;
+    }
     eg_manual_seed(o.seed);
     /* Named before the data is read: a missing GPU is reported at once. */
     const eg_device *train_device = NULL;
@@ -687,7 +720,7 @@ int cli_train(int argc, char **argv) {
     }
 
     mlp_data train = {0}, test = {0};
-    stepper st = {0};
+    replicas reps = {0};
     eg_dataset *batches = NULL;
     eg_dataset_iterator *epoch_batches = NULL;
     eg_summary_writer *summary = NULL;
@@ -735,23 +768,38 @@ int cli_train(int argc, char **argv) {
         if (eg_device_scope_begin(train_device) != EG_OK) goto done;
         in_device_scope = true;
     }
-    model = cnn ? cnn_build() : mlp_build(&o.model);
-    optimizer = model ? make_optimizer(&o, decay_steps, &initial_rate) : NULL;
-    if (!model || !optimizer) goto done;
-    /* Set on the built model: the variables stay f32 masters, the calls change dtype. */
-    if (eg_model_set_policy(model, o.precision) != EG_OK) goto done;
     bool loss_scaling = o.precision == EG_POLICY_MIXED_FLOAT16;
-    if (loss_scaling && eg_optimizer_enable_loss_scaling(optimizer, NULL) != EG_OK) goto done;
-    st = (stepper){o.mode, {model, optimizer, loss_scaling}, NULL, o.seed};
-    if (!strcmp(o.mode, "graph") &&
-        !(st.graph = eg_function_new("train_step", mlp_step, 2, 2, &st.state)))
+    build_context build = {&o, cnn, loss_scaling, decay_steps, 0};
+    if (!replicas_init(&reps, make_strategy(&o, train_device), o.mode, loss_scaling,
+                       build_replica_model, &build, !resume))
         goto done;
+    initial_rate = build.initial_rate;
+    model = reps.state[0].model;
+    optimizer = reps.state[0].optimizer;
+    bool chief = eg_strategy_is_chief(reps.strategy);
+    int n_replicas = eg_strategy_num_replicas(reps.strategy);
+    if (!chief) { /* rank 0 alone prints, logs and saves */
+        if (!freopen("/dev/null", "w", stdout)) goto done;
+        o.save_path = o.logdir = o.profile_path = NULL;
+        o.save_every_epoch = false;
+    }
     if (o.logdir && !(summary = eg_summary_writer_new(o.logdir))) goto done;
-    if (resume) {
-        if (train_state_restore(resume, model, optimizer, &resumed) != EG_OK) goto done;
+    if (resume) { /* every replica from the same checkpoint */
+        for (int i = 0; i < reps.n_local; i++) {
+            eg_device_scope_begin(eg_strategy_device(reps.strategy, i));
+            eg_status restored = train_state_restore(resume, reps.state[i].model,
+                                                     reps.state[i].optimizer, &resumed);
+            eg_device_scope_end();
+            if (restored != EG_OK) goto done;
+        }
         eg_safetensors_close(resume);
         resume = NULL;
     }
+    if (n_replicas > 1)
+        printf("%s strategy: %d replicas (%s), global batch %ld split among them\n",
+               eg_strategy_name(reps.strategy), n_replicas,
+               o.distributed ? "one per MPI process" : "one per logical CPU device",
+               o.batch_size);
     printf("eagle %s: %lld training / %lld test examples, %d thread(s), %s, optimizer %s%s, %s "
            "mode%s%s%s%s\n",
            eg_version(), (long long)train.n, (long long)test.n, eg_get_num_threads(), o.model_kind,
@@ -813,7 +861,10 @@ int cli_train(int argc, char **argv) {
         int64_t seen_before = seen;
         double epoch_start = cli_seconds();
         for (;; step++) {
-            if (cli_interrupted()) { /* checked between steps: the state is whole here */
+            /* Checked between steps: the state is whole here. Several processes agree on the
+             * step to stop after (each tells the others through the step's sums). */
+            bool stop_here = cli_interrupted();
+            if (stop_here && eg_strategy_num_workers(reps.strategy) == 1) {
                 at = (run_position){epoch - 1, step, loss_mean, hits, seen};
                 interrupted = true;
                 break;
@@ -821,23 +872,32 @@ int cli_train(int argc, char **argv) {
             if (step == steps) break;
             int64_t n = 0;
             double loss, batch_hits;
+            bool stop = false;
             if (epoch == first_epoch && step == first_step) report_first_step(train_began_ns);
-            if (train_step(&st, epoch_batches, &n, &loss, &batch_hits) != EG_OK) goto done;
+            if (train_step(&reps, o.seed, epoch_batches, stop_here, &n, &loss, &batch_hits,
+                           &stop) != EG_OK)
+                goto done;
             saved_here = false;
             eg_metric_mean_add(&loss_mean, loss, (double)n);
             hits += batch_hits;
             seen += n;
             cli_progress_update(&progress, step + 1, seen, eg_metric_mean_result(&loss_mean),
                                 hits / (double)seen);
+            if (stop) {
+                at = (run_position){epoch - 1, step + 1, loss_mean, hits, seen};
+                interrupted = true;
+                break;
+            }
         }
         if (interrupted) break;
         double epoch_seconds = cli_seconds() - epoch_start;
         train_seconds += epoch_seconds;
         samples_trained += seen - seen_before;
         cli_progress_end(&progress, seen, eg_metric_mean_result(&loss_mean), hits / (double)seen);
-        double test_accuracy, test_loss;
+        double test_accuracy = 0, test_loss = 0;
         if (o.profile_path) eg_profiler_pause();
-        if (evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
+        if (replicas_average_statistics(&reps) != EG_OK) goto done;
+        if (chief && evaluate(model, &test, &test_accuracy, &test_loss) != EG_OK) goto done;
         if (o.profile_path) eg_profiler_resume();
         printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
         if (loss_scaling)
@@ -879,9 +939,9 @@ int cli_train(int argc, char **argv) {
         save_failed |= wrote != WROTE;
         if (wrote != LOST) printf("wrote profile trace %s\n", written);
     }
-    if (st.graph) {
+    if (reps.graph[0]) {
         eg_function_stats fs;
-        eg_function_stats_get(st.graph, &fs);
+        eg_function_stats_get(reps.graph[0], &fs);
         printf("graph: %d trace(s), %lld ops in %lld kernels, arena %.1f KiB%s%s\n", fs.n_traces,
                (long long)fs.n_nodes, (long long)fs.n_kernels, (double)fs.arena_bytes / 1024.0,
                fs.retrace_warning[0] ? "\nwarning: " : "", fs.retrace_warning);
@@ -893,13 +953,11 @@ done:
     if (eg_profiler_flags()) eg_profiler_stop();
     eg_dataset_iterator_free(epoch_batches);
     eg_dataset_free(batches);
-    eg_function_free(st.graph);
     eg_summary_writer_free(summary);
     if (rc != CLI_OK && rc != CLI_INTERRUPTED && eg_last_status() != EG_OK)
         fprintf(stderr, "eagle train: %s\n", eg_last_error());
     eg_safetensors_close(resume);
-    eg_optimizer_free(optimizer);
-    eg_model_free(model);
+    replicas_free(&reps); /* the models and optimizers too */
     if (in_device_scope) eg_device_scope_end();
     mlp_data_free(&train);
     mlp_data_free(&test);

@@ -36,6 +36,9 @@ KERNEL(max_pool2d_backward)
 KERNEL(max_pool2d_argmax)
 KERNEL(avg_pool2d)
 KERNEL(avg_pool2d_backward)
+KERNEL(all_reduce)
+KERNEL(all_reduce_start)
+KERNEL(all_reduce_done)
 #undef KERNEL
 
 const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
@@ -89,6 +92,9 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_SLICE] = eg__cpu_copy,
     [EG__OP_BROADCAST_TO] = eg__cpu_copy,
     [EG__OP_COPY] = eg__cpu_copy,
+    [EG__OP_ALL_REDUCE] = eg__cpu_all_reduce,
+    [EG__OP_ALL_REDUCE_START] = eg__cpu_all_reduce_start,
+    [EG__OP_ALL_REDUCE_DONE] = eg__cpu_all_reduce_done,
     [EG__OP_TO_DEVICE] = eg__cpu_copy, /* between host devices: all host memory */
     [EG__OP_CONCAT] = eg__cpu_concat,
     [EG__OP_GATHER] = eg__cpu_gather,

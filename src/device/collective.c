@@ -1,0 +1,131 @@
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "device/collective.h"
+
+/* Enough for 64 logical devices' replicas and a few groups besides; handles are slots + 1. */
+#define MAX_MEMBERS 256
+
+/* How often a tag was started: a traced graph starts the tags it traced at every replay, and
+ * the members must tell one replay's reduction from the next (a fast member may start the next
+ * before a slow one has left the last), so each start gets the tag and its use count. */
+typedef struct tag_use {
+    int64_t tag, uses;
+} tag_use;
+
+typedef struct slot {
+    const eg__collective_ops *ops;
+    void *member;
+    atomic_llong next_tag;
+    tag_use *uses;
+    int n_uses, capacity;
+} slot;
+
+static slot slots[MAX_MEMBERS];
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int64_t current_member;
+
+int64_t eg__collective_register(const eg__collective_ops *ops, void *member) {
+    pthread_mutex_lock(&slots_lock);
+    for (int i = 0; i < MAX_MEMBERS; i++) {
+        if (slots[i].ops) continue;
+        slots[i].ops = ops;
+        slots[i].member = member;
+        atomic_store(&slots[i].next_tag, 0);
+        pthread_mutex_unlock(&slots_lock);
+        return i + 1;
+    }
+    pthread_mutex_unlock(&slots_lock);
+    eg__error(EG_ERR_OUT_OF_MEMORY, "collective: more than %d replicas registered at once",
+              MAX_MEMBERS);
+    return 0;
+}
+
+void eg__collective_unregister(int64_t handle) {
+    if (handle < 1 || handle > MAX_MEMBERS) return;
+    pthread_mutex_lock(&slots_lock);
+    slot *sl = &slots[handle - 1];
+    sl->ops = NULL;
+    sl->member = NULL;
+    free(sl->uses);
+    sl->uses = NULL;
+    sl->n_uses = sl->capacity = 0;
+    pthread_mutex_unlock(&slots_lock);
+}
+
+int64_t eg__collective_current(void) {
+    return current_member;
+}
+
+void eg__collective_set_current(int64_t handle) {
+    current_member = handle;
+}
+
+int64_t eg__collective_next_tag(int64_t handle) {
+    if (handle < 1 || handle > MAX_MEMBERS) return 0;
+    return atomic_fetch_add(&slots[handle - 1].next_tag, 1);
+}
+
+/* The slot's table and member, read under the lock (a group freed meanwhile reads as unknown),
+ * and the name of this use of `tag`: a start counts a new use, a wait names the last. */
+static eg_status lookup(int64_t handle, int64_t tag, bool start, const eg__collective_ops **ops,
+                        void **member, int64_t *unique) {
+    *ops = NULL;
+    eg_status status = EG_OK;
+    if (handle >= 1 && handle <= MAX_MEMBERS) {
+        pthread_mutex_lock(&slots_lock);
+        slot *sl = &slots[handle - 1];
+        *ops = sl->ops;
+        *member = sl->member;
+        int k = 0;
+        while (k < sl->n_uses && sl->uses[k].tag != tag) k++;
+        if (*ops && k == sl->n_uses) {
+            if (sl->n_uses == sl->capacity) {
+                int capacity = sl->capacity ? 2 * sl->capacity : 16;
+                tag_use *grown = realloc(sl->uses, sizeof *grown * (size_t)capacity);
+                if (!grown) {
+                    status = eg__error(EG_ERR_OUT_OF_MEMORY, "all_reduce: out of host memory");
+                } else {
+                    sl->uses = grown;
+                    sl->capacity = capacity;
+                }
+            }
+            if (status == EG_OK) sl->uses[sl->n_uses++] = (tag_use){tag, 0};
+        }
+        if (*ops && status == EG_OK) {
+            if (start) sl->uses[k].uses++;
+            /* tags stay below 2^32 (a counter per replica); uses fill the high bits */
+            *unique = (sl->uses[k].uses << 32) | (tag & 0xFFFFFFFFll);
+        }
+        pthread_mutex_unlock(&slots_lock);
+    }
+    if (status != EG_OK) return status;
+    if (!*ops)
+        return eg__error(EG_ERR_STATE,
+                         "all_reduce: replica handle %lld names no group (was its strategy freed?)",
+                         (long long)handle);
+    return EG_OK;
+}
+
+eg_status eg__collective_start(int64_t handle, int64_t tag, void *data, int64_t count,
+                               eg_dtype dtype) {
+    if (handle == 0) return EG_OK;
+    const eg__collective_ops *ops;
+    void *member;
+    int64_t unique;
+    eg_status status = lookup(handle, tag, true, &ops, &member, &unique);
+    return status == EG_OK ? ops->start(member, unique, data, count, dtype) : status;
+}
+
+eg_status eg__collective_wait(int64_t handle, int64_t tag, void *data) {
+    if (handle == 0) return EG_OK;
+    const eg__collective_ops *ops;
+    void *member;
+    int64_t unique;
+    eg_status status = lookup(handle, tag, false, &ops, &member, &unique);
+    return status == EG_OK ? ops->wait(member, unique, data) : status;
+}
