@@ -2,7 +2,8 @@
  * sums) beside MPI_Allreduce(MPI_IN_PLACE, MPI_SUM) on the same f32 buffer, 4 KiB to 64 MiB:
  *
  *   OMPI_MCA_btl_vader_single_copy_mechanism=none \
- *     mpirun -np 2 --oversubscribe --allow-run-as-root build/release/bench/distributed/eagle_bench_allreduce [reps]
+ *     mpirun -np 2 --oversubscribe --allow-run-as-root
+ * build/release/bench/distributed/eagle_bench_allreduce [reps]
  *
  * Per size, reps (default 20) timed runs of each, alternating, after 3 untimed ones; each run
  * starts after a barrier, and its time is the slowest rank's. Prints, on rank 0, one line per
@@ -59,7 +60,8 @@ int main(int argc, char **argv) {
     const eg__member_ops *ops = &eg__mpi_member_ops;
     size_t sizes[32];
     int n_sizes = 0;
-    for (size_t bytes = 4096; bytes <= ((size_t)64 << 20); bytes *= bytes < ((size_t)1 << 20) ? 4 : 2)
+    for (size_t bytes = 4096; bytes <= ((size_t)64 << 20);
+         bytes *= bytes < ((size_t)1 << 20) ? 4 : 2)
         sizes[n_sizes++] = bytes;
     double *eagle_times = malloc(sizeof(double) * (size_t)reps);
     double *mpi_times = malloc(sizeof(double) * (size_t)reps);

@@ -64,7 +64,8 @@ typedef struct eg_strategy_options {
     double timeout_seconds;
     /* Gradient buckets (PyTorch DDP's sizes): a bucket's sum starts once this many bytes of
      * gradients are ready; 0: 25 MiB, and 1 MiB for the first bucket (which the backward pass
-     * fills first, so communication starts early). Any size gives the same bits. */
+     * fills first, so communication starts early); EG_DIST_BUCKET_BYTES in the environment sets
+     * both where these are 0. Any size gives the same bits. */
     int64_t bucket_bytes;
     int64_t first_bucket_bytes;
 } eg_strategy_options;
@@ -116,7 +117,9 @@ typedef struct eg_replica_context {
 typedef eg_status (*eg_replica_fn)(const eg_replica_context *replica, void *user);
 
 /* Runs fn once per local replica — each on its own thread (the calling thread for a single
- * one) with the replica's device as the current device, its own scopes, tapes and errors — and
+ * one) with the replica's device as the current device, its own scopes, tapes and errors, inside
+ * a scope of its own (tensors it makes are released when it returns, unless handed out with
+ * eg_scope_keep, which makes them the caller's) — and
  * returns when all are done: EG_OK, or the first failing replica's status with its message
  * (prefixed by "replica i: ") as this thread's error. */
 eg_status eg_strategy_run(eg_strategy *strategy, eg_replica_fn fn, void *user);

@@ -34,6 +34,22 @@ struct eg_generator {
 };
 
 static eg_generator default_generator = {0x5eed, 0};
+/* This thread's stand-in for the default generator (a data-parallel replica's), or NULL. */
+static _Thread_local eg_generator *thread_default;
+
+/* The generator a NULL argument names on this thread. */
+static eg_generator *resolve(const eg_generator *generator) {
+    if (generator) return (eg_generator *)generator;
+    return thread_default ? thread_default : &default_generator;
+}
+
+void eg__random_set_thread_default(eg_generator *generator) {
+    thread_default = generator;
+}
+
+uint64_t eg__random_default_seed(void) {
+    return default_generator.seed;
+}
 
 eg_generator *eg_generator_new(uint64_t seed) {
     eg_generator *generator = malloc(sizeof *generator);
@@ -56,23 +72,20 @@ void eg_manual_seed(uint64_t seed) {
 }
 
 uint64_t eg__generator_position(const eg_generator *generator) {
-    if (!generator) generator = &default_generator;
-    return atomic_load(&((eg_generator *)generator)->next_counter);
+    return atomic_load(&resolve(generator)->next_counter);
 }
 
 void eg__generator_set_position(eg_generator *generator, uint64_t position) {
-    if (!generator) generator = &default_generator;
-    atomic_store(&generator->next_counter, position);
+    atomic_store(&resolve(generator)->next_counter, position);
 }
 
 /* Claims n_blocks consecutive Philox counters from the generator. */
 static uint64_t claim_blocks(eg_generator *generator, uint64_t n_blocks) {
-    if (!generator) generator = &default_generator;
-    return atomic_fetch_add(&generator->next_counter, n_blocks);
+    return atomic_fetch_add(&resolve(generator)->next_counter, n_blocks);
 }
 
 static uint64_t generator_seed(const eg_generator *generator) {
-    return generator ? generator->seed : default_generator.seed;
+    return resolve(generator)->seed;
 }
 
 uint64_t eg_generator_next_seed(eg_generator *generator) {

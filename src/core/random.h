@@ -33,6 +33,13 @@ typedef struct eg__random_fill {
 typedef void (*eg__random_observer)(eg_tensor *t, eg_generator *generator, eg__random_fill fill);
 void eg__random_set_observer(eg__random_observer observer);
 
+/* Makes generator what NULL names on this thread instead of the default generator (NULL: the
+ * default again): a data-parallel replica's own stream, so that replicas running at once draw
+ * their dropout masks in a fixed order, and different ones. The caller keeps it alive while set. */
+void eg__random_set_thread_default(eg_generator *generator);
+/* The default generator's seed (eg_manual_seed's). */
+uint64_t eg__random_default_seed(void);
+
 /* Where generator's stream is (NULL: the default generator), and putting it back there: a
  * model whose build failed leaves the stream as it found it, so that a retry draws the same
  * initial weights as a first build would. */

@@ -42,21 +42,15 @@ static eg_status not_built(void) {
     return eg__error(EG_ERR_UNSUPPORTED, "multi-worker: " NO_MPI_TEXT);
 }
 
+/* No group is ever made: the accessors below (shared with the MPI build) see NULL. */
+struct eg__mpi_group {
+    int rank, size;
+};
+
 eg_status eg__mpi_group_new(double timeout_seconds, eg__mpi_group **out) {
     (void)timeout_seconds;
     if (out) *out = NULL;
     return not_built();
-}
-int eg__mpi_group_rank(const eg__mpi_group *group) {
-    (void)group;
-    return 0;
-}
-int eg__mpi_group_size(const eg__mpi_group *group) {
-    (void)group;
-    return 1;
-}
-void *eg__mpi_group_member(eg__mpi_group *group) {
-    return group;
 }
 bool eg__mpi_group_broken(const eg__mpi_group *group) {
     (void)group;
@@ -85,8 +79,8 @@ static eg_status stub_all_gather(void *member, const void *send, size_t bytes, v
     (void)member, (void)send, (void)bytes, (void)recv;
     return not_built();
 }
-const eg__member_ops eg__mpi_member_ops = {{stub_start, stub_wait}, stub_broadcast,
-                                           stub_all_gather};
+const eg__member_ops eg__mpi_member_ops = {
+    {stub_start, stub_wait}, stub_broadcast, stub_all_gather};
 
 #else /* EG_HAVE_MPI */
 
@@ -98,22 +92,32 @@ const eg__member_ops eg__mpi_member_ops = {{stub_start, stub_wait}, stub_broadca
 /* The size of the pieces a chunk travels in: small enough that adding one piece overlaps the
  * transfer of the next, large enough that per-message costs vanish
  * (bench/distributed/allreduce_bandwidth.c decided it). */
-#define PIECE_BYTES (256 * 1024)
+#define PIECE_BYTES               (256 * 1024)
 /* After a poll completes nothing, the progress thread polls on for this long — a transfer under
- * way completes a piece every few tens of microseconds, and MPI moves data only while polled —
- * then sleeps between polls, first briefly, then longer (doubling) while nothing comes, so that a
- * rank waiting for a late peer leaves the cores to the compute threads: each wake costs a few
+ * way completes a piece every few tens of microseconds, MPI moves data only while polled, and
+ * sleeping at once loses most of the bandwidth of megabyte buffers (allreduce_bandwidth.c) —
+ * then sleeps between polls, first briefly, then longer (doubling) while nothing comes, so that
+ * a rank waiting for a late peer leaves the cores to the compute threads: each wake costs a few
  * microseconds of CPU. */
-#define SPIN_SECONDS 200e-6
+#define SPIN_SECONDS              1000e-6
 #define BACKOFF_FIRST_NANOSECONDS 20000L
-#define BACKOFF_LAST_NANOSECONDS 320000L
-#define HEADER_WORDS 5
-#define SCRATCH_POOL 4
+#define BACKOFF_LAST_NANOSECONDS  320000L
+/* Sends in flight per peer and phase (see push_scatter). */
+#define SEND_WINDOW               1
+#define HEADER_WORDS              5
+#define SCRATCH_POOL              4
 /* MPI tags: the job's tag times N_PHASES plus the phase, modulo what MPI_TAG_UB allows. */
 enum { PHASE_HEADER, PHASE_SCATTER, PHASE_GATHER, PHASE_EXCHANGE_HEADER, PHASE_EXCHANGE };
-#define N_PHASES 8
+#define N_PHASES                  8
 
-typedef enum job_kind { JOB_REDUCE = 1, JOB_BROADCAST, JOB_ALL_GATHER, JOB_JOIN, JOB_LEAVE } job_kind;
+typedef enum job_kind {
+    JOB_REDUCE = 1,
+    JOB_BROADCAST,
+    JOB_ALL_GATHER,
+    JOB_JOIN,
+    JOB_LEAVE
+} job_kind;
+/* What a request slot carries; receives are the even roles. */
 typedef enum role {
     ROLE_HEADER_SEND = 1,
     ROLE_HEADER_RECV,
@@ -123,7 +127,7 @@ typedef enum role {
     ROLE_GATHER_RECV,
     ROLE_DATA_SEND,
     ROLE_DATA_RECV,
-    ROLE_JOIN,
+    ROLE_JOIN = 9
 } role;
 
 typedef struct slot {
@@ -159,15 +163,17 @@ typedef struct job {
     int64_t *bytes_in, *bytes_due;
     int bad_peer; /* a data message of the wrong size from it awaits its header */
     char bad_detail[160];
-    int64_t piece;            /* elements per piece */
-    int64_t *chunk;           /* P + 1 chunk bounds (reductions) */
-    int *piece_base;          /* P + 1: chunk j's pieces are piece_base[j] … */
-    int own_pieces, n_pieces; /* own chunk's; per peer for exchanges */
-    int *arrived;             /* peers whose piece k of the own chunk arrived */
-    uint8_t *sent;            /* scatter piece sent (indexed like piece_base) */
-    int *next_gather;         /* per peer: the next gather receive to post */
-    int next_gather_send;     /* the next own piece whose sum goes out */
-    const void **sources;     /* P */
+    int64_t piece;                      /* elements per piece */
+    int64_t *chunk;                     /* P + 1 chunk bounds (reductions) */
+    int *piece_base;                    /* P + 1: chunk j's pieces are piece_base[j] … */
+    int own_pieces, n_pieces;           /* own chunk's; per peer for exchanges */
+    int *arrived;                       /* peers whose piece k of the own chunk arrived */
+    uint8_t *sent;                      /* scatter piece sent (indexed like piece_base) */
+    int *next_gather;                   /* per peer: the next gather receive to post */
+    int *scatter_next, *scatter_flight; /* per peer: the next piece to send, those in flight */
+    int *gather_next, *gather_flight;
+    int summed;           /* the own pieces 0 … summed - 1 are summed */
+    const void **sources; /* P */
     int base_a, base_b, base_c, base_d;
     void *scratch;
     size_t scratch_bytes;
@@ -233,29 +239,21 @@ static const char *mpi_text(int rc, char *text) {
 }
 
 static const char *kind_name(int64_t kind) {
-    switch (kind) {
-    case JOB_REDUCE:
-        return "all_reduce";
-    case JOB_BROADCAST:
-        return "broadcast";
-    case JOB_ALL_GATHER:
-        return "all_gather";
-    default:
-        return "?";
-    }
+    static const char *names[] = {"?", "all_reduce", "broadcast", "all_gather"};
+    return kind >= JOB_REDUCE && kind <= JOB_ALL_GATHER ? names[kind] : names[0];
 }
 
 static bool is_receive(int r) {
-    return r == ROLE_HEADER_RECV || r == ROLE_SCATTER_RECV || r == ROLE_GATHER_RECV ||
-           r == ROLE_DATA_RECV;
+    return r != ROLE_JOIN && r % 2 == 0;
 }
 
 /* ---- jobs: made by the calling thread, run by the progress thread ---- */
 
-static size_t reserve(size_t *total, size_t bytes) {
-    size_t at = (*total + 15) & ~(size_t)15;
-    *total = at + bytes;
-    return at;
+/* `bytes` from block at *used, 16-aligned; NULL while block is (only measuring). */
+static void *carve(char *block, size_t *used, size_t bytes) {
+    size_t at = (*used + 15) & ~(size_t)15;
+    *used = at + bytes;
+    return block ? block + at : NULL;
 }
 
 static int64_t chunk_length(int64_t count, int p, int j) {
@@ -292,41 +290,35 @@ static job *job_new(eg__mpi_group *g, job_kind kind, int64_t tag, int64_t count,
     } else {
         per_peer = (count + piece - 1) / piece;
     }
-    int64_t n_slots = 2 * (int64_t)p + (kind == JOB_REDUCE ? 2 * total + 2 * p * own
-                                                           : 2 * p * per_peer);
+    int64_t n_slots =
+        2 * (int64_t)p + (kind == JOB_REDUCE ? 2 * total + 2 * p * own : 2 * p * per_peer);
     if (n_slots > INT_MAX / 4) return NULL;
-    size_t size = sizeof(job), at[15];
-    at[0] = reserve(&size, (size_t)n_slots * sizeof(MPI_Request));
-    at[1] = reserve(&size, (size_t)n_slots * sizeof(slot));
-    at[2] = reserve(&size, (size_t)n_slots * sizeof(int));
-    at[3] = reserve(&size, (size_t)n_slots * sizeof(MPI_Status));
-    at[4] = reserve(&size, (size_t)p * HEADER_WORDS * sizeof(int64_t));
-    at[5] = reserve(&size, (size_t)p * sizeof(bool));
-    at[6] = reserve(&size, (size_t)p * sizeof(int64_t));
-    at[7] = reserve(&size, (size_t)p * sizeof(int64_t));
-    at[8] = reserve(&size, (size_t)(p + 1) * sizeof(int64_t));
-    at[9] = reserve(&size, (size_t)(p + 1) * sizeof(int));
-    at[10] = reserve(&size, (size_t)own * sizeof(int));
-    at[11] = reserve(&size, (size_t)total * sizeof(uint8_t));
-    at[12] = reserve(&size, (size_t)p * sizeof(int));
-    at[13] = reserve(&size, (size_t)p * sizeof(void *));
-    char *block = calloc(1, size);
-    if (!block) return NULL;
-    job *j = (job *)block;
-    j->requests = (MPI_Request *)(block + at[0]);
-    j->slots = (slot *)(block + at[1]);
-    j->indices = (int *)(block + at[2]);
-    j->statuses = (MPI_Status *)(block + at[3]);
-    j->peer_headers = (int64_t *)(block + at[4]);
-    j->header_in = (bool *)(block + at[5]);
-    j->bytes_in = (int64_t *)(block + at[6]);
-    j->bytes_due = (int64_t *)(block + at[7]);
-    j->chunk = (int64_t *)(block + at[8]);
-    j->piece_base = (int *)(block + at[9]);
-    j->arrived = (int *)(block + at[10]);
-    j->sent = (uint8_t *)(block + at[11]);
-    j->next_gather = (int *)(block + at[12]);
-    j->sources = (const void **)(block + at[13]);
+    /* one block: pass 0 measures it, pass 1 carves the arrays from it */
+    char *block = NULL;
+    job *j = NULL, measure;
+    for (int pass = 0; pass < 2; pass++) {
+        job *t = pass ? j : &measure;
+        size_t used = sizeof(job);
+        t->requests = carve(block, &used, (size_t)n_slots * sizeof(MPI_Request));
+        t->slots = carve(block, &used, (size_t)n_slots * sizeof(slot));
+        t->indices = carve(block, &used, (size_t)n_slots * sizeof(int));
+        t->statuses = carve(block, &used, (size_t)n_slots * sizeof(MPI_Status));
+        t->peer_headers = carve(block, &used, (size_t)p * HEADER_WORDS * sizeof(int64_t));
+        t->header_in = carve(block, &used, (size_t)p * sizeof(bool));
+        t->bytes_in = carve(block, &used, (size_t)p * 2 * sizeof(int64_t));
+        t->chunk = carve(block, &used, (size_t)(p + 1) * sizeof(int64_t));
+        t->piece_base = carve(block, &used, (size_t)(p + 1) * sizeof(int));
+        t->arrived = carve(block, &used, (size_t)own * sizeof(int));
+        t->sent = carve(block, &used, (size_t)total * sizeof(uint8_t));
+        t->next_gather = carve(block, &used, (size_t)p * 5 * sizeof(int));
+        t->sources = carve(block, &used, (size_t)p * sizeof(void *));
+        if (pass == 0 && !(j = (job *)(block = calloc(1, used)))) return NULL;
+    }
+    j->bytes_due = j->bytes_in + p;
+    j->scatter_next = j->next_gather + p;
+    j->scatter_flight = j->scatter_next + p;
+    j->gather_next = j->scatter_flight + p;
+    j->gather_flight = j->gather_next + p;
     for (int64_t i = 0; i < n_slots; i++) j->requests[i] = MPI_REQUEST_NULL;
     j->n_slots = (int)n_slots;
     j->group = g;
@@ -401,19 +393,19 @@ static bool posted(job *j, int rc, const char *what, int peer) {
 static bool post_send(job *j, int index, role r, int peer, int piece, const void *data, int n,
                       MPI_Datatype type, int phase) {
     j->slots[index] = (slot){r, peer, piece};
-    return posted(j,
-                  MPI_Isend(data, n, type, peer, mpi_tag(j->tag, phase), j->group->comm,
-                            &j->requests[index]),
-                  "sending to", peer);
+    return posted(
+        j,
+        MPI_Isend(data, n, type, peer, mpi_tag(j->tag, phase), j->group->comm, &j->requests[index]),
+        "sending to", peer);
 }
 
 static bool post_receive(job *j, int index, role r, int peer, int piece, void *data, int n,
                          MPI_Datatype type, int phase) {
     j->slots[index] = (slot){r, peer, piece};
-    return posted(j,
-                  MPI_Irecv(data, n, type, peer, mpi_tag(j->tag, phase), j->group->comm,
-                            &j->requests[index]),
-                  "receiving from", peer);
+    return posted(
+        j,
+        MPI_Irecv(data, n, type, peer, mpi_tag(j->tag, phase), j->group->comm, &j->requests[index]),
+        "receiving from", peer);
 }
 
 static MPI_Datatype element_type(const job *j) {
@@ -450,7 +442,7 @@ static void post_gathers(job *j, int jj) {
 
 #define SUM_BLOCK 1024
 #define DEFINE_SUM(name, type)                                                                     \
-    static void name(type *out, const void *const *sources, int p, int64_t offset, int64_t n) {   \
+    static void name(type *out, const void *const *sources, int p, int64_t offset, int64_t n) {    \
         type acc[SUM_BLOCK];                                                                       \
         for (int64_t b = 0; b < n; b += SUM_BLOCK) {                                               \
             int64_t m = n - b < SUM_BLOCK ? n - b : SUM_BLOCK;                                     \
@@ -466,9 +458,37 @@ static void post_gathers(job *j, int jj) {
 DEFINE_SUM(sum_f32, float)
 DEFINE_SUM(sum_f64, double)
 
-/* Piece k of the own chunk is here from every peer: its sum, in rank order, goes out to all,
- * in piece order (large transfers complete out of order, and the receivers match same-tag
- * messages in the order they were sent). */
+/* Sends to one peer go in piece order (the receiver matches same-tag messages in the order
+ * they were sent) and at most SEND_WINDOW at a time: MPI moves concurrent large messages side by
+ * side, so with every piece posted at once the first would arrive nearly last, and summing could
+ * not overlap the transfer. */
+static void push_scatter(job *j, int q) {
+    int pieces = j->piece_base[q + 1] - j->piece_base[q];
+    int64_t length = j->chunk[q + 1] - j->chunk[q];
+    while (!j->finished && j->scatter_next[q] < pieces && j->scatter_flight[q] < SEND_WINDOW) {
+        int k = j->scatter_next[q]++;
+        j->scatter_flight[q]++;
+        post_send(j, j->base_a + j->piece_base[q] + k, ROLE_SCATTER_SEND, q, k,
+                  (char *)j->data + (size_t)(j->chunk[q] + k * j->piece) * j->elem,
+                  piece_length(j, length, k), element_type(j), PHASE_SCATTER);
+    }
+}
+
+static void push_gather(job *j, int q) {
+    int r = j->group->rank;
+    int64_t own_length = j->chunk[r + 1] - j->chunk[r];
+    char *own = (char *)j->data + (size_t)j->chunk[r] * j->elem;
+    while (!j->finished && j->gather_next[q] < j->summed && j->gather_flight[q] < SEND_WINDOW) {
+        int k = j->gather_next[q]++;
+        j->gather_flight[q]++;
+        post_send(j, j->base_c + q * j->own_pieces + k, ROLE_GATHER_SEND, q, k,
+                  own + (size_t)(k * j->piece) * j->elem, piece_length(j, own_length, k),
+                  element_type(j), PHASE_GATHER);
+    }
+}
+
+/* Piece k of the own chunk is here from every peer: its sum, in rank order, goes out to all
+ * (in piece order: large transfers may complete out of order). */
 static void reduce_piece(job *j, int k) {
     eg__mpi_group *g = j->group;
     int p = g->size, r = g->rank;
@@ -482,16 +502,8 @@ static void reduce_piece(job *j, int k) {
     else
         sum_f32((float *)own, j->sources, p, offset, n);
     j->arrived[k] = p; /* summed */
-    while (j->next_gather_send < j->own_pieces && j->arrived[j->next_gather_send] == p) {
-        k = j->next_gather_send++;
-        offset = k * j->piece;
-        n = piece_length(j, own_length, k);
-        for (int i = 1; i < p && !j->finished; i++) {
-            int q = (r + i) % p;
-            post_send(j, j->base_c + q * j->own_pieces + k, ROLE_GATHER_SEND, q, k,
-                      own + (size_t)offset * j->elem, n, element_type(j), PHASE_GATHER);
-        }
-    }
+    while (j->summed < j->own_pieces && j->arrived[j->summed] == p) j->summed++;
+    for (int i = 1; i < p; i++) push_gather(j, (r + i) % p);
 }
 
 /* Posts what the job can post at its start. */
@@ -515,8 +527,7 @@ static void begin_job(job *j) {
     }
     for (int i = 1; i < p && !j->finished; i++) {
         int q = (r + i) % p;
-        post_send(j, q, ROLE_HEADER_SEND, q, 0, j->header, HEADER_WORDS, MPI_INT64_T,
-                  header_phase);
+        post_send(j, q, ROLE_HEADER_SEND, q, 0, j->header, HEADER_WORDS, MPI_INT64_T, header_phase);
     }
     MPI_Datatype type = element_type(j);
     if (j->kind == JOB_REDUCE) {
@@ -528,14 +539,7 @@ static void begin_job(job *j) {
                              scratch_of(j, q) + (size_t)(k * j->piece) * j->elem,
                              piece_length(j, own_length, k), type, PHASE_SCATTER);
         }
-        for (int i = 1; i < p; i++) {
-            int q = (r + i) % p;
-            int64_t length = j->chunk[q + 1] - j->chunk[q];
-            for (int k = 0; k < j->piece_base[q + 1] - j->piece_base[q] && !j->finished; k++)
-                post_send(j, j->base_a + j->piece_base[q] + k, ROLE_SCATTER_SEND, q, k,
-                          (char *)j->data + (size_t)(j->chunk[q] + k * j->piece) * j->elem,
-                          piece_length(j, length, k), type, PHASE_SCATTER);
-        }
+        for (int i = 1; i < p; i++) push_scatter(j, (r + i) % p);
         return;
     }
     /* broadcast and all_gather: every message can go at once */
@@ -549,7 +553,8 @@ static void begin_job(job *j) {
                          PHASE_EXCHANGE);
     }
     if (j->kind == JOB_BROADCAST && r != j->root) return;
-    const char *from = (const char *)j->data + (j->kind == JOB_ALL_GATHER ? (size_t)r * j->count : 0);
+    const char *from =
+        (const char *)j->data + (j->kind == JOB_ALL_GATHER ? (size_t)r * j->count : 0);
     for (int i = 1; i < p; i++) {
         int q = (r + i) % p;
         for (int k = 0; k < j->n_pieces && !j->finished; k++)
@@ -565,8 +570,8 @@ static void describe_mismatch(job *j, int q) {
     int lo = r < q ? r : q, hi = r < q ? q : r;
     const int64_t *a = r < q ? mine : theirs, *b = r < q ? theirs : mine;
     if (a[0] != b[0]) {
-        fail(j, EG_ERR_STATE, "%s: rank %d calls %s, rank %d %s (the ranks' steps differ)",
-             j->name, lo, kind_name(a[0]), hi, kind_name(b[0]));
+        fail(j, EG_ERR_STATE, "%s: rank %d calls %s, rank %d %s (the ranks' steps differ)", j->name,
+             lo, kind_name(a[0]), hi, kind_name(b[0]));
     } else if (a[4] != b[4]) {
         fail(j, EG_ERR_INTERNAL, "%s: rank %d's tag %lld met rank %d's tag %lld", j->name, lo,
              (long long)a[4], hi, (long long)b[4]);
@@ -580,8 +585,10 @@ static void describe_mismatch(job *j, int q) {
         fail(j, EG_ERR_INVALID_ARGUMENT, "%s: rank %d broadcasts from root %lld, rank %d from %lld",
              j->name, lo, (long long)a[3], hi, (long long)b[3]);
     } else {
-        fail(j, EG_ERR_SHAPE, "%s: rank %d gives %lld bytes, rank %d %lld bytes (the ranks' steps "
-             "differ)", j->name, lo, (long long)a[2], hi, (long long)b[2]);
+        fail(j, EG_ERR_SHAPE,
+             "%s: rank %d gives %lld bytes, rank %d %lld bytes (the ranks' steps "
+             "differ)",
+             j->name, lo, (long long)a[2], hi, (long long)b[2]);
     }
 }
 
@@ -626,8 +633,8 @@ static void on_complete(job *j, int index, const MPI_Status *status, int error) 
             expected = piece_length(j, j->chunk[s.peer + 1] - j->chunk[s.peer], s.piece);
         else
             expected = piece_length(j, j->count, s.piece);
-        if (error == MPI_ERR_TRUNCATE || MPI_Get_count(status, element_type(j), &got) !=
-                                             MPI_SUCCESS || got != expected) {
+        if (error == MPI_ERR_TRUNCATE ||
+            MPI_Get_count(status, element_type(j), &got) != MPI_SUCCESS || got != expected) {
             wrong_size(j, s.peer, error == MPI_ERR_TRUNCATE ? expected + 1 : got, expected);
             return;
         }
@@ -649,7 +656,13 @@ static void on_complete(job *j, int index, const MPI_Status *status, int error) 
     }
     case ROLE_SCATTER_SEND:
         j->sent[j->piece_base[s.peer] + s.piece] = 1;
+        j->scatter_flight[s.peer]--;
         post_gathers(j, s.peer);
+        push_scatter(j, s.peer);
+        break;
+    case ROLE_GATHER_SEND:
+        j->gather_flight[s.peer]--;
+        push_gather(j, s.peer);
         break;
     case ROLE_SCATTER_RECV:
         if (++j->arrived[s.piece] == j->group->size - 1) reduce_piece(j, s.piece);
@@ -719,9 +732,8 @@ static void time_out(job *j) {
         }
     }
     if (n_silent)
-        fail(j, EG_ERR_STATE,
-             "%s: rank%s %s sent nothing within %g s (the strategy's timeout): %s", j->name,
-             n_silent > 1 ? "s" : "", silent, seconds,
+        fail(j, EG_ERR_STATE, "%s: rank%s %s sent nothing within %g s (the strategy's timeout): %s",
+             j->name, n_silent > 1 ? "s" : "", silent, seconds,
              n_silent > 1 ? "they died, hang, or run a different step"
                           : "it died, hangs, or runs a different step");
     else if (n_partial)
@@ -1039,8 +1051,8 @@ static eg_status finish(job *j) {
  * freed and the lock released). */
 static eg_status submit(eg__mpi_group *g, job *j) {
     if (g->broken) {
-        eg_status status = eg__error(EG_ERR_STATE, "%s: the group failed earlier: %s", j->name,
-                                     g->broken_why);
+        eg_status status =
+            eg__error(EG_ERR_STATE, "%s: the group failed earlier: %s", j->name, g->broken_why);
         job_free(g, j);
         pthread_mutex_unlock(&engine.lock);
         return status;
@@ -1069,9 +1081,8 @@ static eg_status reduce_start(void *member, int64_t tag, void *data, int64_t cou
         return eg__error(EG_ERR_DTYPE, "all_reduce (tag %lld): ranks sum f32 or f64, not %s",
                          (long long)tag, eg_dtype_name(dtype));
     if (count < 0 || (count > 0 && !data))
-        return eg__error(EG_ERR_INVALID_ARGUMENT,
-                         "all_reduce (tag %lld): %lld elements at %p", (long long)tag,
-                         (long long)count, data);
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "all_reduce (tag %lld): %lld elements at %p",
+                         (long long)tag, (long long)count, data);
     job *j = job_new(g, JOB_REDUCE, tag, count, dtype, 0);
     if (!j)
         return eg__error(EG_ERR_OUT_OF_MEMORY,
@@ -1103,8 +1114,8 @@ static eg_status reduce_wait(void *member, int64_t tag, void *data) {
     job *j = find_job(g, tag);
     if (!j || j->data != data) {
         pthread_mutex_unlock(&engine.lock);
-        return eg__error(EG_ERR_STATE, "all_reduce (tag %lld): waited for but %s",
-                         (long long)tag, j ? "started on another buffer" : "never started");
+        return eg__error(EG_ERR_STATE, "all_reduce (tag %lld): waited for but %s", (long long)tag,
+                         j ? "started on another buffer" : "never started");
     }
     return finish(j);
 }
@@ -1145,8 +1156,8 @@ static eg_status mpi_all_gather(void *member, const void *send, size_t bytes, vo
     return exchange(g, JOB_ALL_GATHER, recv, bytes, 0);
 }
 
-const eg__member_ops eg__mpi_member_ops = {{reduce_start, reduce_wait}, mpi_broadcast,
-                                           mpi_all_gather};
+const eg__member_ops eg__mpi_member_ops = {
+    {reduce_start, reduce_wait}, mpi_broadcast, mpi_all_gather};
 
 /* ---- groups ---- */
 
@@ -1211,18 +1222,6 @@ eg_status eg__mpi_group_new(double timeout_seconds, eg__mpi_group **out) {
     return EG_OK;
 }
 
-int eg__mpi_group_rank(const eg__mpi_group *group) {
-    return group ? group->rank : 0;
-}
-
-int eg__mpi_group_size(const eg__mpi_group *group) {
-    return group ? group->size : 1;
-}
-
-void *eg__mpi_group_member(eg__mpi_group *group) {
-    return group;
-}
-
 bool eg__mpi_group_broken(const eg__mpi_group *group) {
     if (!group) return false;
     pthread_mutex_lock(&engine.lock);
@@ -1271,3 +1270,15 @@ const char *eg__mpi_info(void) {
 }
 
 #endif /* EG_HAVE_MPI */
+
+int eg__mpi_group_rank(const eg__mpi_group *group) {
+    return group ? group->rank : 0;
+}
+
+int eg__mpi_group_size(const eg__mpi_group *group) {
+    return group ? group->size : 1;
+}
+
+void *eg__mpi_group_member(eg__mpi_group *group) {
+    return group;
+}

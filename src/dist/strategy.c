@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "core/random.h"
 #include "device/device.h"
 #include "dist/strategy_internal.h"
 
@@ -17,12 +18,18 @@
 #define DEFAULT_BUCKET_BYTES       (25 << 20)
 #define DEFAULT_FIRST_BUCKET_BYTES (1 << 20)
 
+/* A positive number from the environment variable `name`, else 0. */
+static double positive_setting(const char *name) {
+    const char *text = getenv(name);
+    char *end;
+    double value = text ? strtod(text, &end) : 0;
+    return text && end != text && *end == '\0' && value > 0 ? value : 0;
+}
+
 static double timeout_setting(double given) {
     if (given > 0) return given;
-    const char *text = getenv("EG_DIST_TIMEOUT");
-    char *end;
-    double seconds = text ? strtod(text, &end) : 0;
-    return text && end != text && *end == '\0' && seconds > 0 ? seconds : DEFAULT_TIMEOUT_SECONDS;
+    double seconds = positive_setting("EG_DIST_TIMEOUT");
+    return seconds > 0 ? seconds : DEFAULT_TIMEOUT_SECONDS;
 }
 
 static eg_strategy *strategy_new(eg__strategy_kind kind, const eg_strategy_options *options) {
@@ -33,6 +40,10 @@ static eg_strategy *strategy_new(eg__strategy_kind kind, const eg_strategy_optio
     }
     s->kind = kind;
     eg_strategy_options given = options ? *options : (eg_strategy_options){0};
+    /* EG_DIST_BUCKET_BYTES sets both bucket sizes where the options leave them */
+    int64_t bucket_setting = (int64_t)positive_setting("EG_DIST_BUCKET_BYTES");
+    if (given.bucket_bytes <= 0 && given.first_bucket_bytes <= 0 && bucket_setting > 0)
+        given.bucket_bytes = given.first_bucket_bytes = bucket_setting;
     s->options.timeout_seconds = timeout_setting(given.timeout_seconds);
     s->options.bucket_bytes = given.bucket_bytes > 0 ? given.bucket_bytes : DEFAULT_BUCKET_BYTES;
     s->options.first_bucket_bytes = given.first_bucket_bytes > 0 ? given.first_bucket_bytes
@@ -139,6 +150,7 @@ void eg_strategy_free(eg_strategy *strategy) {
     for (int i = 0; i < strategy->n_local; i++) {
         eg__collective_unregister(strategy->handles[i]);
         eg__reducer_free(strategy->reducers[i]);
+        eg_generator_free(strategy->generators[i]);
     }
     eg__local_group_free(strategy->local);
     if (strategy->mpi) eg__mpi_group_free(strategy->mpi);
@@ -204,13 +216,36 @@ const char *eg_distribute_info(void) {
 
 /* ---- running a step on every local replica ---- */
 
+/* Replica `id`'s stand-in for the default generator: a stream of its own, seeded from the
+ * default generator's seed and the replica, so that dropout masks differ between replicas, do
+ * not depend on which thread draws first, and are the same for replica `id` mirrored or
+ * multi-worker. It continues from one run to the next until eg_manual_seed sets a new seed. */
+static void use_replica_generator(eg_strategy *s, int i, int id) {
+    uint64_t seed = eg__random_default_seed();
+    if (!s->generators[i] || s->generator_seeds[i] != seed) {
+        uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t)(id + 1);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        eg_generator *fresh = eg_generator_new(z ^ (z >> 31));
+        if (!fresh) return; /* out of memory: the default generator, shared */
+        eg_generator_free(s->generators[i]);
+        s->generators[i] = fresh;
+        s->generator_seeds[i] = seed;
+    }
+    eg__random_set_thread_default(s->generators[i]);
+}
+
 /* Runs the step of local replica i on this thread: its device, its member, its context. On
  * failure the replica's message is kept for the caller, and the others stop waiting for it. */
 static void run_replica(eg_strategy *s, int i) {
     eg_replica_context context = {s, i, eg_strategy_replica_id(s, i), s->n_replicas, s->devices[i]};
     eg_device_scope_begin(s->devices[i]);
     eg__collective_set_current(s->handles[i]);
+    if (s->n_replicas > 1) use_replica_generator(s, i, context.replica_id);
+    eg_scope_begin();
     eg_status status = s->job_fn(&context, s->job_user);
+    eg_scope_end();
+    eg__random_set_thread_default(NULL);
     eg__collective_set_current(0);
     eg_device_scope_end();
     s->status[i] = status;

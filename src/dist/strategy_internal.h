@@ -36,6 +36,9 @@ struct eg_strategy {
     eg__local_group *local;
     eg__mpi_group *mpi;
     eg__reducer *reducers[EG__MAX_LOCAL_REPLICAS];
+    /* each replica's stand-in for the default generator, and the default seed it came from */
+    eg_generator *generators[EG__MAX_LOCAL_REPLICAS];
+    uint64_t generator_seeds[EG__MAX_LOCAL_REPLICAS];
     /* Mirrored: one worker thread per replica, and the step they run. */
     bool workers_ready, stopping;
     pthread_t threads[EG__MAX_LOCAL_REPLICAS];

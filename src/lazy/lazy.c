@@ -600,8 +600,32 @@ static cached_schedule *cache_find(const int64_t *key, size_t length, int n) {
     return NULL;
 }
 
+/* A thread's cache is freed when the thread ends (a strategy's replica threads come and go). */
+static pthread_key_t cache_exit_key;
+static pthread_once_t cache_exit_once = PTHREAD_ONCE_INIT;
+static bool cache_exit_ok;
+
+static void cache_free_thread(void *unused) {
+    (void)unused;
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        cached_schedule *c = &schedule_cache[i];
+        free(c->key);
+        free(c->roles);
+        free(c->keeps);
+        free(c->last_uses);
+        memset(c, 0, sizeof *c);
+    }
+}
+
+static void cache_exit_init(void) {
+    cache_exit_ok = pthread_key_create(&cache_exit_key, cache_free_thread) == 0;
+}
+
 /* Stores p's roles under a copy of key. */
 static void cache_store(plan *p, const int64_t *key, size_t length) {
+    pthread_once(&cache_exit_once, cache_exit_init);
+    if (cache_exit_ok && !pthread_getspecific(cache_exit_key))
+        pthread_setspecific(cache_exit_key, schedule_cache);
     cached_schedule *slot = &schedule_cache[0];
     for (int i = 1; i < CACHE_SLOTS; i++)
         if (schedule_cache[i].last_used < slot->last_used) slot = &schedule_cache[i];

@@ -63,10 +63,9 @@ static void assert_same_bits(const void *got, const void *want, eg_dtype dtype, 
     for (int64_t i = 0; i < count; i++)
         if (memcmp((const char *)got + i * elem, (const char *)want + i * elem, elem) != 0) {
             double g = dtype == EG_DTYPE_F32 ? ((const float *)got)[i] : ((const double *)got)[i];
-            double w =
-                dtype == EG_DTYPE_F32 ? ((const float *)want)[i] : ((const double *)want)[i];
-            fail_msg("rank %d, %s, %lld %s: element %lld is %.17g, the rank-order sum %.17g",
-                     rank, what, (long long)count, eg_dtype_name(dtype), (long long)i, g, w);
+            double w = dtype == EG_DTYPE_F32 ? ((const float *)want)[i] : ((const double *)want)[i];
+            fail_msg("rank %d, %s, %lld %s: element %lld is %.17g, the rank-order sum %.17g", rank,
+                     what, (long long)count, eg_dtype_name(dtype), (long long)i, g, w);
         }
 }
 
@@ -146,7 +145,8 @@ static void test_sum_in_rank_order(void **state) {
         for (int q = size - 2; q >= 0; q--) reverse += (float)value(q, i);
         float pairs = 0;
         for (int q = 0; q < size; q += 2)
-            pairs += q + 1 < size ? (float)value(q, i) + (float)value(q + 1, i) : (float)value(q, i);
+            pairs +=
+                q + 1 < size ? (float)value(q, i) + (float)value(q + 1, i) : (float)value(q, i);
         differ_reverse += memcmp(&in_order, &reverse, sizeof in_order) != 0;
         differ_pairs += memcmp(&in_order, &pairs, sizeof in_order) != 0;
     }
@@ -212,8 +212,7 @@ static void test_many_in_flight(void **state) {
     }
     for (int k = 0; k < N; k++) {
         int i = (k + 3 * rank) % N;
-        assert_int_equal(ops->reduce.start(member, tag[i], data[i], count[i], EG_DTYPE_F32),
-                         EG_OK);
+        assert_int_equal(ops->reduce.start(member, tag[i], data[i], count[i], EG_DTYPE_F32), EG_OK);
     }
     for (int i = N - 1; i >= 0; i--) {
         assert_int_equal(ops->reduce.wait(member, tag[i], data[i]), EG_OK);
