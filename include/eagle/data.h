@@ -275,6 +275,28 @@ eg_dataset *eg_dataset_take(eg_dataset *input, int64_t count);
 /* All but the first count elements (count >= 0; -1: all of them, leaving none). */
 eg_dataset *eg_dataset_skip(eg_dataset *input, int64_t count);
 
+/* Elements index, index + num_shards, index + 2 * num_shards, ... of the input (as tf.data's
+ * Dataset.shard): the share of one of num_shards consumers. num_shards >= 1 and
+ * 0 <= index < num_shards, else EG_ERR_INVALID_ARGUMENT naming both ("dataset_shard: index is
+ * 4; it must be in [0, 4) for num_shards 4"); num_shards 1 returns the input unchanged.
+ *
+ * For data parallelism, every rank builds the same pipeline (the same source, the same shuffle
+ * seed) and shards it with (world size, rank) right after the source or right after the
+ * shuffle, before any map and batch: each epoch the ranks then see disjoint shares that together
+ * hold every example exactly once. The stage skips by pulling and dropping its input's elements,
+ * so whatever runs below it runs on every rank for every rank's elements, and what runs above it
+ * only for the rank's own: shard before an expensive map (decoding, augmentation) so that a rank
+ * skips the other ranks' work. Right after the source is the cheapest place (each rank shuffles
+ * only its share, in a buffer 1/num_shards the size), but a rank then sees the same examples in
+ * every epoch, in a new order; right after the shuffle each rank shuffles the whole dataset (all
+ * of it pulled, a full-size buffer), and the examples move between ranks from epoch to epoch as
+ * in single-process training. Sharding after batch shards whole batches (each rank every
+ * num_shards-th batch). What lies below the shard must give the same order on every rank (a map
+ * with deterministic false there breaks the split). Shares differ by one element when num_shards
+ * does not divide the count: ranks that step in lockstep must agree on their number of steps
+ * (e.g. a take of count / num_shards elements of each share before batching). */
+eg_dataset *eg_dataset_shard(eg_dataset *input, int64_t num_shards, int64_t index);
+
 /* Keeps the elements of the first pass that reaches the end in memory; later passes (iterators
  * created after that) replay them without running the input. A pass stopped early is not kept.
  * Randomness below the cache is therefore frozen at the first complete pass, as in tf.data. */
@@ -419,6 +441,7 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
 #define eg_dataset_repeat(...)             EG_CALLSITE_(eg_dataset_repeat(__VA_ARGS__))
 #define eg_dataset_take(...)               EG_CALLSITE_(eg_dataset_take(__VA_ARGS__))
 #define eg_dataset_skip(...)               EG_CALLSITE_(eg_dataset_skip(__VA_ARGS__))
+#define eg_dataset_shard(...)              EG_CALLSITE_(eg_dataset_shard(__VA_ARGS__))
 #define eg_dataset_cache(...)              EG_CALLSITE_(eg_dataset_cache(__VA_ARGS__))
 #define eg_dataset_prefetch(...)           EG_CALLSITE_(eg_dataset_prefetch(__VA_ARGS__))
 #define eg_dataset_zip(...)                EG_CALLSITE_(eg_dataset_zip(__VA_ARGS__))

@@ -218,6 +218,30 @@ static void sum_slice(meeting *m, int n, int64_t begin, int64_t end) {
     }
 }
 
+/* What a member does at a meeting everyone reached (outside the lock). */
+typedef void (*meeting_work)(meeting *m, int n, int me, void *context);
+
+/* Does this member's work at the meeting, then waits until every member did before leaving
+ * (each one's buffer is written by the others'); the lock is held on entry and on return. */
+static eg_status work_then_leave(member *me, meeting *m, const struct timespec *until,
+                                 meeting_work work, void *context) {
+    eg__local_group *g = me->group;
+    pthread_mutex_unlock(&g->lock);
+    work(m, g->n, me->index, context);
+    pthread_mutex_lock(&g->lock);
+    m->finished++;
+    pthread_cond_broadcast(&g->changed);
+    eg_status status = await_all(me, m, &m->finished, until);
+    if (status == EG_OK) leave(g, m);
+    return status;
+}
+
+/* A reduction's work: this member's slice of the elements (by member index). */
+static void sum_own_slice(meeting *m, int n, int me, void *context) {
+    (void)context;
+    sum_slice(m, n, m->count * me / n, m->count * (me + 1) / n);
+}
+
 static eg_status local_start(void *member_ptr, int64_t tag, void *data, int64_t count,
                              eg_dtype dtype) {
     member *me = member_ptr;
@@ -240,26 +264,14 @@ static eg_status local_wait(void *member_ptr, int64_t tag, void *data) {
     eg_status status =
         m ? await_all(me, m, &m->arrived, &until)
           : eg__error(EG_ERR_STATE, "all_reduce (tag %lld) was never started", (long long)tag);
-    if (status == EG_OK) {
-        pthread_mutex_unlock(&g->lock);
-        /* Slices by member index; every buffer is left alone by the others outside their own. */
-        int64_t begin = m->count * me->index / g->n, end = m->count * (me->index + 1) / g->n;
-        sum_slice(m, g->n, begin, end);
-        pthread_mutex_lock(&g->lock);
-        m->finished++;
-        pthread_cond_broadcast(&g->changed);
-        status = await_all(me, m, &m->finished, &until);
-        if (status == EG_OK) leave(g, m);
-    }
+    if (status == EG_OK) status = work_then_leave(me, m, &until, sum_own_slice, NULL);
     pthread_mutex_unlock(&g->lock);
     return status;
 }
 
 /* An exchange of host bytes: every member's buffer is at the meeting, then `copy` moves what
  * this member needs, then all leave together. */
-typedef void (*exchange_copy)(meeting *m, int n, int me, void *context);
-
-static eg_status exchange(member *me, void *data, size_t bytes, exchange_copy copy, void *context) {
+static eg_status exchange(member *me, void *data, size_t bytes, meeting_work copy, void *context) {
     eg__local_group *g = me->group;
     struct timespec until = deadline_after(g->timeout_seconds);
     pthread_mutex_lock(&g->lock);
@@ -267,15 +279,7 @@ static eg_status exchange(member *me, void *data, size_t bytes, exchange_copy co
     eg_status status = arrive(me, tag, data, (int64_t)bytes, EG_DTYPE_U8);
     meeting *m = status == EG_OK ? find_meeting(g, tag) : NULL;
     if (m) status = await_all(me, m, &m->arrived, &until);
-    if (m && status == EG_OK) {
-        pthread_mutex_unlock(&g->lock);
-        copy(m, g->n, me->index, context);
-        pthread_mutex_lock(&g->lock);
-        m->finished++;
-        pthread_cond_broadcast(&g->changed);
-        status = await_all(me, m, &m->finished, &until);
-        if (status == EG_OK) leave(g, m);
-    }
+    if (m && status == EG_OK) status = work_then_leave(me, m, &until, copy, context);
     pthread_mutex_unlock(&g->lock);
     return status;
 }
