@@ -4,9 +4,8 @@
 #include "base/error.h"
 #include "device/collective.h"
 
-static eg__attrs collective_attrs(int64_t *tag) {
+eg__attrs eg__collective_attrs(int64_t member, int64_t *tag) {
     eg__attrs attrs = {0};
-    int64_t member = eg__collective_current();
     attrs.ints[0] = member;
     attrs.ints[1] = eg__collective_next_tag(member);
     if (tag) *tag = attrs.ints[1];
@@ -15,7 +14,7 @@ static eg__attrs collective_attrs(int64_t *tag) {
 
 eg_tensor *eg_all_reduce(const eg_tensor *x) {
     if (!eg__check_arg(x, "all_reduce", 0)) return NULL;
-    eg__attrs attrs = collective_attrs(NULL);
+    eg__attrs attrs = eg__collective_attrs(eg__collective_current(), NULL);
     return eg__execute(EG__OP_ALL_REDUCE, 1, &x, &attrs);
 }
 
@@ -26,7 +25,7 @@ eg_tensor *eg_all_reduce_start(int n, const eg_tensor *const *tensors, int64_t *
     }
     for (int i = 0; i < n; i++)
         if (!eg__check_arg(tensors[i], "all_reduce_start", i)) return NULL;
-    eg__attrs attrs = collective_attrs(tag);
+    eg__attrs attrs = eg__collective_attrs(eg__collective_current(), tag);
     return eg__execute(EG__OP_ALL_REDUCE_START, n, tensors, &attrs);
 }
 

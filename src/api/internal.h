@@ -12,6 +12,10 @@ bool eg__conv2d_attrs(eg__attrs *attrs, const eg_conv2d_options *options, const 
 bool eg__pool2d_attrs(eg__attrs *attrs, const eg_pool2d_options *options, const int64_t *x_shape,
                       const char *name);
 
+/* A collective op's attributes: the replica's member handle and the next tag of its group (*tag
+ * gets it when not NULL). */
+eg__attrs eg__collective_attrs(int64_t member, int64_t *tag);
+
 /* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
 eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);
 

@@ -9,7 +9,6 @@
 #include "autograd/internal.h"
 #include "base/error.h"
 #include "api/internal.h"
-#include "device/collective.h"
 
 #define IN(i)    (call->inputs[i])
 #define OUT      (call->output)
@@ -728,9 +727,7 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
  * same calls in the same order, so the tags agree). */
 eg_status eg__backward_all_reduce(const eg__backward_call *call) {
     if (!NEEDS(0)) return EG_OK;
-    eg__attrs attrs = {0};
-    attrs.ints[0] = call->attrs->ints[0];
-    attrs.ints[1] = eg__collective_next_tag(attrs.ints[0]);
+    eg__attrs attrs = eg__collective_attrs(call->attrs->ints[0], NULL);
     const eg_tensor *in[1] = {GRAD};
     call->grad_inputs[0] = eg__execute(EG__OP_ALL_REDUCE, 1, in, &attrs);
     return eg_last_status();

@@ -25,6 +25,12 @@ typedef struct eg__member_ops {
     eg_status (*all_gather)(void *member, const void *send, size_t bytes, void *recv);
 } eg__member_ops;
 
+/* out[offset .. offset + count) = the sum of the n_sources buffers there, added in source order
+ * (source 0 first) element by element; f32, or f64 for EG_DTYPE_F64 (sum.c). out may be one of
+ * the sources. */
+void eg__sum_in_replica_order(eg_dtype dtype, void *out, const void *const *sources,
+                              int n_sources, int64_t offset, int64_t count);
+
 /* ---- the local group (local.c): n replicas of this process, one thread each ---- */
 typedef struct eg__local_group eg__local_group;
 eg_status eg__local_group_new(int n, double timeout_seconds, eg__local_group **out);

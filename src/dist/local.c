@@ -202,20 +202,14 @@ static void leave(eg__local_group *g, meeting *m) {
     free(m);
 }
 
+/* Elements [begin, end) summed over every member's buffer, into every buffer. */
 static void sum_slice(meeting *m, int n, int64_t begin, int64_t end) {
-    if (m->dtype == EG_DTYPE_F64) {
-        for (int64_t k = begin; k < end; k++) {
-            double acc = ((const double *)m->data[0])[k];
-            for (int j = 1; j < n; j++) acc += ((const double *)m->data[j])[k];
-            for (int j = 0; j < n; j++) ((double *)m->data[j])[k] = acc;
-        }
-    } else {
-        for (int64_t k = begin; k < end; k++) {
-            float acc = ((const float *)m->data[0])[k];
-            for (int j = 1; j < n; j++) acc += ((const float *)m->data[j])[k];
-            for (int j = 0; j < n; j++) ((float *)m->data[j])[k] = acc;
-        }
-    }
+    void *own = m->data[0];
+    eg__sum_in_replica_order(m->dtype, own, (const void *const *)m->data, n, begin, end - begin);
+    size_t size = eg_dtype_size(m->dtype);
+    for (int j = 1; j < n; j++)
+        memcpy((char *)m->data[j] + (size_t)begin * size, (char *)own + (size_t)begin * size,
+               (size_t)(end - begin) * size);
 }
 
 /* What a member does at a meeting everyone reached (outside the lock). */

@@ -440,23 +440,6 @@ static void post_gathers(job *j, int jj) {
     }
 }
 
-#define SUM_BLOCK 1024
-#define DEFINE_SUM(name, type)                                                                     \
-    static void name(type *out, const void *const *sources, int p, int64_t offset, int64_t n) {    \
-        type acc[SUM_BLOCK];                                                                       \
-        for (int64_t b = 0; b < n; b += SUM_BLOCK) {                                               \
-            int64_t m = n - b < SUM_BLOCK ? n - b : SUM_BLOCK;                                     \
-            const type *first = (const type *)sources[0] + offset + b;                             \
-            for (int64_t e = 0; e < m; e++) acc[e] = first[e];                                     \
-            for (int q = 1; q < p; q++) {                                                          \
-                const type *s = (const type *)sources[q] + offset + b;                             \
-                for (int64_t e = 0; e < m; e++) acc[e] += s[e];                                    \
-            }                                                                                      \
-            memcpy(out + offset + b, acc, (size_t)m * sizeof(type));                               \
-        }                                                                                          \
-    }
-DEFINE_SUM(sum_f32, float)
-DEFINE_SUM(sum_f64, double)
 
 /* Sends to one peer go in piece order (the receiver matches same-tag messages in the order
  * they were sent) and at most SEND_WINDOW at a time: MPI moves concurrent large messages side by
@@ -497,10 +480,7 @@ static void reduce_piece(job *j, int k) {
     for (int q = 0; q < p; q++) j->sources[q] = q == r ? own : scratch_of(j, q);
     int64_t offset = k * j->piece;
     int n = piece_length(j, own_length, k);
-    if (j->dtype == EG_DTYPE_F64)
-        sum_f64((double *)own, j->sources, p, offset, n);
-    else
-        sum_f32((float *)own, j->sources, p, offset, n);
+    eg__sum_in_replica_order(j->dtype, own, (const void *const *)j->sources, p, offset, n);
     j->arrived[k] = p; /* summed */
     while (j->summed < j->own_pieces && j->arrived[j->summed] == p) j->summed++;
     for (int i = 1; i < p; i++) push_gather(j, (r + i) % p);

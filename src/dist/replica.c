@@ -48,6 +48,16 @@ static eg_status check_context(const eg_replica_context *replica, const char *wh
     return EG_OK;
 }
 
+/* n tensors at `tensors`, none NULL ("source" or "variable" names them in the error). */
+static eg_status check_tensors(const char *what, const char *noun, int n,
+                               const eg_tensor *const *tensors) {
+    if (n < 0 || (n > 0 && !tensors))
+        return eg__error(EG_ERR_NULL_ARGUMENT, "%s: no %ss", what, noun);
+    for (int i = 0; i < n; i++)
+        if (!tensors[i]) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: %s %d is NULL", what, noun, i);
+    return EG_OK;
+}
+
 /* ---- comparing the replicas' variables ---- */
 
 /* "name f32 (784, 512)\n" per tensor; malloc'd. */
@@ -247,11 +257,9 @@ eg_status eg_replica_gradient(const eg_replica_context *replica, eg_tape *tape,
         return eg__error(EG_ERR_NULL_ARGUMENT, "replica_gradient: sources/grads arrays are NULL");
     if (alone(replica))
         return eg_tape_gradient(tape, target, n_sources, sources, grads, EG_UNCONNECTED_ZERO);
-    for (int i = 0; i < n_sources; i++) {
-        grads[i] = NULL;
-        if (!sources[i])
-            return eg__error(EG_ERR_NULL_ARGUMENT, "replica_gradient: source %d is NULL", i);
-    }
+    for (int i = 0; i < n_sources; i++) grads[i] = NULL;
+    if ((status = check_tensors("replica_gradient", "source", n_sources, sources)) != EG_OK)
+        return status;
     eg_strategy *s = replica->strategy;
     eg__reducer **reducer = &s->reducers[replica->local_index];
     if (!*reducer && !(*reducer = calloc(1, sizeof **reducer)))
@@ -292,16 +300,10 @@ eg_status eg_replica_broadcast_variables(const eg_replica_context *replica, int 
                                          eg_tensor *const *variables) {
     eg_status status = check_context(replica, "replica_broadcast_variables");
     if (status != EG_OK || alone(replica)) return status;
-    if (n < 0 || (n > 0 && !variables))
-        return eg__error(EG_ERR_NULL_ARGUMENT, "replica_broadcast_variables: no variables");
-    for (int i = 0; i < n; i++)
-        if (!variables[i])
-            return eg__error(EG_ERR_NULL_ARGUMENT,
-                             "replica_broadcast_variables: variable %d is "
-                             "NULL",
-                             i);
-    status = compare_tensors(replica, "replica_broadcast_variables", n,
-                             (const eg_tensor *const *)variables, NULL);
+    const eg_tensor *const *tensors = (const eg_tensor *const *)variables;
+    if ((status = check_tensors("replica_broadcast_variables", "variable", n, tensors)) != EG_OK)
+        return status;
+    status = compare_tensors(replica, "replica_broadcast_variables", n, tensors, NULL);
     void *member = member_of(replica);
     for (int i = 0; i < n && status == EG_OK; i++) {
         eg_tensor *v = variables[i];
@@ -329,10 +331,10 @@ eg_status eg_replica_average_variables(const eg_replica_context *replica, int n,
                                        eg_tensor *const *variables) {
     eg_status status = check_context(replica, "replica_average_variables");
     if (status != EG_OK || alone(replica)) return status;
-    if (n < 0 || (n > 0 && !variables))
-        return eg__error(EG_ERR_NULL_ARGUMENT, "replica_average_variables: no variables");
-    status = compare_tensors(replica, "replica_average_variables", n,
-                             (const eg_tensor *const *)variables, NULL);
+    const eg_tensor *const *tensors = (const eg_tensor *const *)variables;
+    if ((status = check_tensors("replica_average_variables", "variable", n, tensors)) != EG_OK)
+        return status;
+    status = compare_tensors(replica, "replica_average_variables", n, tensors, NULL);
     double scale = 1.0 / replica->num_replicas;
     for (int i = 0; i < n && status == EG_OK; i++) {
         eg_tensor *sum = eg_all_reduce(variables[i]);
