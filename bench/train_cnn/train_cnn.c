@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     mlp_data train = {0}, test = {0};
     if (!mlp_data_load(data_dir, true, limit, &train) || !mlp_data_load(data_dir, false, 0, &test))
         return 1;
-    eg_model *model = cnn_build();
+    eg_model *model = cnn_build(false);
     int64_t steps_per_epoch = (train.n + batch - 1) / batch;
     if (max_steps > 0 && max_steps < steps_per_epoch) steps_per_epoch = max_steps;
     eg_optimizer *optimizer =

@@ -210,6 +210,15 @@ typedef struct eg_batch_norm_options {
                                  fused with the normalization (eg_batch_norm_training_activation):
                                  one pass less each way than a separate Activation layer, same
                                  values. Other activations run after it. */
+    bool synchronized;        /* default false: each replica of a distribution strategy
+                                 (eagle/distribute.h) normalizes with its own share of the batch.
+                                 true (Keras' synchronized=True): while training, every replica
+                                 uses the mean and variance of the global batch, all-reduced over
+                                 the replicas (three small all-reduces per layer and step, each
+                                 replica waiting for the others), so the result and the moving
+                                 statistics match one replica on the whole batch; gradients flow
+                                 across the replicas. Outside a replica it is plain batch
+                                 normalization, unfused. */
 } eg_batch_norm_options;
 
 eg_batch_norm_options eg_batch_norm_options_default(void);

@@ -461,6 +461,61 @@ static eg_status update_moving(eg_tensor *moving, const eg_tensor *batch, double
     return status;
 }
 
+/* The mean and population variance over every replica's batch (the synchronized option): the
+ * per-replica sums and element counts are all-reduced, so each replica normalizes with the
+ * statistics of the global batch, and all_reduce's gradient (the all-reduced gradient) carries
+ * the other replicas' terms back to this replica's x. Two passes, as eg_moments, so that a large
+ * mean does not cancel the variance's digits. Outside a strategy's replica the all-reduces are
+ * the identity: eg_moments of this batch. x is f32 or f64; the statistics keep the reduced axes
+ * as size 1. */
+static eg_status synchronized_moments(const eg_tensor *x, int n_axes, const int *axes,
+                                      eg_tensor **mean, eg_tensor **variance) {
+    *mean = *variance = NULL;
+    double count = 1;
+    for (int k = 0; k < n_axes; k++) count *= (double)x->shape[axes[k]];
+    eg__temps temps = {0};
+    eg_tensor *local_count = eg__temp(&temps, eg_scalar(x->dtype, count));
+    eg_tensor *total_count = eg__temp(&temps, eg_all_reduce(local_count));
+    eg_tensor *local_sum = eg__temp(&temps, eg_sum(x, n_axes, axes, true));
+    eg_tensor *sum = eg__temp(&temps, eg_all_reduce(local_sum));
+    eg_tensor *m = eg_div(sum, total_count);
+    eg_tensor *centered = eg__temp(&temps, eg_sub(x, m));
+    eg_tensor *squares = eg__temp(&temps, eg_square(centered));
+    eg_tensor *local_squares = eg__temp(&temps, eg_sum(squares, n_axes, axes, true));
+    eg_tensor *all_squares = eg__temp(&temps, eg_all_reduce(local_squares));
+    eg_tensor *v = eg_div(all_squares, total_count);
+    eg__temps_release(&temps);
+    if (!m || !v) {
+        eg_status status = eg_last_status();
+        eg_release(m);
+        eg_release(v);
+        return status;
+    }
+    *mean = m;
+    *variance = v;
+    return EG_OK;
+}
+
+/* Batch normalization over every replica's batch (the synchronized option, while training): the
+ * global statistics, then the normalization (in f32 for 16-bit activations, the result cast
+ * back to x's dtype); mean and variance get the statistics for the moving averages. */
+static eg_tensor *synchronized_batch_norm(eg__temps *temps, const eg_tensor *x, int n_axes,
+                                          const int *axes, const eg_tensor *beta,
+                                          const eg_tensor *gamma, double epsilon,
+                                          eg_tensor **mean, eg_tensor **variance) {
+    const eg_tensor *wide = x;
+    if (x->dtype == EG_DTYPE_BF16 || x->dtype == EG_DTYPE_F16)
+        wide = eg__temp(temps, eg_cast(x, EG_DTYPE_F32));
+    if (!wide || synchronized_moments(wide, n_axes, axes, mean, variance) != EG_OK) return NULL;
+    eg__temp(temps, *mean);
+    eg__temp(temps, *variance);
+    eg_tensor *y = eg_batch_normalization(wide, *mean, *variance, beta, gamma, epsilon);
+    if (!y || wide == x) return y;
+    eg_tensor *narrow = eg_cast(y, x->dtype);
+    eg_release(y);
+    return narrow;
+}
+
 /* bf16 and f16 inputs (a mixed policy's activations) are normalized as they are with the f32
  * variables: the statistics and normalization run in f32 inside the ops, which read and write
  * the 16-bit activations without casting passes; the output keeps x's dtype. */
@@ -486,16 +541,23 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
         axes[n_axes++] = axis;
     }
     bool batch_stats = !batch || (training && layer->trainable);
+    bool synchronized = batch && batch_stats && o->synchronized;
     /* relu fuses into the training op; other activations (and inference) run after it */
-    eg_activation fused = batch && batch_stats && o->activation == EG_ACTIVATION_RELU
+    eg_activation fused = batch && batch_stats && !synchronized &&
+                                  o->activation == EG_ACTIVATION_RELU
                               ? EG_ACTIVATION_RELU
                               : EG_ACTIVATION_NONE;
     eg_tensor *y = NULL;
-    if (batch && batch_stats) { /* the fused training op, then the moving statistics */
-        y = eg_batch_norm_training_activation(x, n_axes, axes, beta, gamma, o->epsilon, fused,
-                                              &mean, &variance);
-        eg__temp(&temps, mean);
-        eg__temp(&temps, variance);
+    if (batch && batch_stats) { /* the training op, then the moving statistics */
+        if (synchronized) {
+            y = synchronized_batch_norm(&temps, x, n_axes, axes, beta, gamma, o->epsilon, &mean,
+                                        &variance);
+        } else {
+            y = eg_batch_norm_training_activation(x, n_axes, axes, beta, gamma, o->epsilon, fused,
+                                                  &mean, &variance);
+            eg__temp(&temps, mean);
+            eg__temp(&temps, variance);
+        }
         if (y && (update_moving(layer->variables[v], mean, o->momentum) != EG_OK ||
                   update_moving(layer->variables[v + 1], variance, o->momentum) != EG_OK)) {
             eg_release(y);

@@ -5,7 +5,8 @@
 #     checkpoints, in eager and graph mode, with any bucket size (EG_DIST_BUCKET_BYTES);
 #   - two replicas print one replica's losses and accuracies on the same global batches (to the
 #     printed digits: the sums differ from one replica's in the last bits only) for the MLP; the
-#     CNN (dropout, batch normalization per replica) gives the same bits mirrored and over MPI;
+#     CNN (dropout, batch normalization per replica or synchronized) gives the same bits
+#     mirrored and over MPI;
 #   - rank 0 alone prints and saves; a resumed distributed run continues the uninterrupted one;
 #   - a rank that dies ends the job; a rank that hangs makes the other fail after the timeout
 #     naming it; ranks whose models differ fail at the first step naming the variable.
@@ -59,6 +60,20 @@ check "the CNN trains on two ranks" grep -q "test accuracy" "$work/cnn_mpi.log"
 check "... with the bits of two mirrored replicas" cmp -s "$work/cnn_mirrored.st" "$work/cnn_mpi.st"
 check "... printing the same numbers" \
     bash -c '[ "$(numbers "$1")" = "$(numbers "$2")" ]' _ "$work/cnn_mirrored.log" "$work/cnn_mpi.log"
+# Synchronized batch normalization: the statistics of the global batch on every replica (its
+# equality with one replica on the whole batch is tests/test_sync_batch_norm.c).
+"$eagle" train "${cnn[@]}" --sync-batch-norm --replicas 2 --save "$work/cnn_sync_mirrored.st" \
+    >"$work/cnn_sync_mirrored.log" 2>&1
+"${mpirun[@]}" "$eagle" train "${cnn[@]}" --sync-batch-norm --distributed \
+    --save "$work/cnn_sync_mpi.st" >"$work/cnn_sync_mpi.log" 2>&1
+check "synchronized batch norm trains on two ranks" grep -q "test accuracy" "$work/cnn_sync_mpi.log"
+check "... with the bits of two mirrored replicas" \
+    cmp -s "$work/cnn_sync_mirrored.st" "$work/cnn_sync_mpi.st"
+"$eagle" train "${cnn[@]}" --sync-batch-norm --replicas 2 --mode graph \
+    --save "$work/cnn_sync_graph.st" >"$work/cnn_sync_graph.log" 2>&1
+check "... and of a traced step" cmp -s "$work/cnn_sync_mirrored.st" "$work/cnn_sync_graph.st"
+check "... and not the per-replica statistics' bits" \
+    bash -c '[ -s "$1" ] && ! cmp -s "$1" "$2"' _ "$work/cnn_sync_mpi.st" "$work/cnn_mpi.st"
 
 # Resume: every rank reads the same checkpoint; the resumed run ends where the whole one did.
 "${mpirun[@]}" "$eagle" train "${common[@]}" --distributed --stop-after 1 --save "$work/half.st" \

@@ -4,38 +4,40 @@
 
 /* BatchNormalization followed by ReLU, as one layer: the training step runs them as one op
  * (one pass over the activations each way instead of two; the same values). */
-static eg_layer *batch_norm_relu_new(void) {
+static eg_layer *batch_norm_relu_new(bool synchronized) {
     eg_batch_norm_options o = eg_batch_norm_options_default();
     o.activation = EG_ACTIVATION_RELU;
+    o.synchronized = synchronized;
     return eg_batch_norm_new(&o);
 }
 
 /* Conv2D without bias, then BatchNormalization and ReLU. */
-static eg_status conv_block(eg_model *model, int64_t filters, eg_padding padding) {
+static eg_status conv_block(eg_model *model, int64_t filters, eg_padding padding, bool synced) {
     eg_conv2d_layer_options o = eg_conv2d_layer_options_default();
     o.padding = padding;
     o.use_bias = false;
     eg_status status = eg_sequential_add(model, eg_conv2d_new_ex(filters, 3, 3, &o));
-    if (status == EG_OK) status = eg_sequential_add(model, batch_norm_relu_new());
+    if (status == EG_OK) status = eg_sequential_add(model, batch_norm_relu_new(synced));
     return status;
 }
 
-eg_model *cnn_build(void) {
+eg_model *cnn_build(bool synchronized_batch_norm) {
+    bool synced = synchronized_batch_norm;
     eg_model *model = eg_sequential_new("cnn");
     if (!model) return NULL;
     eg_dense_options hidden = eg_dense_options_default();
     hidden.use_bias = false;
-    eg_status s = conv_block(model, 32, EG_PADDING_SAME);
-    if (s == EG_OK) s = conv_block(model, 32, EG_PADDING_SAME);
+    eg_status s = conv_block(model, 32, EG_PADDING_SAME, synced);
+    if (s == EG_OK) s = conv_block(model, 32, EG_PADDING_SAME, synced);
     if (s == EG_OK) s = eg_sequential_add(model, eg_max_pool2d_new(2, 0, EG_PADDING_VALID));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dropout_new(0.25, NULL));
-    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_SAME);
-    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_SAME);
+    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_SAME, synced);
+    if (s == EG_OK) s = conv_block(model, 64, EG_PADDING_SAME, synced);
     if (s == EG_OK) s = eg_sequential_add(model, eg_max_pool2d_new(2, 0, EG_PADDING_VALID));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dropout_new(0.25, NULL));
     if (s == EG_OK) s = eg_sequential_add(model, eg_flatten_new(NULL));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dense_new_ex(256, &hidden));
-    if (s == EG_OK) s = eg_sequential_add(model, batch_norm_relu_new());
+    if (s == EG_OK) s = eg_sequential_add(model, batch_norm_relu_new(synced));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dropout_new(0.5, NULL));
     if (s == EG_OK) s = eg_sequential_add(model, eg_dense_new(10, EG_ACTIVATION_NONE));
     int64_t input_shape[4] = {-1, 28, 28, 1};

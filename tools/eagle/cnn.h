@@ -20,8 +20,9 @@
  * multiply-adds per image forward). Convolutions and the hidden dense layer have
  * no bias (batch normalization's beta takes its place). Built for (B, 28, 28, 1); initialised from
  * the default generator (eg_manual_seed first for repeatable runs). NULL with the library's error
- * on failure. */
-eg_model *cnn_build(void);
+ * on failure. synchronized_batch_norm: the batch normalizations use the statistics of every
+ * replica's batch while training (eg_batch_norm_options.synchronized). */
+eg_model *cnn_build(bool synchronized_batch_norm);
 
 /* Adam (Keras' defaults: beta 0.9 / 0.999, epsilon 1e-7) whose learning rate falls from
  * learning_rate to 0 along a cosine over total_steps updates (Keras CosineDecay, alpha 0);

@@ -74,7 +74,7 @@ int cli_eval(int argc, char **argv) {
     }
     int rc = CLI_FAILURE;
     mlp_data test = {0};
-    eg_model *model = cnn ? cnn_build() : mlp_build(&config);
+    eg_model *model = cnn ? cnn_build(false) : mlp_build(&config);
     if (!model) goto done;
     int n_vars; /* all of them: batch normalization's moving statistics too */
     eg_tensor *const *vars = eg_model_variables(model, &n_vars);

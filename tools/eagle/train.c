@@ -49,6 +49,7 @@ typedef struct train_options {
     eg_policy precision;      /* --precision */
     long replicas;            /* --replicas: mirrored over this many logical CPU devices */
     bool distributed;         /* --distributed: one replica per MPI process */
+    bool sync_batch_norm;     /* --sync-batch-norm: the CNN's statistics over every replica */
 } train_options;
 
 static void print_help(void) {
@@ -102,6 +103,9 @@ static void print_help(void) {
         "  --distributed        data parallel over the processes of an MPI job, one replica\n"
         "                       each (mpirun -np N eagle train --distributed ...); rank 0 prints\n"
         "                       and saves\n"
+        "  --sync-batch-norm    the CNN's batch normalizations use the mean and variance of the\n"
+        "                       whole global batch (all replicas') while training, not each\n"
+        "                       replica's share\n"
         "  --augment            random horizontal flips and padded crops of training images\n"
         "  --logdir DIR         write TensorBoard scalars and weight histograms to DIR\n"
         "  --profile FILE       time every op; print the per-op table and write a Chrome trace\n"
@@ -151,6 +155,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         PRECISION,
         REPLICAS,
         DISTRIBUTED,
+        SYNC_BATCH_NORM,
         HELP
     };
     static const struct option options[] = {
@@ -178,6 +183,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
         {"precision", required_argument, NULL, PRECISION},
         {"replicas", required_argument, NULL, REPLICAS},
         {"distributed", no_argument, NULL, DISTRIBUTED},
+        {"sync-batch-norm", no_argument, NULL, SYNC_BATCH_NORM},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0}};
     *o = (train_options){.optimizer = "adam",
@@ -305,6 +311,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
         case DISTRIBUTED:
             o->distributed = true;
             break;
+        case SYNC_BATCH_NORM:
+            o->sync_batch_norm = true;
+            break;
         case 'h':
         case HELP:
             print_help();
@@ -324,6 +333,9 @@ static int parse_options(int argc, char **argv, train_options *o) {
     if (o->replicas > 1 && o->device)
         return cli_usage_error("train", "--replicas splits the host into logical CPU devices; it "
                                         "does not take --device");
+    if (o->sync_batch_norm && strcmp(o->model_kind, "cnn") != 0)
+        return cli_usage_error("train", "--sync-batch-norm needs --model cnn (the MLP has no batch "
+                                        "normalization)");
     return apply_model_defaults(o);
 }
 
@@ -408,7 +420,7 @@ typedef struct build_context {
 
 static eg_status build_replica_model(eg_model **model, eg_optimizer **optimizer, void *user) {
     build_context *b = user;
-    *model = b->cnn ? cnn_build() : mlp_build(&b->o->model);
+    *model = b->cnn ? cnn_build(b->o->sync_batch_norm) : mlp_build(&b->o->model);
     *optimizer = *model ? make_optimizer(b->o, b->decay_steps, &b->initial_rate) : NULL;
     if (!*model || !*optimizer) return eg_last_status() ? eg_last_status() : EG_ERR_INTERNAL;
     /* Set on the built model: the variables stay f32 masters, the calls change dtype. */
