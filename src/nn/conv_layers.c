@@ -501,8 +501,8 @@ static eg_status synchronized_moments(const eg_tensor *x, int n_axes, const int 
  * back to x's dtype); mean and variance get the statistics for the moving averages. */
 static eg_tensor *synchronized_batch_norm(eg__temps *temps, const eg_tensor *x, int n_axes,
                                           const int *axes, const eg_tensor *beta,
-                                          const eg_tensor *gamma, double epsilon,
-                                          eg_tensor **mean, eg_tensor **variance) {
+                                          const eg_tensor *gamma, double epsilon, eg_tensor **mean,
+                                          eg_tensor **variance) {
     const eg_tensor *wide = x;
     if (x->dtype == EG_DTYPE_BF16 || x->dtype == EG_DTYPE_F16)
         wide = eg__temp(temps, eg_cast(x, EG_DTYPE_F32));
@@ -543,10 +543,10 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
     bool batch_stats = !batch || (training && layer->trainable);
     bool synchronized = batch && batch_stats && o->synchronized;
     /* relu fuses into the training op; other activations (and inference) run after it */
-    eg_activation fused = batch && batch_stats && !synchronized &&
-                                  o->activation == EG_ACTIVATION_RELU
-                              ? EG_ACTIVATION_RELU
-                              : EG_ACTIVATION_NONE;
+    eg_activation fused =
+        batch && batch_stats && !synchronized && o->activation == EG_ACTIVATION_RELU
+            ? EG_ACTIVATION_RELU
+            : EG_ACTIVATION_NONE;
     eg_tensor *y = NULL;
     if (batch && batch_stats) { /* the training op, then the moving statistics */
         if (synchronized) {
