@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
                 double start = now_seconds();
                 if (which == 0) {
                     if (ops->reduce.start(member, tag, data, count, EG_DTYPE_F32) != EG_OK ||
-                        ops->reduce.wait(member, tag, data) != EG_OK)
+                        ops->reduce.wait(member, tag, data, NULL) != EG_OK)
                         die("all_reduce");
                     tag++;
                 } else {

@@ -105,6 +105,24 @@ int eg_strategy_replica_id(const eg_strategy *strategy, int local_index);
 void eg_strategy_split_batch(const eg_strategy *strategy, int64_t global_batch, int replica_id,
                              int64_t *start, int64_t *count);
 
+/* What this process's replicas' all-reduces (the gradient buckets, eg_all_reduce) cost since
+ * the strategy was made or the last reset, summed over its local replicas. A reduction is in
+ * flight from its start to the moment its sum is complete; the replica's thread is blocked for
+ * the exposed part of that (waiting in all_reduce_done), and the rest ran behind the step's
+ * computation: hidden = 1 - exposed / in_flight. The mirrored strategy's replicas sum when they
+ * wait, so their reductions are all exposed; the multi-worker one's run on its progress thread
+ * while the backward pass goes on. */
+typedef struct eg_strategy_stats {
+    int64_t all_reduces;      /* completed */
+    int64_t bytes;            /* their sizes, added */
+    double in_flight_seconds; /* added over the reductions (overlapping ones count each) */
+    double exposed_seconds;   /* of that, blocked in the waits */
+} eg_strategy_stats;
+
+/* Fills *stats (zeros for the default strategy); reset: starts the counts afresh.
+ * EG_ERR_NULL_ARGUMENT for a NULL strategy or stats. */
+eg_status eg_strategy_stats_get(eg_strategy *strategy, eg_strategy_stats *stats, bool reset);
+
 /* What a replica's step is told. */
 typedef struct eg_replica_context {
     eg_strategy *strategy;
@@ -159,6 +177,7 @@ const char *eg_distribute_info(void);
 #define eg_strategy_mirrored_new(...)     EG_CALLSITE_(eg_strategy_mirrored_new(__VA_ARGS__))
 #define eg_strategy_multi_worker_new(...) EG_CALLSITE_(eg_strategy_multi_worker_new(__VA_ARGS__))
 #define eg_strategy_run(...)              EG_CALLSITE_(eg_strategy_run(__VA_ARGS__))
+#define eg_strategy_stats_get(...)        EG_CALLSITE_(eg_strategy_stats_get(__VA_ARGS__))
 #define eg_replica_gradient(...)          EG_CALLSITE_(eg_replica_gradient(__VA_ARGS__))
 #define eg_replica_broadcast_variables(...)                                                        \
     EG_CALLSITE_(eg_replica_broadcast_variables(__VA_ARGS__))

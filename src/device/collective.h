@@ -17,6 +17,7 @@
 #ifndef EAGLE_SRC_DEVICE_COLLECTIVE_H
 #define EAGLE_SRC_DEVICE_COLLECTIVE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "eagle/dtype.h"
@@ -27,9 +28,27 @@ typedef struct eg__collective_ops {
      * and untouched until the matching wait, over the group, in place; returns at once. */
     eg_status (*start)(void *member, int64_t tag, void *data, int64_t count, eg_dtype dtype);
     /* Waits until the reduction `tag` started on data is complete in data. Its error (a member
-     * that failed, or sent nothing before the group's timeout) names the member. */
-    eg_status (*wait)(void *member, int64_t tag, void *data);
+     * that failed, or sent nothing before the group's timeout) names the member. On success
+     * *completed_ns (unless NULL) gets when the sum was complete (eg__collective_now_ns' clock),
+     * which is before the call where it ran in the background, or 0 where the members sum only
+     * once they wait (nothing of it ran behind the computation). */
+    eg_status (*wait)(void *member, int64_t tag, void *data, uint64_t *completed_ns);
 } eg__collective_ops;
+
+/* Monotonic nanoseconds, the clock of completed_ns and of the statistics. */
+uint64_t eg__collective_now_ns(void);
+
+/* What a member's reductions cost, counted by eg__collective_start / _wait: how long each was in
+ * flight (from its start to its sum being complete) and how much of that its replica's thread
+ * spent blocked in the wait; the rest ran while the step computed (hidden). */
+typedef struct eg__collective_stats {
+    int64_t reductions; /* waited for successfully */
+    int64_t bytes;
+    uint64_t in_flight_ns, exposed_ns;
+} eg__collective_stats;
+
+/* Adds handle's counts to *stats (unknown handles add nothing); reset: zeroes them after. */
+void eg__collective_stats_add(int64_t handle, eg__collective_stats *stats, bool reset);
 
 /* A handle (>= 1) for member, or 0 with an error when the table is full. The pointers stay the
  * registrant's; ops must outlive the handle. */

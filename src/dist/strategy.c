@@ -199,6 +199,19 @@ int eg_strategy_replica_id(const eg_strategy *strategy, int local_index) {
     return strategy->worker * strategy->n_local + local_index;
 }
 
+eg_status eg_strategy_stats_get(eg_strategy *strategy, eg_strategy_stats *stats, bool reset) {
+    if (!strategy || !stats)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "strategy_stats_get: NULL strategy or stats");
+    eg__collective_stats sum = {0};
+    for (int i = 0; strategy->ops && i < strategy->n_local; i++)
+        eg__collective_stats_add(strategy->handles[i], &sum, reset);
+    *stats = (eg_strategy_stats){.all_reduces = sum.reductions,
+                                 .bytes = sum.bytes,
+                                 .in_flight_seconds = (double)sum.in_flight_ns * 1e-9,
+                                 .exposed_seconds = (double)sum.exposed_ns * 1e-9};
+    return EG_OK;
+}
+
 void eg_strategy_split_batch(const eg_strategy *strategy, int64_t global_batch, int replica_id,
                              int64_t *start, int64_t *count) {
     int64_t n = strategy && strategy->n_replicas > 0 ? strategy->n_replicas : 1;

@@ -47,7 +47,7 @@ static eg_status reduce(void *member, int64_t tag, int64_t n, double *seconds) {
     for (int64_t i = 0; i < n; i++) x[i] = 1;
     double start = wall_seconds();
     eg_status status = ops->reduce.start(member, tag, x, n, EG_DTYPE_F32);
-    if (status == EG_OK) status = ops->reduce.wait(member, tag, x);
+    if (status == EG_OK) status = ops->reduce.wait(member, tag, x, NULL);
     if (seconds) *seconds = wall_seconds() - start;
     free(x);
     return status;

@@ -79,7 +79,7 @@ static void check_sum(eg_dtype dtype, int64_t count) {
     expected_sum(want, dtype, count);
     int64_t tag = next_tag++;
     assert_int_equal(ops->reduce.start(member, tag, data, count, dtype), EG_OK);
-    assert_int_equal(ops->reduce.wait(member, tag, data), EG_OK);
+    assert_int_equal(ops->reduce.wait(member, tag, data, NULL), EG_OK);
     assert_same_bits(data, want, dtype, count, "one reduction");
     free(data);
     free(want);
@@ -172,15 +172,15 @@ static void test_two_in_flight_in_opposite_orders(void **state) {
     if (rank % 2 == 0) {
         assert_int_equal(ops->reduce.start(member, tag_a, a, count_a, EG_DTYPE_F32), EG_OK);
         assert_int_equal(ops->reduce.start(member, tag_b, b, count_b, EG_DTYPE_F64), EG_OK);
-        assert_int_equal(ops->reduce.wait(member, tag_a, a), EG_OK);
-        assert_int_equal(ops->reduce.wait(member, tag_b, b), EG_OK);
+        assert_int_equal(ops->reduce.wait(member, tag_a, a, NULL), EG_OK);
+        assert_int_equal(ops->reduce.wait(member, tag_b, b, NULL), EG_OK);
     } else {
         nanosleep(&(struct timespec){0, 20000000}, NULL);
         assert_int_equal(ops->reduce.start(member, tag_b, b, count_b, EG_DTYPE_F64), EG_OK);
         nanosleep(&(struct timespec){0, 20000000}, NULL);
         assert_int_equal(ops->reduce.start(member, tag_a, a, count_a, EG_DTYPE_F32), EG_OK);
-        assert_int_equal(ops->reduce.wait(member, tag_b, b), EG_OK);
-        assert_int_equal(ops->reduce.wait(member, tag_a, a), EG_OK);
+        assert_int_equal(ops->reduce.wait(member, tag_b, b, NULL), EG_OK);
+        assert_int_equal(ops->reduce.wait(member, tag_a, a, NULL), EG_OK);
     }
     assert_same_bits(a, want_a, EG_DTYPE_F32, count_a, "job a");
     assert_same_bits(b, want_b, EG_DTYPE_F64, count_b, "job b");
@@ -215,7 +215,7 @@ static void test_many_in_flight(void **state) {
         assert_int_equal(ops->reduce.start(member, tag[i], data[i], count[i], EG_DTYPE_F32), EG_OK);
     }
     for (int i = N - 1; i >= 0; i--) {
-        assert_int_equal(ops->reduce.wait(member, tag[i], data[i]), EG_OK);
+        assert_int_equal(ops->reduce.wait(member, tag[i], data[i], NULL), EG_OK);
         assert_same_bits(data[i], want[i], EG_DTYPE_F32, count[i], "one of eight in flight");
         free(data[i]);
         free(want[i]);
@@ -277,7 +277,7 @@ static void test_bad_arguments(void **state) {
     assert_int_equal(ops->reduce.start(member, next_tag, NULL, 4, EG_DTYPE_F32),
                      EG_ERR_INVALID_ARGUMENT);
     eg_clear_error();
-    assert_int_equal(ops->reduce.wait(member, 99999999, x), EG_ERR_STATE);
+    assert_int_equal(ops->reduce.wait(member, 99999999, x, NULL), EG_ERR_STATE);
     expect_error_containing(EG_ERR_STATE, "tag 99999999", "never started", NULL);
     assert_int_equal(ops->broadcast(member, x, sizeof x, size), EG_ERR_INVALID_ARGUMENT);
     expect_error_containing(EG_ERR_INVALID_ARGUMENT, "broadcast", "no rank", NULL);
@@ -287,9 +287,9 @@ static void test_bad_arguments(void **state) {
     float y[4] = {0};
     assert_int_equal(ops->reduce.start(member, tag, y, 4, EG_DTYPE_F32), EG_ERR_STATE);
     expect_error_containing(EG_ERR_STATE, "started twice", NULL);
-    assert_int_equal(ops->reduce.wait(member, tag, y), EG_ERR_STATE);
+    assert_int_equal(ops->reduce.wait(member, tag, y, NULL), EG_ERR_STATE);
     expect_error_containing(EG_ERR_STATE, "another buffer", NULL);
-    assert_int_equal(ops->reduce.wait(member, tag, x), EG_OK);
+    assert_int_equal(ops->reduce.wait(member, tag, x, NULL), EG_OK);
     assert_true(x[3] == 4.0f * (float)size);
     assert_false(eg__mpi_group_broken(group));
     eg__mpi_group *none = NULL;
@@ -326,7 +326,7 @@ static void test_waiting_does_not_spin(void **state) {
     double wall = wall_seconds();
     cpu = cpu_seconds();
     assert_int_equal(ops->reduce.start(member, tag, x, 16, EG_DTYPE_F32), EG_OK);
-    assert_int_equal(ops->reduce.wait(member, tag, x), EG_OK);
+    assert_int_equal(ops->reduce.wait(member, tag, x, NULL), EG_OK);
     double waited = wall_seconds() - wall, waiting_cpu = cpu_seconds() - cpu;
     if (rank == 0) {
         print_message("rank 0: %.3f s of CPU while waiting %.3f s\n", waiting_cpu, waited);

@@ -139,3 +139,17 @@ void replicas_free(replicas *r) {
     eg_strategy_free(r->strategy);
     memset(r, 0, sizeof *r);
 }
+
+void replicas_print_stats(replicas *r, FILE *out) {
+    eg_strategy_stats stats;
+    if (eg_strategy_num_replicas(r->strategy) < 2 ||
+        eg_strategy_stats_get(r->strategy, &stats, false) != EG_OK || stats.all_reduces == 0)
+        return;
+    double hidden =
+        stats.in_flight_seconds > 0 ? 1.0 - stats.exposed_seconds / stats.in_flight_seconds : 0.0;
+    fprintf(out,
+            "all-reduce (this process): %lld reductions, %.1f MiB; in flight %.3f s, waited for "
+            "%.3f s: %.0f%% hidden behind computation\n",
+            (long long)stats.all_reduces, (double)stats.bytes / (1 << 20), stats.in_flight_seconds,
+            stats.exposed_seconds, 100.0 * (hidden > 0 ? hidden : 0.0));
+}

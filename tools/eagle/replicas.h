@@ -9,6 +9,8 @@
 #ifndef EAGLE_TOOLS_REPLICAS_H
 #define EAGLE_TOOLS_REPLICAS_H
 
+#include <stdio.h>
+
 #include "mlp.h"
 
 #define REPLICAS_MAX 16
@@ -47,6 +49,11 @@ eg_status replicas_step(replicas *r, const eg_tensor *x, const eg_tensor *labels
 /* Sets every replica's non-trainable variables (batch normalization's moving statistics) to
  * their mean over the replicas, before evaluating or saving replica 0's model. */
 eg_status replicas_average_statistics(replicas *r);
+
+/* Prints what this process's all-reduces cost over the run (eg_strategy_stats_get): their count
+ * and bytes, the time they were in flight and how much of it the replicas waited for; nothing for
+ * a single replica. */
+void replicas_print_stats(replicas *r, FILE *out);
 
 void replicas_free(replicas *r);
 

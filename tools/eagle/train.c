@@ -938,6 +938,7 @@ int cli_train(int argc, char **argv) {
     }
     printf("trained %ld epoch(s) in %.2f s: %.0f samples/s\n", epochs_run, train_seconds,
            train_seconds > 0 ? (double)samples_trained / train_seconds : 0.0);
+    replicas_print_stats(&reps, stdout);
     if (o.save_path && !(o.save_every_epoch && epochs_run > 0)) {
         write_result saved = write_or_rescue(&checkpoint, o.save_path, written, sizeof written);
         save_failed = saved != WROTE;
