@@ -5,7 +5,7 @@
  *   - the bucket size and the execution mode (eager, lazy, traced) change no bit;
  *   - replicas with different models fail at the first step naming the variable and replicas;
  *   - a failing replica and a silent one stop the others with errors that name them;
- *   - broadcast, average, host sums and barriers.
+ *   - broadcast, average, host sums and barriers; the all-reduce statistics.
  * Runs under TSan in CI (label "threads"). Multi-process runs are tests/mpi/. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -235,8 +235,25 @@ static void test_all_reduce_sums_in_replica_order(void **state) {
             for (int r = 1; r < replicas; r++) expected += parts[r][k];
             for (int r = 0; r < replicas; r++) assert_memory_equal(&job.got[r][k], &expected, 4);
         }
+        /* one reduction of 5 floats per replica; the local group sums in the waits, so all of
+         * each one's time in flight was waited for */
+        eg_strategy_stats stats;
+        assert_int_equal(eg_strategy_stats_get(s, &stats, true), EG_OK);
+        assert_int_equal(stats.all_reduces, replicas);
+        assert_int_equal(stats.bytes, replicas * 5 * 4);
+        assert_true(stats.in_flight_seconds > 0);
+        assert_true(stats.exposed_seconds == stats.in_flight_seconds);
+        assert_int_equal(eg_strategy_stats_get(s, &stats, false), EG_OK);
+        assert_true(stats.all_reduces == 0 && stats.bytes == 0 && stats.in_flight_seconds == 0);
         eg_strategy_free(s);
     }
+    eg_strategy *alone = eg_strategy_default_new();
+    eg_strategy_stats stats = {.all_reduces = -1};
+    assert_int_equal(eg_strategy_stats_get(alone, &stats, false), EG_OK);
+    assert_true(stats.all_reduces == 0 && stats.exposed_seconds == 0);
+    assert_int_equal(eg_strategy_stats_get(alone, NULL, false), EG_ERR_NULL_ARGUMENT);
+    eg_clear_error();
+    eg_strategy_free(alone);
 }
 
 static void test_all_reduce_alone_is_the_tensor(void **state) {
