@@ -17,6 +17,7 @@
 
 #include "dist/mpi_internal.h"
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/prctl.h>
 #endif
 
@@ -112,6 +113,12 @@ static void *progress_main(void *unused) {
     (void)unused;
 #if defined(__linux__)
     prctl(PR_SET_TIMERSLACK, 1000UL); /* the backoff's short sleeps stay short */
+    /* Idle priority: the thread runs on cores nothing else wants. At normal priority each start
+     * woke it onto the core of the compute thread that posted the job, which then waited for it
+     * (the wake preempts), and its polls took turns with the backward pass on a machine with
+     * no core to spare; idle, it moves data while the step waits for it and on free cores
+     * (bench/distributed/run.sh). Where the kernel refuses, it keeps the normal priority. */
+    sched_setscheduler(0, SCHED_IDLE, &(struct sched_param){0});
 #endif
     bool ok = start_mpi();
     pthread_mutex_lock(&eg__mpi_engine.lock);

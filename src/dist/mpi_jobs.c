@@ -28,9 +28,11 @@
 #include "dist/mpi_internal.h"
 
 /* The size of the pieces a chunk travels in: small enough that adding one piece overlaps the
- * transfer of the next, large enough that per-message costs vanish
- * (bench/distributed/allreduce_bandwidth.c decided it). */
-#define PIECE_BYTES (256 * 1024)
+ * transfer of the next in a large bucket, large enough that a gradient bucket of a few megabytes
+ * goes in one message per peer and phase — each message is a rendezvous round trip between the
+ * progress threads, which cost more than the overlap gained (allreduce_bandwidth.c and
+ * bench/distributed/run.sh decided it). */
+#define PIECE_BYTES (4 * 1024 * 1024)
 /* Sends in flight per peer and phase (see push_scatter). */
 #define SEND_WINDOW 1
 

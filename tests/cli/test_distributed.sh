@@ -48,9 +48,10 @@ check "two replicas print one replica's numbers" \
     "$work/one.log" "$work/mpi.log"
 check "rank 0 alone prints" bash -c '[ "$(grep -c "^trained " "$1")" -eq 1 ]' _ "$work/mpi.log"
 check "the strategy is named" grep -q "multi_worker strategy: 2 replicas" "$work/mpi.log"
-# 48 steps of one bucket (the 38,218 gradients are under the first bucket's 1 MiB)
+# 48 steps of one bucket (the 38,218 gradients are under the first bucket's 1 MiB) and the
+# step's loss, hits and stop request
 check "the all-reduces are counted" \
-    grep -q "^all-reduce (this process): 48 reductions, 7.0 MiB; in flight" "$work/mpi.log"
+    grep -q "^all-reduce (this process): 96 reductions, 7.0 MiB; in flight" "$work/mpi.log"
 
 # The CNN: per-replica batch statistics (averaged over the replicas before evaluating) and
 # dropout masks from each replica's own stream: not one replica's numbers, but the same bits

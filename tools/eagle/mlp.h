@@ -76,7 +76,9 @@ typedef struct mlp_step_state {
 /* One training step on in[0] = x (B, 784) f32 (for the CNN (B, 28, 28, 1)) and in[1] = labels
  * (B,) of a model with at most MODEL_MAX_VARIABLES trainable variables: forward, loss, tape
  * gradient, optimizer update; out[0] = the mean loss, out[1] = the number of correct
- * predictions (both 0-d). user is an mlp_step_state. The same function runs in every mode:
+ * predictions (both 0-d). A replica of several (state's replica set) also takes in[2], an f64
+ * (1,) holding 1 when this process wants to stop after the step, and gives out[2], an f64 (3,):
+ * loss x examples, correct predictions and stop requests summed over the replicas. user is an mlp_step_state. The same function runs in every mode:
  * called directly (eager), between eg_lazy_begin/end (lazy) or traced by eg_function (graph).
  * Its phases are marked as profiler ranges. */
 eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user);

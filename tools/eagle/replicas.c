@@ -29,13 +29,14 @@ bool replicas_init(replicas *r, eg_strategy *strategy, const char *mode, bool lo
     }
     /* In replica order on this thread: replica 0 draws its initial values from the default
      * generator exactly as a run alone does; the others then take replica 0's. */
+    int several = eg_strategy_num_replicas(strategy) > 1;
     for (int i = 0; i < r->n_local; i++) {
         mlp_step_state *s = &r->state[i];
         eg_device_scope_begin(eg_strategy_device(strategy, i));
         eg_status status = build(&s->model, &s->optimizer, user);
         s->loss_scaling = loss_scaling;
         if (status == EG_OK && !strcmp(mode, "graph") &&
-            !(r->graph[i] = eg_function_new("train_step", mlp_step, 2, 2, s)))
+            !(r->graph[i] = eg_function_new("train_step", mlp_step, 2 + several, 2 + several, s)))
             status = eg_last_status();
         eg_device_scope_end();
         if (status != EG_OK) return false;
@@ -67,12 +68,15 @@ static eg_status step_replica(const eg_replica_context *c, void *user) {
         return EG_ERR_INVALID_ARGUMENT;
     }
     eg_scope_begin();
-    const eg_tensor *in[2] = {share_of(c, r->batch[0], start, count),
-                              share_of(c, r->batch[1], start, count)};
-    eg_tensor *out[2] = {NULL, NULL};
-    s->replica = c->num_replicas > 1 ? c : NULL;
+    bool several = c->num_replicas > 1;
+    int64_t one = 1;
+    const eg_tensor *in[3] = {
+        share_of(c, r->batch[0], start, count), share_of(c, r->batch[1], start, count),
+        several ? eg_tensor_from_data(&r->stop, EG_DTYPE_F64, 1, &one) : NULL};
+    eg_tensor *out[3] = {NULL, NULL, NULL};
+    s->replica = several ? c : NULL;
     s->share = (double)count / (double)r->global_n;
-    eg_status status = in[0] && in[1] ? EG_OK : eg_last_status();
+    eg_status status = in[0] && in[1] && (in[2] || !several) ? EG_OK : eg_last_status();
     if (status == EG_OK) {
         if (!strcmp(r->mode, "graph")) {
             status = eg_function_call(r->graph[c->local_index], in, out);
@@ -91,7 +95,8 @@ static eg_status step_replica(const eg_replica_context *c, void *user) {
         values[1] = eg_item(out[1]);
         status = eg_last_status();
     }
-    if (status == EG_OK && c->num_replicas > 1) status = eg_replica_sum(c, 3, values);
+    /* the sums over the replicas came with the step's all-reduces */
+    if (status == EG_OK && several) status = eg_tensor_copy_to_host(out[2], values, sizeof values);
     if (status == EG_OK && c->local_index == 0) memcpy(r->totals, values, sizeof values);
     eg_scope_end();
     return status;
