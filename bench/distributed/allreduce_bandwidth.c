@@ -1,9 +1,12 @@
-/* The multi-worker group's all-reduce (src/dist/mpi.c: point-to-point messages, rank-order
+/* The multi-worker group's all-reduce (src/dist/mpi*.c: point-to-point messages, rank-order
  * sums) beside MPI_Allreduce(MPI_IN_PLACE, MPI_SUM) on the same f32 buffer, 4 KiB to 64 MiB:
  *
- *   OMPI_MCA_btl_vader_single_copy_mechanism=none \
- *     mpirun -np 2 --oversubscribe --allow-run-as-root
- * build/release/bench/distributed/eagle_bench_allreduce [reps]
+ *   mpirun -np 2 --oversubscribe --allow-run-as-root \
+ *     build/release/bench/distributed/eagle_bench_allreduce [reps]
+ *
+ * (Open MPI's shared-memory transport copies once where the kernel allows cross-memory attach;
+ * add --mca btl_vader_single_copy_mechanism none to measure the two-copy path of containers that
+ * forbid it.)
  *
  * Per size, reps (default 20) timed runs of each, alternating, after 3 untimed ones; each run
  * starts after a barrier, and its time is the slowest rank's. Prints, on rank 0, one line per
