@@ -164,9 +164,11 @@ static void count_reduction(int64_t handle, int64_t tag, uint64_t wait_began_ns,
     slot *sl = &slots[handle - 1];
     for (int k = 0; sl->ops && k < sl->n_uses; k++) {
         if (sl->uses[k].tag != tag) continue;
-        /* completed 0: the members summed in their waits, so it was in flight only there */
+        /* completed 0: the members summed in their waits, so it was in flight only there; one
+         * completed while its replica waited is in flight until the wait returns (the wake-up
+         * is part of what the replica waited for) */
         uint64_t started = completed_ns ? sl->uses[k].started_ns : wait_began_ns;
-        uint64_t done = completed_ns ? completed_ns : returned_ns;
+        uint64_t done = completed_ns && completed_ns < wait_began_ns ? completed_ns : returned_ns;
         done = done > started ? done : started;
         sl->stats.reductions++;
         sl->stats.bytes += sl->uses[k].bytes;
