@@ -21,5 +21,6 @@
 #include "eagle/lazy.h"
 #include "eagle/session.h"
 #include "eagle/distribute.h"
+#include "eagle/fit.h"
 
 #endif

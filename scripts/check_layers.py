@@ -46,6 +46,7 @@ LAYERS = [
                                                      # profiler's outputs write and read
     ("upper", [("nn", ["nn/"]), ("optim", ["optim/"]), ("data", ["data/"]),
                ("profiler", ["profiler/"]), ("dist", ["dist/"])]),
+    ("train", [("train", ["train/"])]),  # fit/evaluate/predict: composes nn, optim, data, io
 ]
 
 # Edges that would be violations but are meant: (from_component, to_component, reason).

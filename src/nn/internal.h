@@ -114,4 +114,12 @@ static inline void eg__temps_release(eg__temps *temps) {
     temps->n = 0;
 }
 
+/* ---- what layers above attach to a model (model.c) ---- */
+/* The attachment (NULL: none). */
+void *eg__model_attachment(const eg_model *model);
+/* Replaces the attachment, freeing the previous one with its function; eg_model_free frees the
+ * last. attachment_free may be NULL (nothing to free). */
+void eg__model_attach(eg_model *model, void *attachment, void (*attachment_free)(void *));
+bool eg__model_is_built(const eg_model *model);
+
 #endif

@@ -20,7 +20,25 @@ struct eg_model {
     int all_capacity;
     eg_policy policy; /* eg_model_set_policy's, else the global policy when made */
     bool policy_set;  /* layers added later get it */
+    /* What a layer above attached (the training loop's compiled configuration), and how it
+     * frees it: the model frees it without naming that layer. */
+    void *attachment;
+    void (*attachment_free)(void *attachment);
 };
+
+void *eg__model_attachment(const eg_model *model) {
+    return model ? model->attachment : NULL;
+}
+
+void eg__model_attach(eg_model *model, void *attachment, void (*attachment_free)(void *)) {
+    if (model->attachment && model->attachment_free) model->attachment_free(model->attachment);
+    model->attachment = attachment;
+    model->attachment_free = attachment_free;
+}
+
+bool eg__model_is_built(const eg_model *model) {
+    return model && model->built;
+}
 
 eg_model *eg_sequential_new(const char *name) {
     eg_model *model = calloc(1, sizeof *model);
@@ -355,6 +373,7 @@ eg_status eg_model_summary(const eg_model *model, FILE *out) {
 
 void eg_model_free(eg_model *model) {
     if (!model) return;
+    if (model->attachment && model->attachment_free) model->attachment_free(model->attachment);
     for (int i = 0; i < model->n_layers; i++) eg__layer_destroy(model->layers[i]);
     free(model->layers);
     free(model->trainable);
