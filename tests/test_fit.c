@@ -5,6 +5,8 @@
  *   - callbacks see every hook in order; a failing one stops fit with its error;
  *   - early stopping stops and restores the best epoch's weights; the CSV logger writes the
  *     history's numbers;
+ *   - under a strategy of one replica fit takes the same steps; several local replicas are
+ *     refused (tests/mpi/test_mpi_fit.c trains over two processes);
  *   - evaluate and predict equal the model applied directly; bad input gets clear errors. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,6 +161,49 @@ static void test_eager_lazy_and_graph_fits_agree(void **state) {
     }
     print_message("largest difference from eager: %.2e\n", worst);
     assert_true(worst <= 1e-6);
+}
+
+/* Fits 2 epochs under `strategy` (NULL: none); weights into out. */
+static eg_status fit_under(eg_strategy *strategy, float *out) {
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_dataset *train = batches_of(0, 192), *test = batches_of(192, 48);
+    eg_fit_options o = quiet(2);
+    o.strategy = strategy;
+    o.validation_data = test;
+    eg_history *h = eg_model_fit(model, train, &o);
+    eg_status status = h ? EG_OK : eg_last_status();
+    if (h) weights_of(model, out, MAX_WEIGHTS);
+    eg_history_free(h);
+    eg_dataset_free(train);
+    eg_dataset_free(test);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+    return status;
+}
+
+static void test_fit_under_a_strategy_of_one_replica(void **state) {
+    (void)state;
+    static float alone[MAX_WEIGHTS], by_default[MAX_WEIGHTS], mirrored[MAX_WEIGHTS];
+    assert_int_equal(fit_under(NULL, alone), EG_OK);
+    eg_strategy *s = eg_strategy_default_new();
+    assert_int_equal(fit_under(s, by_default), EG_OK);
+    eg_strategy_free(s);
+    const eg_device *one[1] = {eg_device_at(0)};
+    s = eg_strategy_mirrored_new(1, one, NULL);
+    assert_int_equal(fit_under(s, mirrored), EG_OK);
+    eg_strategy_free(s);
+    /* a replica alone sums nothing: the same steps, the same bits */
+    assert_memory_equal(alone, by_default, sizeof alone);
+    assert_memory_equal(alone, mirrored, sizeof alone);
+    /* several local replicas would need a model each */
+    s = eg_strategy_mirrored_new(2, NULL, NULL);
+    assert_non_null(s);
+    assert_int_equal(fit_under(s, mirrored), EG_ERR_UNSUPPORTED);
+    assert_non_null(strstr(eg_last_error(), "has 2 replicas in this process"));
+    eg_clear_error();
+    eg_strategy_free(s);
 }
 
 static void test_fit_learns_and_keeps_a_history(void **state) {
@@ -504,11 +549,14 @@ static void test_bad_input_gets_clear_errors(void **state) {
 }
 
 int main(void) {
+    if (eg_device_configure_cpus(2) != EG_OK) return 1;
     make_data();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fit_is_the_hand_written_loop, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_eager_lazy_and_graph_fits_agree, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_fit_under_a_strategy_of_one_replica, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_fit_learns_and_keeps_a_history, fresh_scope_setup,
                                         strict_scope_teardown),

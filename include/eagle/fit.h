@@ -34,6 +34,7 @@
 #include <stdio.h>
 
 #include "eagle/data.h"
+#include "eagle/distribute.h"
 #include "eagle/nn.h"
 #include "eagle/optim.h"
 
@@ -111,8 +112,12 @@ eg_model *eg_fit_state_model(const eg_fit_state *state);
 eg_optimizer *eg_fit_state_optimizer(const eg_fit_state *state);
 /* The epochs logged so far (the current one once its epoch_end has run). */
 const eg_history *eg_fit_state_history(const eg_fit_state *state);
-/* Asks fit to stop after the current batch (Keras' model.stop_training = True). */
+/* Asks fit to stop after the current batch (Keras' model.stop_training = True). Under a strategy
+ * every process must ask at the same step (decide from the logs, which are the same on all). */
 void eg_fit_state_stop(eg_fit_state *state);
+/* True unless fit runs under a strategy on a process other than the chief (rank 0): where
+ * checkpoints and logs are written. */
+bool eg_fit_state_is_chief(const eg_fit_state *state);
 
 /* A callback: every function may be NULL. A non-OK status stops fit with that error (the
  * callback raises its own message, or fit names the callback and the hook). epoch and batch count
@@ -155,10 +160,10 @@ eg_callback *eg_callback_early_stopping_new(const eg_early_stopping_options *opt
 /* The epoch it stopped after (from 0), or -1 when it did not stop. */
 int eg_callback_early_stopping_stopped_epoch(const eg_callback *callback);
 
-/* Keras' CSVLogger: one row per epoch, "epoch" then the logs' names (the first epoch's, in
- * order) to `path` (copied), comma-separated, flushed each epoch; append keeps the file's rows
- * (writing the header only to an empty file). Opening fails at train begin with EG_ERR_IO naming
- * the path. NULL with an error for a NULL path. */
+/* Keras' CSVLogger (on the chief process only): one row per epoch, "epoch" then the logs' names
+ * (the first epoch's, in order) to `path` (copied), comma-separated, flushed each epoch; append
+ * keeps the file's rows (writing the header only to an empty file). Opening fails at train begin
+ * with EG_ERR_IO naming the path. NULL with an error for a NULL path. */
 eg_callback *eg_callback_csv_logger_new(const char *path, bool append);
 
 /* ---- fit, evaluate, predict ---- */
@@ -175,6 +180,14 @@ typedef struct eg_fit_options {
     int n_callbacks;
     eg_callback *const *callbacks; /* borrowed */
     int64_t steps_per_epoch;       /* 0 (default): until the dataset ends */
+    /* Data parallelism (eagle/distribute.h; borrowed; NULL: none): every process iterates the
+     * same batches and trains on its share of each (eg_strategy_split_batch), the gradients
+     * summed over the replicas; the logs are the global batches'. fit first sets every
+     * replica's variables to replica 0's. Strategies with one replica per process (default,
+     * multi-worker); a mirrored one of several local replicas needs a model per replica:
+     * EG_ERR_UNSUPPORTED (train those with eg_strategy_run and eg_replica_gradient). verbose
+     * prints on the chief only; callbacks run on every process (eg_fit_state_is_chief). */
+    eg_strategy *strategy;
 } eg_fit_options;
 
 eg_fit_options eg_fit_options_default(void);
@@ -188,9 +201,10 @@ eg_fit_options eg_fit_options_default(void);
 eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_options *options);
 
 typedef struct eg_evaluate_options {
-    int verbose;   /* 0 (default) silent, 1 or 2 one line */
-    FILE *out;     /* NULL: stdout */
-    int64_t steps; /* 0: the whole dataset */
+    int verbose;           /* 0 (default) silent, 1 or 2 one line */
+    FILE *out;             /* NULL: stdout */
+    int64_t steps;         /* 0: the whole dataset */
+    eg_strategy *strategy; /* as eg_fit_options.strategy: each process evaluates its shares */
 } eg_evaluate_options;
 
 /* The compiled loss and metrics over every batch of `data` (Keras' evaluate; batch means

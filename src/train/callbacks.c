@@ -137,6 +137,10 @@ void eg_fit_state_stop(eg_fit_state *state) {
     if (state) state->stop = true;
 }
 
+bool eg_fit_state_is_chief(const eg_fit_state *state) {
+    return !state || !state->config->strategy || eg_strategy_is_chief(state->config->strategy);
+}
+
 void eg_callback_free(eg_callback *callback) {
     if (!callback) return;
     if (callback->destroy) callback->destroy(callback->user);
@@ -331,17 +335,17 @@ static void csv_destroy(void *user) {
 }
 
 static eg_status csv_begin(eg_fit_state *state, void *user) {
-    (void)state;
     csv_logger *c = user;
     csv_close(c);
+    if (!eg_fit_state_is_chief(state)) return EG_OK;
     c->file = fopen(c->path, c->append ? "a" : "w");
     if (!c->file) return eg__error(EG_ERR_IO, "csv_logger: cannot open '%s' for writing", c->path);
     return EG_OK;
 }
 
 static eg_status csv_epoch_end(eg_fit_state *state, int epoch, const eg_logs *logs, void *user) {
-    (void)state;
     csv_logger *c = user;
+    if (!eg_fit_state_is_chief(state)) return EG_OK;
     if (!c->file) return eg__error(EG_ERR_STATE, "csv_logger: '%s' is not open", c->path);
     if (!c->columns) {
         c->columns = calloc((size_t)(logs->n ? logs->n : 1), sizeof *c->columns);

@@ -25,8 +25,8 @@ static const char *const loss_names[EG_FIT_LOSS_COUNT] = {
 static void config_free(void *attachment) {
     eg__fit_config *c = attachment;
     if (!c) return;
-    eg_function_free(c->train_function);
-    eg_function_free(c->test_function);
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 2; r++) eg_function_free(c->functions[t][r]);
     free(c);
 }
 
@@ -127,8 +127,18 @@ static eg_tensor *batch_accuracy(const eg__fit_config *c, const eg_tensor *y,
     return mean;
 }
 
-/* in: x, y; out: the batch's mean loss and accuracy (0-d). Forward, loss, gradient (of the
- * optimizer's scaled loss), update. */
+/* This replica's part of the global batch's mean loss: loss x its share (in[2], f64 0-d), whose
+ * gradients summed over the replicas are the global mean's. */
+static eg_tensor *replica_part(const eg_tensor *loss, const eg_tensor *share) {
+    eg_tensor *cast = eg_cast(share, eg_tensor_dtype(loss));
+    eg_tensor *part = cast ? eg_mul(loss, cast) : NULL;
+    eg_release(cast);
+    return part;
+}
+
+/* eg__fit_call's training step: forward, loss, gradient (of the optimizer's scaled loss; summed
+ * over the replicas as a replica), update. A replica starts the sums of its loss and accuracy
+ * before the backward pass, so they travel with the gradients. */
 static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     eg__fit_config *c = user;
     int n;
@@ -139,54 +149,97 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *pred = tape ? eg_model_call(c->model, in[0], true) : NULL;
     eg_tensor *loss = pred ? batch_loss(c, in[1], pred) : NULL;
-    eg_tensor *scaled = loss ? eg_optimizer_scale_loss(c->optimizer, loss) : NULL;
-    eg_status status = scaled ? eg_tape_gradient(tape, scaled, n, (const eg_tensor *const *)vars,
-                                                 grads, EG_UNCONNECTED_ZERO)
-                              : eg_last_status();
+    eg_tensor *accuracy = loss ? batch_accuracy(c, in[1], pred) : NULL;
+    int64_t tag = 0;
+    eg_tensor *totals = accuracy && c->replica
+                            ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), &tag)
+                            : NULL;
+    eg_tensor *part = totals ? replica_part(loss, in[2]) : NULL;
+    eg_tensor *scaled = NULL;
+    if (accuracy && (!c->replica || part))
+        scaled = eg_optimizer_scale_loss(c->optimizer, part ? part : loss);
+    eg_status status = !scaled ? eg_last_status()
+                       : c->replica
+                           ? eg_replica_gradient(c->replica, tape, scaled, n,
+                                                 (const eg_tensor *const *)vars, grads)
+                           : eg_tape_gradient(tape, scaled, n, (const eg_tensor *const *)vars,
+                                              grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(c->optimizer, n, grads, vars);
-    eg_tensor *accuracy = status == EG_OK ? batch_accuracy(c, in[1], pred) : NULL;
-    if (status == EG_OK && !accuracy) status = eg_last_status();
     for (int i = 0; i < n; i++) eg_release(grads[i]);
     free(grads);
     eg_release(scaled);
+    eg_release(part);
     eg_release(pred);
+    if (c->replica) {
+        eg_tensor *sums = status == EG_OK ? eg_all_reduce_done(totals, tag) : NULL;
+        if (status == EG_OK)
+            status = sums ? eg__fit_totals_split(sums, &out[0], &out[1]) : eg_last_status();
+        eg_release(sums);
+        eg_release(totals);
+        eg_release(loss);
+        eg_release(accuracy);
+        return status;
+    }
     out[0] = loss;
     out[1] = accuracy;
     return status;
 }
 
-/* in: x, y; out: the batch's mean loss and accuracy, inference. */
+/* eg__fit_call's inference step: the loss and accuracy (summed over the replicas as one). */
 static eg_status test_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     eg__fit_config *c = user;
     eg_no_grad_begin();
     eg_tensor *pred = eg_model_call(c->model, in[0], false);
-    out[0] = pred ? batch_loss(c, in[1], pred) : NULL;
-    out[1] = out[0] ? batch_accuracy(c, in[1], pred) : NULL;
+    eg_tensor *loss = pred ? batch_loss(c, in[1], pred) : NULL;
+    eg_tensor *accuracy = loss ? batch_accuracy(c, in[1], pred) : NULL;
     eg_release(pred);
+    eg_status status = accuracy ? EG_OK : eg_last_status();
+    if (c->replica) {
+        int64_t tag = 0;
+        eg_tensor *totals =
+            status == EG_OK ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), &tag)
+                            : NULL;
+        eg_tensor *sums = totals ? eg_all_reduce_done(totals, tag) : NULL;
+        if (status == EG_OK)
+            status = sums ? eg__fit_totals_split(sums, &out[0], &out[1]) : eg_last_status();
+        eg_release(sums);
+        eg_release(totals);
+        eg_release(loss);
+        eg_release(accuracy);
+    } else {
+        out[0] = loss;
+        out[1] = accuracy;
+    }
     eg_no_grad_end();
-    return out[0] && out[1] ? EG_OK : eg_last_status();
+    return status;
 }
 
-/* One step in the compiled mode; *loss and *accuracy get the host values. */
+eg_status eg__fit_call(eg__fit_config *c, bool training, const eg_tensor *const *in,
+                       eg_tensor **out) {
+    bool replicated = c->replica != NULL;
+    if (c->options.mode == EG_EXECUTION_GRAPH) {
+        eg_function **f = &c->functions[training][replicated];
+        if (!*f && !(*f = eg_function_new(training ? "fit_train_step" : "fit_test_step",
+                                          training ? train_step : test_step, 2 + replicated, 2, c)))
+            return eg_last_status();
+        return eg_function_call(*f, in, out);
+    }
+    if (c->options.mode == EG_EXECUTION_LAZY) {
+        eg_lazy_begin();
+        eg_status status = training ? train_step(in, out, c) : test_step(in, out, c);
+        eg_status ended = eg_lazy_end();
+        return status == EG_OK ? ended : status;
+    }
+    return training ? train_step(in, out, c) : test_step(in, out, c);
+}
+
+/* One step, alone or on the strategy's replicas; *loss and *accuracy get the host values. */
 static eg_status run_step(eg__fit_config *c, bool training, const eg_tensor *const *in,
                           double *loss, double *accuracy) {
+    if (c->strategy) return eg__fit_replicated_step(c, training, in, loss, accuracy);
     eg_tensor *out[2] = {NULL, NULL};
-    eg_status status;
-    if (c->options.mode == EG_EXECUTION_GRAPH) {
-        eg_function **f = training ? &c->train_function : &c->test_function;
-        if (!*f && !(*f = eg_function_new(training ? "fit_train_step" : "fit_test_step",
-                                          training ? train_step : test_step, 2, 2, c)))
-            return eg_last_status();
-        status = eg_function_call(*f, in, out);
-    } else if (c->options.mode == EG_EXECUTION_LAZY) {
-        eg_lazy_begin();
-        status = training ? train_step(in, out, c) : test_step(in, out, c);
-        eg_status ended = eg_lazy_end();
-        if (status == EG_OK) status = ended;
-    } else {
-        status = training ? train_step(in, out, c) : test_step(in, out, c);
-    }
+    eg_status status = eg__fit_call(c, training, in, out);
     if (status == EG_OK) {
         *loss = eg_item(out[0]);
         *accuracy = eg_item(out[1]);
@@ -392,11 +445,14 @@ eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_option
         return NULL;
     }
     if (check_fit_options(&o) != EG_OK) return NULL;
+    if (o.strategy && (eg__fit_check_strategy(o.strategy, "fit") != EG_OK)) return NULL;
     eg_fit_state state = {.config = c, .history = eg__history_new()};
     if (!state.history) return NULL;
+    c->strategy = o.strategy;
     progress p = {.out = o.out ? o.out : stdout, .verbose = o.verbose};
+    if (!eg_fit_state_is_chief(&state)) p.verbose = 0;
     p.tty = isatty(fileno(p.out));
-    eg_status status = EG_OK;
+    eg_status status = o.strategy ? eg__fit_broadcast(c) : EG_OK;
     RUN_CALLBACKS(&o, train_begin, &state);
     eg_logs logs = {0};
     int last_epoch = o.initial_epoch + o.epochs;
@@ -414,6 +470,7 @@ eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_option
         RUN_CALLBACKS(&o, epoch_end, &state, epoch, &logs);
     }
     RUN_CALLBACKS(&o, train_end, &state, &logs);
+    c->strategy = NULL;
     if (status != EG_OK) {
         eg_history_free(state.history);
         return NULL;
@@ -433,10 +490,15 @@ eg_status eg_model_evaluate(eg_model *model, eg_dataset *data, const eg_evaluate
     if (o.verbose < 0 || o.verbose > 2 || o.steps < 0)
         return eg__error(EG_ERR_INVALID_ARGUMENT, "evaluate: verbose %d in 0..2, steps %lld >= 0",
                          o.verbose, (long long)o.steps);
+    if (o.strategy && eg__fit_check_strategy(o.strategy, "evaluate") != EG_OK)
+        return eg_last_status();
     double loss, accuracy;
     double start = seconds_now();
+    c->strategy = o.strategy;
     eg_status status = evaluate_batches(c, data, o.steps, &loss, &accuracy, "evaluate");
+    c->strategy = NULL;
     if (status != EG_OK) return status;
+    if (o.strategy && !eg_strategy_is_chief(o.strategy)) o.verbose = 0;
     *results = (eg_logs){0};
     eg__logs_add(results, "loss", loss);
     if (c->options.accuracy) eg__logs_add(results, "accuracy", accuracy);

@@ -6,6 +6,7 @@
 #ifndef EAGLE_SRC_TRAIN_INTERNAL_H
 #define EAGLE_SRC_TRAIN_INTERNAL_H
 
+#include "eagle/distribute.h"
 #include "eagle/fit.h"
 #include "eagle/lazy.h"
 
@@ -14,7 +15,11 @@ typedef struct eg__fit_config {
     eg_model *model;
     eg_optimizer *optimizer; /* borrowed */
     eg_compile_options options;
-    eg_function *train_function, *test_function; /* graph mode, made on first use */
+    /* graph mode, made on first use: [training][replicated] */
+    eg_function *functions[2][2];
+    /* while a fit or evaluate runs under a strategy (borrowed), and the replica whose step runs */
+    eg_strategy *strategy;
+    const eg_replica_context *replica;
 } eg__fit_config;
 
 struct eg_fit_state {
@@ -22,6 +27,29 @@ struct eg_fit_state {
     eg_history *history;
     bool stop;
 };
+
+/* The step in the compiled mode (fit.c). Alone: in x, y; out the batch's mean loss and accuracy
+ * (0-d). As a replica (config->replica set): in x, y (the replica's share) and its share of the
+ * global batch (an f64 0-d); out the loss and accuracy times the examples, summed over the
+ * replicas (f64 0-d). */
+eg_status eg__fit_call(eg__fit_config *c, bool training, const eg_tensor *const *in,
+                       eg_tensor **out);
+
+/* ---- under a strategy (replicated.c) ---- */
+/* EG_ERR_UNSUPPORTED unless the strategy has one replica in this process. */
+eg_status eg__fit_check_strategy(const eg_strategy *strategy, const char *what);
+/* Every replica's variables become replica 0's. */
+eg_status eg__fit_broadcast(eg__fit_config *c);
+/* One global batch (x, y) on every replica, each its share: *loss and *accuracy get the global
+ * batch's means. */
+eg_status eg__fit_replicated_step(eg__fit_config *c, bool training, const eg_tensor *const *in,
+                                  double *loss, double *accuracy);
+/* [loss x examples, accuracy x examples] of this replica's share, f64 (2,), its sum over the
+ * replicas started (a new reference; *tag names it for eg_all_reduce_done). */
+eg_tensor *eg__fit_totals_start(const eg_tensor *loss, const eg_tensor *accuracy, int64_t examples,
+                                int64_t *tag);
+/* The two sums of a finished totals reduction as 0-d tensors (new references). */
+eg_status eg__fit_totals_split(const eg_tensor *sums, eg_tensor **loss, eg_tensor **accuracy);
 
 /* Appends an epoch's logs to the history (new names get NaN for earlier epochs). */
 eg_status eg__history_append(eg_history *history, const eg_logs *logs);
