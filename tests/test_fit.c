@@ -206,6 +206,36 @@ static void test_fit_under_a_strategy_of_one_replica(void **state) {
     eg_strategy_free(s);
 }
 
+/* Under loss scaling the history tells the scale and the skipped steps (none here). */
+static void test_loss_scaling_is_in_the_history(void **state) {
+    (void)state;
+    static float plain[MAX_WEIGHTS], scaled[MAX_WEIGHTS];
+    fit_in_mode(EG_EXECUTION_EAGER, 2, plain);
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    eg_loss_scale_options ls = eg_loss_scale_options_default();
+    assert_int_equal(eg_optimizer_enable_loss_scaling(opt, &ls), EG_OK);
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_dataset *train = batches_of(0, 192);
+    eg_fit_options o = quiet(2);
+    eg_history *h = eg_model_fit(model, train, &o);
+    assert_non_null(h);
+    int n = 0;
+    const double *scale = eg_history_values(h, "loss_scale", &n);
+    const double *skipped = eg_history_values(h, "skipped_steps", NULL);
+    assert_int_equal(n, 2);
+    assert_non_null(scale);
+    assert_non_null(skipped);
+    assert_true(scale[1] == 32768 && skipped[1] == 0);
+    /* a power-of-2 scale and its unscaling change no bit of these f32 gradients */
+    weights_of(model, scaled, MAX_WEIGHTS);
+    assert_memory_equal(plain, scaled, sizeof plain);
+    eg_history_free(h);
+    eg_dataset_free(train);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+}
+
 static void test_fit_learns_and_keeps_a_history(void **state) {
     (void)state;
     eg_model *model = make_model();
@@ -557,6 +587,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_eager_lazy_and_graph_fits_agree, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_fit_under_a_strategy_of_one_replica, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_loss_scaling_is_in_the_history, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_fit_learns_and_keeps_a_history, fresh_scope_setup,
                                         strict_scope_teardown),
