@@ -362,6 +362,16 @@ int64_t eg_model_count_params(const eg_model *model);
  *
  * EG_ERR_NULL_ARGUMENT for a NULL model or out; EG_ERR_IO when writing fails. */
 eg_status eg_model_summary(const eg_model *model, FILE *out);
+
+/* Keras' save_weights: every variable of the model (eg_model_variables: trainable ones and
+ * moving statistics) into a safetensors file at path (atomically), named by variable name
+ * ("dense/kernel"), readable by the safetensors package. Errors as eg_safetensors_save. */
+eg_status eg_model_save_weights(eg_model *model, const char *path);
+/* Keras' load_weights, by name: the file must hold exactly the model's variables, each with its
+ * dtype and shape. A missing tensor, one the model has no variable for, or one of another dtype
+ * or shape is an error naming it (EG_ERR_INVALID_ARGUMENT / EG_ERR_SHAPE) and changes nothing:
+ * everything is checked before any variable is written. The model must be built. */
+eg_status eg_model_load_weights(eg_model *model, const char *path);
 /* Sets `policy` on every layer of the model that was not given its own (eg_layer_set_policy),
  * and on layers added later; eg_model_summary prints it. EG_ERR_NULL_ARGUMENT,
  * EG_ERR_INVALID_ARGUMENT for an invalid policy. */
@@ -462,6 +472,8 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 
 #if !defined(EG_NO_CALLSITE)
 #define eg_initializer_generate(...)  EG_CALLSITE_(eg_initializer_generate(__VA_ARGS__))
+#define eg_model_save_weights(...)    EG_CALLSITE_(eg_model_save_weights(__VA_ARGS__))
+#define eg_model_load_weights(...)    EG_CALLSITE_(eg_model_load_weights(__VA_ARGS__))
 #define eg_dense_new(...)             EG_CALLSITE_(eg_dense_new(__VA_ARGS__))
 #define eg_dense_new_ex(...)          EG_CALLSITE_(eg_dense_new_ex(__VA_ARGS__))
 #define eg_conv2d_new(...)            EG_CALLSITE_(eg_conv2d_new(__VA_ARGS__))
