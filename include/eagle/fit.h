@@ -166,6 +166,33 @@ int eg_callback_early_stopping_stopped_epoch(const eg_callback *callback);
  * with EG_ERR_IO naming the path. NULL with an error for a NULL path. */
 eg_callback *eg_callback_csv_logger_new(const char *path, bool append);
 
+/* ---- a whole run, saved and restored ---- */
+
+/* Where a training loop is: epochs completed, and the steps of the next one already trained
+ * (0 at an epoch's end). */
+typedef struct eg_training_position {
+    int64_t epoch, step;
+} eg_training_position;
+
+/* Writes, atomically, to one safetensors file at path everything a loop needs to continue
+ * exactly where it is: every variable of the model by name (as eg_model_save_weights), the
+ * optimizer's slots ("optimizer/<variable>/<slot>"), its kind, step counter and loss-scaling
+ * state, this thread's default generator's state (dropout and other draws come again) and
+ * position, plus n_metadata pairs of the caller's (keys must not start with "eagle."; at most
+ * 16). Errors as eg_safetensors_save; EG_ERR_INVALID_ARGUMENT for a reserved key. */
+eg_status eg_training_save(const char *path, eg_model *model, const eg_optimizer *optimizer,
+                           const eg_training_position *position, int n_metadata,
+                           const char *const *keys, const char *const *values);
+/* Restores a file of eg_training_save into a model built as the saved one and an optimizer made
+ * with the same constructor and options: variables, slots, step counter, loss-scaling state,
+ * the default generator's state; *position gets where the run was. A loop that continues from
+ * there computes what the uninterrupted one did, bit for bit. Everything is checked first (the
+ * optimizer's kind, every variable's and slot's presence, dtype and shape, the metadata), and an
+ * error names what differs before anything changes. The caller's metadata is read with
+ * eg_safetensors_open / eg_safetensors_metadata. */
+eg_status eg_training_load(const char *path, eg_model *model, eg_optimizer *optimizer,
+                           eg_training_position *position);
+
 /* ---- fit, evaluate, predict ---- */
 
 typedef struct eg_fit_options {
@@ -227,6 +254,8 @@ eg_tensor *eg_model_predict_dataset(eg_model *model, eg_dataset *data);
 #define eg_callback_early_stopping_new(...)                                                        \
     EG_CALLSITE_(eg_callback_early_stopping_new(__VA_ARGS__))
 #define eg_callback_csv_logger_new(...) EG_CALLSITE_(eg_callback_csv_logger_new(__VA_ARGS__))
+#define eg_training_save(...)           EG_CALLSITE_(eg_training_save(__VA_ARGS__))
+#define eg_training_load(...)           EG_CALLSITE_(eg_training_load(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -56,6 +56,11 @@ void eg_generator_free(eg_generator *generator);
 void eg_manual_seed(uint64_t seed);
 /* A fresh 64-bit seed drawn from the generator (NULL = default); thread-safe. */
 uint64_t eg_generator_next_seed(eg_generator *generator);
+/* A generator's whole state (NULL = this thread's default): its seed and how many blocks it has
+ * drawn. Setting a state read earlier makes the draws that followed it come again (checkpoints
+ * that resume a run exactly). */
+void eg_generator_get_state(const eg_generator *generator, uint64_t *seed, uint64_t *position);
+void eg_generator_set_state(eg_generator *generator, uint64_t seed, uint64_t position);
 /* Floats only (f32, f64, f16, bf16). uniform in [low, high); normal by Box-Muller. */
 eg_tensor *eg_random_uniform(eg_generator *generator, eg_dtype dtype, int n_dims,
                              const int64_t *shape, double low, double high);

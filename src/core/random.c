@@ -71,6 +71,18 @@ void eg_manual_seed(uint64_t seed) {
     atomic_store(&default_generator.next_counter, 0);
 }
 
+void eg_generator_get_state(const eg_generator *generator, uint64_t *seed, uint64_t *position) {
+    const eg_generator *g = resolve(generator);
+    if (seed) *seed = g->seed;
+    if (position) *position = atomic_load(&((eg_generator *)g)->next_counter);
+}
+
+void eg_generator_set_state(eg_generator *generator, uint64_t seed, uint64_t position) {
+    eg_generator *g = resolve(generator);
+    g->seed = seed;
+    atomic_store(&g->next_counter, position);
+}
+
 uint64_t eg__generator_position(const eg_generator *generator) {
     return atomic_load(&resolve(generator)->next_counter);
 }
