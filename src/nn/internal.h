@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "core/tensor_internal.h"
 #include "eagle/autograd.h"
+#include "eagle/checkpoint.h"
 #include "eagle/nn.h"
 #include "eagle/ops.h"
 
@@ -121,5 +122,10 @@ void *eg__model_attachment(const eg_model *model);
  * last. attachment_free may be NULL (nothing to free). */
 void eg__model_attach(eg_model *model, void *attachment, void (*attachment_free)(void *));
 bool eg__model_is_built(const eg_model *model);
+
+/* The safetensors file's tensor named like variable v has v's dtype and shape; else an error
+ * from `what` naming the tensor, the file and both shapes (model_weights.c). */
+eg_status eg__check_stored_variable(const eg_safetensors *st, const eg_tensor *v,
+                                    const char *path, const char *what);
 
 #endif

@@ -24,13 +24,12 @@ eg_status eg_model_save_weights(eg_model *model, const char *path) {
     return status;
 }
 
-/* The file's tensor `name` must be the variable's dtype and shape. */
-static eg_status check_stored(const eg_safetensors *st, const eg_tensor *v, const char *path) {
+eg_status eg__check_stored_variable(const eg_safetensors *st, const eg_tensor *v, const char *path,
+                                    const char *what) {
     const char *name = eg_variable_name(v);
     if (!eg_safetensors_contains(st, name))
         return eg__error(EG_ERR_INVALID_ARGUMENT,
-                         "model_load_weights: '%s' has no tensor '%s' (the model's variable)", path,
-                         name);
+                         "%s: '%s' has no tensor '%s' (the model's variable)", what, path, name);
     eg_dtype dtype;
     int n_dims;
     int64_t shape[EG_MAX_DIMS];
@@ -46,10 +45,8 @@ static eg_status check_stored(const eg_safetensors *st, const eg_tensor *v, cons
             used += (size_t)snprintf(stored + used, sizeof stored - used, "%s%lld", d ? ", " : "",
                                      (long long)shape[d]);
         if (used < sizeof stored) snprintf(stored + used, sizeof stored - used, ")");
-        return eg__error(EG_ERR_SHAPE,
-                         "model_load_weights: '%s' in '%s' is %s %s; the model's variable is %s "
-                         "%s",
-                         name, path, eg_dtype_name(dtype), stored,
+        return eg__error(EG_ERR_SHAPE, "%s: '%s' in '%s' is %s %s; the model's variable is %s %s",
+                         what, name, path, eg_dtype_name(dtype), stored,
                          eg_dtype_name(eg_tensor_dtype(v)), wanted);
     }
     return EG_OK;
@@ -64,7 +61,8 @@ eg_status eg_model_load_weights(eg_model *model, const char *path) {
     eg_safetensors *st = eg_safetensors_open(path);
     if (!st) return eg_last_status();
     eg_status status = EG_OK;
-    for (int i = 0; i < n && status == EG_OK; i++) status = check_stored(st, vars[i], path);
+    for (int i = 0; i < n && status == EG_OK; i++)
+        status = eg__check_stored_variable(st, vars[i], path, "model_load_weights");
     /* every stored tensor must be a variable of the model */
     int stored = eg_safetensors_count(st);
     for (int k = 0; k < stored && status == EG_OK; k++) {

@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "eagle/autograd.h"
 #include "eagle/checkpoint.h"
+#include "nn/internal.h"
 #include "train/internal.h"
 
 enum { NAME_SIZE = 320, MAX_KEYS = 16 };
@@ -115,30 +116,6 @@ static eg_status read_number(const eg_safetensors *st, const char *path, const c
     return EG_OK;
 }
 
-/* Every variable's stored value is its dtype and shape; slots are checked by set_slot. */
-static eg_status check_variable(const eg_safetensors *st, const char *path, const eg_tensor *v) {
-    eg_dtype dtype;
-    int n_dims;
-    int64_t shape[EG_MAX_DIMS];
-    const char *name = eg_variable_name(v);
-    if (!eg_safetensors_contains(st, name))
-        return eg__error(EG_ERR_INVALID_ARGUMENT,
-                         "training_load: '%s' has no tensor '%s' (the model's variable)", path,
-                         name);
-    eg_status status = eg_safetensors_info(st, name, &dtype, &n_dims, shape);
-    bool same = status == EG_OK && dtype == eg_tensor_dtype(v) && n_dims == eg_tensor_n_dims(v);
-    for (int d = 0; same && d < n_dims; d++) same = shape[d] == eg_tensor_shape(v)[d];
-    if (status == EG_OK && !same) {
-        char wanted[128];
-        eg_tensor_shape_string(v, wanted, sizeof wanted);
-        return eg__error(EG_ERR_SHAPE,
-                         "training_load: '%s' in '%s' differs from the model's variable (%s %s): "
-                         "another model?",
-                         name, path, eg_dtype_name(eg_tensor_dtype(v)), wanted);
-    }
-    return status;
-}
-
 eg_status eg_training_load(const char *path, eg_model *model, eg_optimizer *optimizer,
                            eg_training_position *position) {
     if (!path || !model || !optimizer || !position)
@@ -171,7 +148,8 @@ eg_status eg_training_load(const char *path, eg_model *model, eg_optimizer *opti
                            "scale state",
                            path);
     (void)seed, (void)drawn;
-    for (int i = 0; i < n_all && status == EG_OK; i++) status = check_variable(st, path, all[i]);
+    for (int i = 0; i < n_all && status == EG_OK; i++)
+        status = eg__check_stored_variable(st, all[i], path, "training_load");
     for (int i = 0; i < n_vars && status == EG_OK; i++) /* slots: the variable's shape */
         for (int k = 0; k < n_slots && status == EG_OK; k++) {
             char name[NAME_SIZE];
