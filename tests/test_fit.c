@@ -4,7 +4,8 @@
  *   - it learns (three separable blobs), and its history holds every epoch's logs;
  *   - callbacks see every hook in order; a failing one stops fit with its error;
  *   - early stopping stops and restores the best epoch's weights; the CSV logger writes the
- *     history's numbers;
+ *     history's numbers; model checkpoints, reduce-on-plateau, a per-epoch schedule and
+ *     TensorBoard do what they are asked;
  *   - under a strategy of one replica fit takes the same steps; several local replicas are
  *     refused (tests/mpi/test_mpi_fit.c trains over two processes);
  *   - evaluate and predict equal the model applied directly; bad input gets clear errors. */
@@ -421,7 +422,7 @@ static void test_early_stopping_restores_the_best_epoch(void **state) {
     eg_dataset *train = batches_of(0, 192);
     /* an improvement must beat 1e9: only the first epoch improves (on infinity) */
     eg_callback *stop = eg_callback_early_stopping_new(&(eg_early_stopping_options){
-        .monitor = "loss", .min_delta = 1e9, .patience = 1, .restore_best_weights = true});
+        .monitor = "loss", .min_delta = 1e9, .patience = 2, .restore_best_weights = true});
     assert_non_null(stop);
     static snapshot snap = {.epoch = 0};
     eg_callback recorder = {.name = "snapshot", .user = &snap, .epoch_end = take_snapshot};
@@ -431,7 +432,7 @@ static void test_early_stopping_restores_the_best_epoch(void **state) {
     o.callbacks = list;
     eg_history *h = eg_model_fit(model, train, &o);
     assert_non_null(h);
-    assert_int_equal(eg_history_n_epochs(h), 3); /* epoch 0 best, 1 waits, 2 stops */
+    assert_int_equal(eg_history_n_epochs(h), 3); /* epoch 0 best, 1 waits, 2 stops (Keras) */
     assert_int_equal(eg_callback_early_stopping_stopped_epoch(stop), 2);
     static float now[MAX_WEIGHTS];
     weights_of(model, now, MAX_WEIGHTS);
@@ -503,6 +504,137 @@ static void test_csv_logger_writes_the_history(void **state) {
     eg_callback_free(bad);
     eg_dataset_free(train);
     eg_dataset_free(test);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+}
+
+/* Fits `epochs` quiet epochs with one callback; returns the history. */
+static eg_history *fit_with(eg_model *model, eg_dataset *train, int epochs, eg_callback *cb) {
+    eg_callback *list[1] = {cb};
+    eg_fit_options o = quiet(epochs);
+    o.n_callbacks = 1;
+    o.callbacks = list;
+    return eg_model_fit(model, train, &o);
+}
+
+static void test_model_checkpoint_saves_what_it_is_asked(void **state) {
+    (void)state;
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_dataset *train = batches_of(0, 192);
+    char dir[] = "/tmp/eagle_ckpt_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char pattern[128], path[160];
+    snprintf(pattern, sizeof pattern, "%s/weights_{epoch}.safetensors", dir);
+    /* every epoch, weights only: files 1..3; the last one holds the model's weights */
+    eg_callback *every = eg_callback_model_checkpoint_new(
+        &(eg_model_checkpoint_options){.path = pattern, .save_weights_only = true});
+    eg_history *h = fit_with(model, train, 3, every);
+    assert_non_null(h);
+    eg_history_free(h);
+    assert_int_equal(eg_callback_model_checkpoint_saved(every), 3);
+    static float trained[MAX_WEIGHTS], loaded[MAX_WEIGHTS];
+    weights_of(model, trained, MAX_WEIGHTS);
+    eg_model *other = make_model();
+    snprintf(path, sizeof path, "%s/weights_3.safetensors", dir);
+    assert_int_equal(eg_model_load_weights(other, path), EG_OK);
+    weights_of(other, loaded, MAX_WEIGHTS);
+    assert_memory_equal(trained, loaded, sizeof trained);
+    for (int e = 1; e <= 3; e++) {
+        snprintf(path, sizeof path, "%s/weights_%d.safetensors", dir, e);
+        assert_int_equal(access(path, F_OK), 0);
+        unlink(path);
+    }
+    eg_callback_free(every);
+    /* best only, of a value that never improves after the first epoch: one save (the whole run) */
+    snprintf(pattern, sizeof pattern, "%s/best.safetensors", dir);
+    eg_callback *best =
+        eg_callback_model_checkpoint_new(&(eg_model_checkpoint_options){.path = pattern,
+                                                                        .monitor = "learning_rate",
+                                                                        .mode = EG_MONITOR_MIN,
+                                                                        .save_best_only = true});
+    h = fit_with(model, train, 3, best);
+    assert_non_null(h);
+    eg_history_free(h);
+    assert_int_equal(eg_callback_model_checkpoint_saved(best), 1);
+    eg_optimizer *fresh = adam();
+    eg_training_position at;
+    assert_int_equal(eg_training_load(pattern, other, fresh, &at), EG_OK);
+    assert_int_equal(at.epoch, 1);
+    unlink(pattern);
+    rmdir(dir);
+    eg_callback_free(best);
+    eg_optimizer_free(fresh);
+    eg_model_free(other);
+    eg_dataset_free(train);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+}
+
+static double one_over_epoch(int epoch, double rate, void *user) {
+    (void)rate;
+    return *(const double *)user / (epoch + 1);
+}
+
+static void test_learning_rate_callbacks(void **state) {
+    (void)state;
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_dataset *train = batches_of(0, 96);
+    /* the rate never rises again, so a monitor of it in MAX mode sees a plateau each epoch */
+    eg_reduce_lr_on_plateau_options p = eg_reduce_lr_on_plateau_options_default();
+    p.monitor = "learning_rate";
+    p.mode = EG_MONITOR_MAX;
+    p.factor = 0.5;
+    p.patience = 1;
+    p.min_delta = 0;
+    eg_callback *plateau = eg_callback_reduce_lr_on_plateau_new(&p);
+    assert_non_null(plateau);
+    eg_history *h = fit_with(model, train, 4, plateau);
+    assert_non_null(h);
+    const double *rate = eg_history_values(h, "learning_rate", NULL);
+    const double expected[4] = {0.01, 0.01, 0.005, 0.0025};
+    for (int e = 0; e < 4; e++) assert_true(fabs(rate[e] - expected[e]) < 1e-12);
+    eg_history_free(h);
+    eg_callback_free(plateau);
+    double base = 0.1;
+    eg_callback *scheduled = eg_callback_learning_rate_scheduler_new(one_over_epoch, &base);
+    h = fit_with(model, train, 3, scheduled);
+    assert_non_null(h);
+    rate = eg_history_values(h, "learning_rate", NULL);
+    for (int e = 0; e < 3; e++) assert_true(fabs(rate[e] - 0.1 / (e + 1)) < 1e-12);
+    eg_history_free(h);
+    eg_callback_free(scheduled);
+    p.factor = 1.5;
+    assert_null(eg_callback_reduce_lr_on_plateau_new(&p));
+    eg_clear_error();
+    eg_dataset_free(train);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+}
+
+static void test_tensorboard_writes_the_epochs(void **state) {
+    (void)state;
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_dataset *train = batches_of(0, 96);
+    char dir[] = "/tmp/eagle_board_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    eg_callback *board = eg_callback_tensorboard_new(dir);
+    eg_history *h = fit_with(model, train, 2, board);
+    assert_non_null(h);
+    eg_history_free(h);
+    eg_callback_free(board); /* closes the event file */
+    char command[256];
+    snprintf(command, sizeof command, "grep -c epoch_accuracy %s/events.out.tfevents.* >/dev/null",
+             dir);
+    assert_int_equal(system(command), 0);
+    snprintf(command, sizeof command, "rm -r %s", dir);
+    assert_int_equal(system(command), 0);
+    eg_dataset_free(train);
     eg_optimizer_free(opt);
     eg_model_free(model);
 }
@@ -597,6 +729,12 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_early_stopping_restores_the_best_epoch,
                                         fresh_scope_setup, strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_csv_logger_writes_the_history, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_model_checkpoint_saves_what_it_is_asked,
+                                        fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_learning_rate_callbacks, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_tensorboard_writes_the_epochs, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_predict_is_the_model_applied, fresh_scope_setup,
                                         strict_scope_teardown),

@@ -166,6 +166,50 @@ int eg_callback_early_stopping_stopped_epoch(const eg_callback *callback);
  * with EG_ERR_IO naming the path. NULL with an error for a NULL path. */
 eg_callback *eg_callback_csv_logger_new(const char *path, bool append);
 
+typedef struct eg_model_checkpoint_options {
+    /* Where to save; "{epoch}" is replaced by the epoch's number from 1 (Keras' ModelCheckpoint
+     * "{epoch:02d}", unformatted). Copied. */
+    const char *path;
+    const char *monitor; /* NULL: "val_loss"; used by save_best_only */
+    eg_monitor_mode mode;
+    bool save_best_only;    /* save only when the monitored value improves on its best */
+    bool save_weights_only; /* eg_model_save_weights; else eg_training_save (the whole run) */
+} eg_model_checkpoint_options;
+
+/* Keras' ModelCheckpoint: saves after every epoch (or every improving one), on the chief
+ * process. A save that fails stops fit with its error. NULL with an error for a NULL path. */
+eg_callback *eg_callback_model_checkpoint_new(const eg_model_checkpoint_options *options);
+/* How many times it saved in the last fit. */
+int eg_callback_model_checkpoint_saved(const eg_callback *callback);
+
+typedef struct eg_reduce_lr_on_plateau_options {
+    const char *monitor; /* NULL: "val_loss" */
+    eg_monitor_mode mode;
+    double factor;    /* the rate is multiplied by this, in (0, 1); default 0.1 */
+    int patience;     /* epochs without improvement first; default 10 */
+    double min_delta; /* an improvement beats the best by more; default 1e-4 */
+    int cooldown;     /* epochs after a reduction before counting again; default 0 */
+    double min_lr;    /* never below; default 0 */
+} eg_reduce_lr_on_plateau_options;
+
+eg_reduce_lr_on_plateau_options eg_reduce_lr_on_plateau_options_default(void);
+/* Keras' ReduceLROnPlateau: after `patience` epochs without improvement of the monitored value
+ * the optimizer's learning rate becomes max(rate * factor, min_lr) (a constant schedule from
+ * then on). NULL with an error for invalid options. */
+eg_callback *eg_callback_reduce_lr_on_plateau_new(const eg_reduce_lr_on_plateau_options *options);
+
+/* The learning rate for `epoch` (from 0) given the current one. */
+typedef double (*eg_epoch_schedule_fn)(int epoch, double learning_rate, void *user);
+/* Keras' LearningRateScheduler: at each epoch's begin the optimizer's rate becomes
+ * schedule(epoch, rate, user) (a constant schedule); a negative or non-finite rate is an error
+ * naming the epoch. user is borrowed. */
+eg_callback *eg_callback_learning_rate_scheduler_new(eg_epoch_schedule_fn schedule, void *user);
+
+/* Keras' TensorBoard (epoch scalars): every epoch's logs as scalars "epoch_<name>" at step epoch
+ * in an event file under logdir (eagle/summary.h), on the chief process. The writer opens at
+ * the first fit's begin (an unwritable logdir stops it with EG_ERR_IO naming it). */
+eg_callback *eg_callback_tensorboard_new(const char *logdir);
+
 /* ---- a whole run, saved and restored ---- */
 
 /* Where a training loop is: epochs completed, and the steps of the next one already trained
@@ -255,7 +299,14 @@ eg_tensor *eg_model_predict_dataset(eg_model *model, eg_dataset *data);
     EG_CALLSITE_(eg_callback_early_stopping_new(__VA_ARGS__))
 #define eg_callback_csv_logger_new(...) EG_CALLSITE_(eg_callback_csv_logger_new(__VA_ARGS__))
 #define eg_training_save(...)           EG_CALLSITE_(eg_training_save(__VA_ARGS__))
-#define eg_training_load(...)           EG_CALLSITE_(eg_training_load(__VA_ARGS__))
+#define eg_callback_model_checkpoint_new(...)                                                      \
+    EG_CALLSITE_(eg_callback_model_checkpoint_new(__VA_ARGS__))
+#define eg_callback_reduce_lr_on_plateau_new(...)                                                  \
+    EG_CALLSITE_(eg_callback_reduce_lr_on_plateau_new(__VA_ARGS__))
+#define eg_callback_learning_rate_scheduler_new(...)                                               \
+    EG_CALLSITE_(eg_callback_learning_rate_scheduler_new(__VA_ARGS__))
+#define eg_callback_tensorboard_new(...) EG_CALLSITE_(eg_callback_tensorboard_new(__VA_ARGS__))
+#define eg_training_load(...)            EG_CALLSITE_(eg_training_load(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

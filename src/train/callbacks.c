@@ -147,7 +147,7 @@ void eg_callback_free(eg_callback *callback) {
     free(callback);
 }
 
-static eg_callback *callback_new(const char *name, void *user, void (*destroy)(void *)) {
+eg_callback *eg__callback_new(const char *name, void *user, void (*destroy)(void *)) {
     eg_callback *c = calloc(1, sizeof *c);
     if (!c) {
         destroy(user);
@@ -160,8 +160,7 @@ static eg_callback *callback_new(const char *name, void *user, void (*destroy)(v
     return c;
 }
 
-/* "loss, accuracy, val_loss" of logs into buf. */
-static const char *log_names(const eg_logs *logs, char *buf, size_t size) {
+const char *eg__log_names(const eg_logs *logs, char *buf, size_t size) {
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < logs->n && used < size; i++)
@@ -258,7 +257,7 @@ static eg_status early_stopping_epoch_end(eg_fit_state *state, int epoch, const 
         char names[512];
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "early_stopping: the logs have no '%s' to monitor (they hold %s)",
-                         e->monitor, log_names(logs, names, sizeof names));
+                         e->monitor, eg__log_names(logs, names, sizeof names));
     }
     bool better = e->maximize ? value - e->min_delta > e->best : value + e->min_delta < e->best;
     if (better) {
@@ -267,7 +266,8 @@ static eg_status early_stopping_epoch_end(eg_fit_state *state, int epoch, const 
         e->wait = 0;
         return e->restore ? save_variables(e, eg_fit_state_model(state)) : EG_OK;
     }
-    if (++e->wait <= e->patience) return EG_OK;
+    /* Keras: after `patience` epochs without improvement (patience 0: the first such epoch) */
+    if (++e->wait < e->patience) return EG_OK;
     e->stopped_epoch = epoch;
     eg_fit_state_stop(state);
     return e->restore && e->n_saved ? restore_variables(e, eg_fit_state_model(state)) : EG_OK;
@@ -295,7 +295,7 @@ eg_callback *eg_callback_early_stopping_new(const eg_early_stopping_options *opt
     e->maximize = o.mode == EG_MONITOR_MAX || (o.mode == EG_MONITOR_AUTO && strstr(monitor, "acc"));
     e->restore = o.restore_best_weights;
     e->stopped_epoch = -1;
-    eg_callback *c = callback_new("early_stopping", e, early_stopping_destroy);
+    eg_callback *c = eg__callback_new("early_stopping", e, early_stopping_destroy);
     if (c) {
         c->train_begin = early_stopping_begin;
         c->epoch_end = early_stopping_epoch_end;
@@ -396,7 +396,7 @@ eg_callback *eg_callback_csv_logger_new(const char *path, bool append) {
     }
     c->path = copy;
     c->append = append;
-    eg_callback *cb = callback_new("csv_logger", c, csv_destroy);
+    eg_callback *cb = eg__callback_new("csv_logger", c, csv_destroy);
     if (cb) {
         cb->train_begin = csv_begin;
         cb->epoch_end = csv_epoch_end;

@@ -55,6 +55,11 @@ eg_status eg__fit_totals_split(const eg_tensor *sums, eg_tensor **loss, eg_tenso
 eg_status eg__history_append(eg_history *history, const eg_logs *logs);
 eg_history *eg__history_new(void);
 
+/* A heap callback with name, user and destroy (destroy(user) when out of memory); NULL then. */
+eg_callback *eg__callback_new(const char *name, void *user, void (*destroy)(void *));
+/* "loss, accuracy, val_loss" (the logs' names) into buf; "nothing" for none. */
+const char *eg__log_names(const eg_logs *logs, char *buf, size_t size);
+
 /* Adds name = value to logs (name must outlive the logs); false when full. */
 bool eg__logs_add(eg_logs *logs, const char *name, double value);
 
