@@ -639,6 +639,33 @@ static void test_tensorboard_writes_the_epochs(void **state) {
     eg_model_free(model);
 }
 
+static void test_fit_arrays_holds_out_the_last_rows(void **state) {
+    (void)state;
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_tensor *x = eg_tensor_from_data(xs, EG_DTYPE_F32, 2, (int64_t[]){N, FEATURES});
+    eg_tensor *y = eg_tensor_from_data(ys, EG_DTYPE_I64, 1, (int64_t[]){N});
+    eg_fit_options o = quiet(1);
+    eg_history *h = eg_model_fit_arrays(model, x, y, BATCH, 0.2, true, 5, &o);
+    assert_non_null(h);
+    /* the validation is the last 48 rows: evaluate gives the same numbers */
+    eg_dataset *last = batches_of(192, 48);
+    eg_logs results;
+    assert_int_equal(eg_model_evaluate(model, last, NULL, &results), EG_OK);
+    double loss;
+    assert_true(eg_logs_get(&results, "loss", &loss));
+    assert_true(loss == eg_history_values(h, "val_loss", NULL)[0]);
+    eg_history_free(h);
+    assert_null(eg_model_fit_arrays(model, x, y, BATCH, 1.0, true, 5, &o));
+    eg_clear_error();
+    eg_dataset_free(last);
+    eg_release(y);
+    eg_release(x);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+}
+
 static void test_predict_is_the_model_applied(void **state) {
     (void)state;
     eg_model *model = make_model();
@@ -735,6 +762,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_learning_rate_callbacks, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_tensorboard_writes_the_epochs, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_fit_arrays_holds_out_the_last_rows, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_predict_is_the_model_applied, fresh_scope_setup,
                                         strict_scope_teardown),

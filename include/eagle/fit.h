@@ -271,6 +271,14 @@ eg_fit_options eg_fit_options_default(void);
  * variables keep the updates made). options NULL: the defaults. */
 eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_options *options);
 
+/* Keras' fit(x, y, batch_size, validation_split, shuffle) on tensors: the last
+ * validation_split (in [0, 1)) of the rows are held out, unshuffled, as the validation data
+ * (options->validation_data must then be NULL); the others are batched, reshuffled each epoch
+ * when shuffle (from seed). x and y must agree in their first dimension. */
+eg_history *eg_model_fit_arrays(eg_model *model, const eg_tensor *x, const eg_tensor *y,
+                                int64_t batch_size, double validation_split, bool shuffle,
+                                uint64_t seed, const eg_fit_options *options);
+
 typedef struct eg_evaluate_options {
     int verbose;           /* 0 (default) silent, 1 or 2 one line */
     FILE *out;             /* NULL: stdout */
@@ -292,6 +300,7 @@ eg_tensor *eg_model_predict_dataset(eg_model *model, eg_dataset *data);
 #if !defined(EG_NO_CALLSITE)
 #define eg_model_compile(...)         EG_CALLSITE_(eg_model_compile(__VA_ARGS__))
 #define eg_model_fit(...)             EG_CALLSITE_(eg_model_fit(__VA_ARGS__))
+#define eg_model_fit_arrays(...)      EG_CALLSITE_(eg_model_fit_arrays(__VA_ARGS__))
 #define eg_model_evaluate(...)        EG_CALLSITE_(eg_model_evaluate(__VA_ARGS__))
 #define eg_model_predict(...)         EG_CALLSITE_(eg_model_predict(__VA_ARGS__))
 #define eg_model_predict_dataset(...) EG_CALLSITE_(eg_model_predict_dataset(__VA_ARGS__))

@@ -478,6 +478,53 @@ eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_option
     return state.history;
 }
 
+/* rows [start, stop) of x and y as (x, y) batches, shuffled first when shuffle. */
+static eg_dataset *rows_dataset(const eg_tensor *x, const eg_tensor *y, int64_t start, int64_t stop,
+                                int64_t batch_size, bool shuffle, uint64_t seed) {
+    eg_tensor *xs = eg_slice(x, 0, start, stop, 1), *ys = eg_slice(y, 0, start, stop, 1);
+    eg_dataset *ds =
+        xs && ys ? eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){xs, ys}) : NULL;
+    eg_release(xs);
+    eg_release(ys);
+    if (shuffle) ds = eg_dataset_shuffle(ds, stop - start, seed, true);
+    return eg_dataset_batch(ds, batch_size, false);
+}
+
+eg_history *eg_model_fit_arrays(eg_model *model, const eg_tensor *x, const eg_tensor *y,
+                                int64_t batch_size, double validation_split, bool shuffle,
+                                uint64_t seed, const eg_fit_options *options) {
+    if (!model || !x || !y) {
+        eg__error(EG_ERR_NULL_ARGUMENT, "fit_arrays: model, x or y is NULL");
+        return NULL;
+    }
+    eg_fit_options o = options ? *options : eg_fit_options_default();
+    int64_t n = eg_tensor_n_dims(x) ? eg_tensor_dim(x, 0) : 0;
+    if (batch_size < 1 || !(validation_split >= 0 && validation_split < 1) ||
+        eg_tensor_n_dims(y) < 1 || eg_tensor_dim(y, 0) != n || n == 0 ||
+        (validation_split > 0 && o.validation_data)) {
+        eg__error(EG_ERR_INVALID_ARGUMENT,
+                  "fit_arrays: batch_size %lld >= 1, validation_split %g in [0, 1) (and not with "
+                  "validation_data), x and y with the same number of rows (%lld, %lld)",
+                  (long long)batch_size, validation_split, (long long)n,
+                  eg_tensor_n_dims(y) ? (long long)eg_tensor_dim(y, 0) : 0LL);
+        return NULL;
+    }
+    /* Keras holds out the last rows, before any shuffling */
+    int64_t held = (int64_t)((double)n * validation_split);
+    if (held == n) held = n - 1;
+    eg_dataset *train = rows_dataset(x, y, 0, n - held, batch_size, shuffle, seed);
+    eg_dataset *validation =
+        held > 0 ? rows_dataset(x, y, n - held, n, batch_size, false, 0) : NULL;
+    eg_history *history = NULL;
+    if (train && (held == 0 || validation)) {
+        if (validation) o.validation_data = validation;
+        history = eg_model_fit(model, train, &o);
+    }
+    eg_dataset_free(validation);
+    eg_dataset_free(train);
+    return history;
+}
+
 /* ---- evaluate, predict ---- */
 
 eg_status eg_model_evaluate(eg_model *model, eg_dataset *data, const eg_evaluate_options *options,
