@@ -172,11 +172,7 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
     eg_release(part);
     eg_release(pred);
     if (c->replica) {
-        eg_tensor *sums = status == EG_OK ? eg_all_reduce_done(totals, tag) : NULL;
-        if (status == EG_OK)
-            status = sums ? eg__fit_totals_split(sums, &out[0], &out[1]) : eg_last_status();
-        eg_release(sums);
-        eg_release(totals);
+        status = eg__fit_totals_finish(status, totals, tag, out);
         eg_release(loss);
         eg_release(accuracy);
         return status;
@@ -200,11 +196,8 @@ static eg_status test_step(const eg_tensor *const *in, eg_tensor **out, void *us
         eg_tensor *totals =
             status == EG_OK ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), &tag)
                             : NULL;
-        eg_tensor *sums = totals ? eg_all_reduce_done(totals, tag) : NULL;
-        if (status == EG_OK)
-            status = sums ? eg__fit_totals_split(sums, &out[0], &out[1]) : eg_last_status();
-        eg_release(sums);
-        eg_release(totals);
+        if (status == EG_OK && !totals) status = eg_last_status();
+        status = eg__fit_totals_finish(status, totals, tag, out);
         eg_release(loss);
         eg_release(accuracy);
     } else {

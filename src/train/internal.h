@@ -48,8 +48,9 @@ eg_status eg__fit_replicated_step(eg__fit_config *c, bool training, const eg_ten
  * replicas started (a new reference; *tag names it for eg_all_reduce_done). */
 eg_tensor *eg__fit_totals_start(const eg_tensor *loss, const eg_tensor *accuracy, int64_t examples,
                                 int64_t *tag);
-/* The two sums of a finished totals reduction as 0-d tensors (new references). */
-eg_status eg__fit_totals_split(const eg_tensor *sums, eg_tensor **loss, eg_tensor **accuracy);
+/* Waits for the totals reduction (when status is EG_OK) and puts its two sums into out[0] and
+ * out[1] as 0-d tensors (new references); releases totals. Returns status or the wait's error. */
+eg_status eg__fit_totals_finish(eg_status status, eg_tensor *totals, int64_t tag, eg_tensor **out);
 
 /* Appends an epoch's logs to the history (new names get NaN for earlier epochs). */
 eg_status eg__history_append(eg_history *history, const eg_logs *logs);

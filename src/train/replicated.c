@@ -54,16 +54,20 @@ eg_tensor *eg__fit_totals_start(const eg_tensor *loss, const eg_tensor *accuracy
     return started;
 }
 
-eg_status eg__fit_totals_split(const eg_tensor *sums, eg_tensor **loss, eg_tensor **accuracy) {
-    eg_tensor *pieces[2] = {eg_slice(sums, 0, 0, 1, 1), eg_slice(sums, 0, 1, 2, 1)};
-    *loss = pieces[0] ? eg_reshape(pieces[0], 0, NULL) : NULL;
-    *accuracy = pieces[1] ? eg_reshape(pieces[1], 0, NULL) : NULL;
+eg_status eg__fit_totals_finish(eg_status status, eg_tensor *totals, int64_t tag, eg_tensor **out) {
+    eg_tensor *sums = status == EG_OK && totals ? eg_all_reduce_done(totals, tag) : NULL;
+    eg_release(totals);
+    if (status != EG_OK) return status;
+    eg_tensor *pieces[2] = {sums ? eg_slice(sums, 0, 0, 1, 1) : NULL,
+                            sums ? eg_slice(sums, 0, 1, 2, 1) : NULL};
+    for (int i = 0; i < 2; i++) out[i] = pieces[i] ? eg_reshape(pieces[i], 0, NULL) : NULL;
     eg_release(pieces[0]);
     eg_release(pieces[1]);
-    if (*loss && *accuracy) return EG_OK;
-    eg_release(*loss);
-    eg_release(*accuracy);
-    *loss = *accuracy = NULL;
+    eg_release(sums);
+    if (out[0] && out[1]) return EG_OK;
+    eg_release(out[0]);
+    eg_release(out[1]);
+    out[0] = out[1] = NULL;
     return eg_last_status();
 }
 
