@@ -62,6 +62,18 @@ double eg_schedule_value(const eg_schedule *schedule, int64_t step);
 
 typedef struct eg_optimizer eg_optimizer;
 
+/* Keras' gradient clipping, part of every optimizer's options (all 0, the default: none; at most
+ * one may be set, as in Keras). Before each update:
+ *   clipnorm: each gradient scaled down to an L2 norm of at most clipnorm (tf.clip_by_norm);
+ *   global_clipnorm: all gradients scaled down together, so that their joint L2 norm is at most
+ *     global_clipnorm (tf.clip_by_global_norm);
+ *   clipvalue: each element clamped to [-clipvalue, clipvalue].
+ * The clipping runs as ops, so lazy and traced steps clip as eager ones do. Not combined with
+ * loss scaling yet (eg_optimizer_enable_loss_scaling refuses a clipping optimizer). */
+typedef struct eg_gradient_clipping {
+    double clipnorm, clipvalue, global_clipnorm; /* each >= 0 */
+} eg_gradient_clipping;
+
 /* Keras SGD. With momentum m (slot "momentum", only when momentum != 0):
  *   m = momentum * m - lr * g;  v += nesterov ? momentum * m - lr * g : m
  * and without: v -= lr * g. */
@@ -70,6 +82,7 @@ typedef struct eg_sgd_options {
     double momentum;           /* >= 0; default 0 */
     bool nesterov;             /* default false */
     double weight_decay;       /* >= 0, decoupled: v -= v * weight_decay * lr first; default 0 */
+    eg_gradient_clipping clipping; /* default none */
 } eg_sgd_options;
 
 /* Keras Adam (and AdamW, which is Adam with decoupled weight decay). With t = step + 1 and slots
@@ -83,6 +96,7 @@ typedef struct eg_adam_options {
     double beta_2;             /* in [0, 1); default 0.999 */
     double epsilon;            /* > 0; default 1e-7 */
     double weight_decay;       /* >= 0; default 0 for Adam, 0.004 for AdamW */
+    eg_gradient_clipping clipping; /* default none */
 } eg_adam_options;
 
 /* Keras RMSprop. Slots u ("velocity"), m ("momentum", when momentum > 0), a
@@ -97,6 +111,7 @@ typedef struct eg_rmsprop_options {
     double epsilon;            /* > 0; default 1e-7 */
     bool centered;             /* default false */
     double weight_decay;       /* >= 0, decoupled as for SGD; default 0 */
+    eg_gradient_clipping clipping; /* default none */
 } eg_rmsprop_options;
 
 /* Keras' defaults for each optimizer. */

@@ -21,4 +21,11 @@ eg_status eg__optimizer_apply_now(eg_optimizer *optimizer, int n, eg_tensor *con
 eg_status eg__loss_scale_apply(eg_optimizer *optimizer, int n, eg_tensor *const *grads,
                                eg_tensor *const *variables);
 
+/* Whether the optimizer clips its gradients (optimizer.c). */
+bool eg__optimizer_clips(const eg_optimizer *opt);
+/* The gradients clipped as `clipping` says (clipping.c): a malloc'd array of n new references
+ * (NULL where grads[i] is NULL), or NULL with an error naming `what`. */
+eg_tensor **eg__clip_gradients(const eg_gradient_clipping *clipping, const char *what, int n,
+                               eg_tensor *const *grads);
+
 #endif

@@ -55,6 +55,11 @@ eg_status eg_optimizer_enable_loss_scaling(eg_optimizer *opt,
     if (eg__optimizer_loss_scale(opt))
         return eg__error(EG_ERR_STATE, "enable_loss_scaling: %s already scales its loss",
                          eg_optimizer_name(opt));
+    if (eg__optimizer_clips(opt))
+        return eg__error(EG_ERR_UNSUPPORTED,
+                         "enable_loss_scaling: %s clips its gradients, which loss scaling does "
+                         "not support yet (the clipping would see the scaled gradients)",
+                         eg_optimizer_name(opt));
     eg_loss_scale_options o = options ? *options : eg_loss_scale_options_default();
     if (!power_of_two_in_range(o.initial_scale))
         return eg__error(EG_ERR_INVALID_ARGUMENT,

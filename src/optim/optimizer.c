@@ -36,7 +36,13 @@ struct eg_optimizer {
     const char *slot_names[MAX_SLOTS]; /* NULL: position unused */
     eg__idmap slots;                   /* variable id -> slot_set * */
     eg__loss_scale *loss_scale;        /* owned; NULL without loss scaling */
+    eg_gradient_clipping clipping;
 };
+
+bool eg__optimizer_clips(const eg_optimizer *opt) {
+    const eg_gradient_clipping *c = &opt->clipping;
+    return c->clipnorm > 0 || c->clipvalue > 0 || c->global_clipnorm > 0;
+}
 
 eg__loss_scale *eg__optimizer_loss_scale(const eg_optimizer *opt) {
     return opt ? opt->loss_scale : NULL;
@@ -90,8 +96,20 @@ static bool positive(double x) {
     return x > 0 && isfinite(x);
 }
 
+/* What is wrong with a clipping configuration, or NULL. */
+static const char *clipping_problem(const eg_gradient_clipping *c) {
+    if (!non_negative(c->clipnorm) || !non_negative(c->clipvalue) ||
+        !non_negative(c->global_clipnorm))
+        return "clipnorm, clipvalue and global_clipnorm must be finite and >= 0";
+    if ((c->clipnorm > 0) + (c->clipvalue > 0) + (c->global_clipnorm > 0) > 1)
+        return "at most one of clipnorm, clipvalue and global_clipnorm may be set (as in Keras)";
+    return NULL;
+}
+
 static eg_optimizer *optimizer_new(optimizer_kind kind, const char *name,
-                                   const eg_schedule *learning_rate, const char *problem) {
+                                   const eg_schedule *learning_rate, const char *problem,
+                                   const eg_gradient_clipping *clipping) {
+    if (!problem) problem = clipping_problem(clipping);
     const char *schedule_problem = eg__schedule_problem(learning_rate);
     if (schedule_problem || problem) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "%s_new: %s%s", name,
@@ -105,6 +123,7 @@ static eg_optimizer *optimizer_new(optimizer_kind kind, const char *name,
         return NULL;
     }
     opt->kind = kind;
+    opt->clipping = *clipping;
     opt->name = name;
     opt->learning_rate = *learning_rate;
     return opt;
@@ -115,7 +134,7 @@ eg_optimizer *eg_sgd_new(const eg_sgd_options *options) {
     const char *problem = !non_negative(o.momentum)       ? "momentum must be finite and >= 0"
                           : !non_negative(o.weight_decay) ? "weight_decay must be finite and >= 0"
                                                           : NULL;
-    eg_optimizer *opt = optimizer_new(EG__UPDATE_SGD, "sgd", &o.learning_rate, problem);
+    eg_optimizer *opt = optimizer_new(EG__UPDATE_SGD, "sgd", &o.learning_rate, problem, &o.clipping);
     if (!opt) return NULL;
     opt->momentum = o.momentum;
     opt->nesterov = o.nesterov;
@@ -132,7 +151,7 @@ static eg_optimizer *adam_new(const eg_adam_options *options, const char *name,
                           : !positive(o.epsilon)          ? "epsilon must be finite and > 0"
                           : !non_negative(o.weight_decay) ? "weight_decay must be finite and >= 0"
                                                           : NULL;
-    eg_optimizer *opt = optimizer_new(EG__UPDATE_ADAM, name, &o.learning_rate, problem);
+    eg_optimizer *opt = optimizer_new(EG__UPDATE_ADAM, name, &o.learning_rate, problem, &o.clipping);
     if (!opt) return NULL;
     opt->beta_1 = o.beta_1;
     opt->beta_2 = o.beta_2;
@@ -158,7 +177,7 @@ eg_optimizer *eg_rmsprop_new(const eg_rmsprop_options *options) {
                           : !positive(o.epsilon)          ? "epsilon must be finite and > 0"
                           : !non_negative(o.weight_decay) ? "weight_decay must be finite and >= 0"
                                                           : NULL;
-    eg_optimizer *opt = optimizer_new(EG__UPDATE_RMSPROP, "rmsprop", &o.learning_rate, problem);
+    eg_optimizer *opt = optimizer_new(EG__UPDATE_RMSPROP, "rmsprop", &o.learning_rate, problem, &o.clipping);
     if (!opt) return NULL;
     opt->rho = o.rho;
     opt->momentum = o.momentum;
@@ -301,8 +320,17 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     eg__idmap_clear(&seen);
     if (status != EG_OK) return status;
     if (opt->loss_scale) return eg__loss_scale_apply(opt, n, grads, variables);
+    eg_tensor **clipped = NULL;
+    if (eg__optimizer_clips(opt)) {
+        clipped = eg__clip_gradients(&opt->clipping, opt->name, n, grads);
+        if (!clipped) return eg_last_status();
+        grads = clipped;
+    }
     /* now (eager, lazy), or at every replay of the function being traced */
-    return eg__executor_current()->update(&updater, opt, n, grads, variables);
+    status = eg__executor_current()->update(&updater, opt, n, grads, variables);
+    for (int i = 0; clipped && i < n; i++) eg_release(clipped[i]);
+    free(clipped);
+    return status;
 }
 
 eg_status eg__optimizer_apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
