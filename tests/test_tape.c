@@ -798,6 +798,47 @@ static void test_steady_state_no_system_allocations(void **state) {
     for (int i = 0; i < 4; i++) eg_release(m.params[i]);
 }
 
+/* eg_tape_gradients takes a model's variables as they come (no cast) and sizes the array. */
+static void test_gradients_sized_by_the_library(void **state) {
+    (void)state;
+    eg_manual_seed(4);
+    eg_model *net = eg_sequential_new("sized");
+    assert_int_equal(eg_sequential_add(net, eg_dense_new(5, EG_ACTIVATION_RELU)), EG_OK);
+    assert_int_equal(eg_sequential_add(net, eg_dense_new(2, EG_ACTIVATION_NONE)), EG_OK);
+    assert_int_equal(eg_model_build(net, 2, (int64_t[]){-1, 3}), EG_OK);
+    int n;
+    eg_tensor *const *vars = eg_model_trainable_variables(net, &n);
+    eg_tensor *x = eg_random_normal(NULL, EG_DTYPE_F32, 2, (int64_t[]){4, 3}, 0, 1);
+    eg_tape *tape = eg_tape_begin(true);
+    eg_tensor *loss = eg_sum(eg_square(eg_model_call(net, x, true)), 0, NULL, false);
+    eg_tensor **sized = eg_tape_gradients(tape, loss, n, vars, EG_UNCONNECTED_ZERO);
+    assert_non_null(sized);
+    eg_tensor *fixed[4];
+    assert_int_equal(n, 4);
+    assert_int_equal(
+        eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, fixed, EG_UNCONNECTED_ZERO),
+        EG_OK);
+    for (int i = 0; i < n; i++) {
+        float a[16], b[16];
+        size_t bytes = (size_t)eg_tensor_n_elems(vars[i]) * sizeof(float);
+        assert_true(bytes <= sizeof a);
+        assert_int_equal(eg_tensor_copy_to_host(sized[i], a, bytes), EG_OK);
+        assert_int_equal(eg_tensor_copy_to_host(fixed[i], b, bytes), EG_OK);
+        assert_memory_equal(a, b, bytes);
+    }
+    eg_gradients_free(sized, n);
+    eg_tape_free(tape);
+    /* a second gradient of a non-persistent tape: NULL with the tape's error */
+    tape = eg_tape_begin(false);
+    eg_tensor *again = eg_sum(eg_model_call(net, x, true), 0, NULL, false);
+    eg_gradients_free(eg_tape_gradients(tape, again, n, vars, EG_UNCONNECTED_ZERO), n);
+    assert_null(eg_tape_gradients(tape, again, n, vars, EG_UNCONNECTED_ZERO));
+    assert_int_equal(eg_last_status(), EG_ERR_STATE);
+    eg_clear_error();
+    eg_tape_free(tape);
+    eg_model_free(net);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]); /* e.g. "test_print" or "test_*" */
     const struct CMUnitTest tests[] = {
@@ -830,6 +871,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_variable_outlives_scope, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_mlp_gradients, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_gradients_sized_by_the_library, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_steady_state_no_system_allocations, fresh_scope_setup,
                                         strict_scope_teardown),

@@ -37,6 +37,15 @@ eg_status eg_tape_watch(eg_tape *tape, const eg_tensor *t);
 eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
                            const eg_tensor *const *sources, eg_tensor **grads,
                            eg_unconnected unconnected);
+/* eg_tape_gradient into an array the library sizes, for sources that are a model's variables
+ * (eg_model_trainable_variables' eg_tensor *const *, no cast needed): n_sources new references
+ * (NULL entries for unconnected sources with EG_UNCONNECTED_NULL), owned by the current scope
+ * like eg_tape_gradient's; free the array, and release the gradients, with eg_gradients_free.
+ * NULL with eg_tape_gradient's error. */
+eg_tensor **eg_tape_gradients(eg_tape *tape, const eg_tensor *target, int n_sources,
+                              eg_tensor *const *sources, eg_unconnected unconnected);
+/* Releases n gradients and frees their array (from eg_tape_gradients). NULL is ignored. */
+void eg_gradients_free(eg_tensor **grads, int n);
 /* Like eg_tape_gradient with an explicit upstream gradient for target (same shape as target);
  * output_gradient == NULL means ones. */
 eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
@@ -88,6 +97,7 @@ eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);
 #define eg_tape_watch(...) EG_CALLSITE_(eg_tape_watch(__VA_ARGS__))
 #define eg_tape_gradient(...) EG_CALLSITE_(eg_tape_gradient(__VA_ARGS__))
 #define eg_tape_gradient_ex(...) EG_CALLSITE_(eg_tape_gradient_ex(__VA_ARGS__))
+#define eg_tape_gradients(...) EG_CALLSITE_(eg_tape_gradients(__VA_ARGS__))
 #define eg_tape_gradient_notify(...) EG_CALLSITE_(eg_tape_gradient_notify(__VA_ARGS__))
 #define eg_variable(...) EG_CALLSITE_(eg_variable(__VA_ARGS__))
 #define eg_assign(...) EG_CALLSITE_(eg_assign(__VA_ARGS__))

@@ -436,6 +436,32 @@ eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources
     return tape_gradient(tape, target, NULL, n_sources, sources, grads, unconnected, NULL);
 }
 
+eg_tensor **eg_tape_gradients(eg_tape *tape, const eg_tensor *target, int n_sources,
+                              eg_tensor *const *sources, eg_unconnected unconnected) {
+    if (n_sources < 0 || (n_sources > 0 && !sources)) {
+        eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradients: %d sources at %p", n_sources,
+                  (const void *)sources);
+        return NULL;
+    }
+    eg_tensor **grads = calloc((size_t)(n_sources ? n_sources : 1), sizeof *grads);
+    if (!grads) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradients: out of host memory");
+        return NULL;
+    }
+    if (tape_gradient(tape, target, NULL, n_sources, (const eg_tensor *const *)sources, grads,
+                      unconnected, NULL) != EG_OK) {
+        eg_gradients_free(grads, n_sources);
+        return NULL;
+    }
+    return grads;
+}
+
+void eg_gradients_free(eg_tensor **grads, int n) {
+    if (!grads) return;
+    for (int i = 0; i < n; i++) eg_release(grads[i]);
+    free(grads);
+}
+
 eg_status eg_tape_gradient_notify(eg_tape *tape, const eg_tensor *target, int n_sources,
                                   const eg_tensor *const *sources, eg_tensor **grads,
                                   eg_unconnected unconnected, eg_gradient_ready_fn ready,
