@@ -10,53 +10,11 @@
 #include "eagle/summary.h"
 #include "train/internal.h"
 
-/* ---- a monitored value and its best so far ---- */
-
-typedef struct monitor {
-    char *name;
-    bool maximize;
-    double min_delta, best;
-} monitor;
-
-static bool monitor_init(monitor *m, const char *name, eg_monitor_mode mode, double min_delta,
-                         const char *what) {
-    if (!(min_delta >= 0) || (unsigned)mode > EG_MONITOR_MAX) {
-        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: min_delta %g must be >= 0 and mode %d known", what,
-                  min_delta, (int)mode);
-        return false;
-    }
-    m->name = strdup(name ? name : "val_loss");
-    if (!m->name) {
-        eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
-        return false;
-    }
-    m->maximize = mode == EG_MONITOR_MAX || (mode == EG_MONITOR_AUTO && strstr(m->name, "acc"));
-    m->min_delta = min_delta;
-    m->best = m->maximize ? -INFINITY : INFINITY;
-    return true;
-}
-
-/* The monitored value of logs; an error naming what the logs hold when absent. */
-static eg_status monitor_read(const monitor *m, const eg_logs *logs, double *value,
-                              const char *what) {
-    if (eg_logs_get(logs, m->name, value)) return EG_OK;
-    char names[512];
-    return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: the logs have no '%s' to monitor (they hold %s)",
-                     what, m->name, eg__log_names(logs, names, sizeof names));
-}
-
-/* Whether value beats the best by more than min_delta (then it is the best). */
-static bool monitor_improved(monitor *m, double value) {
-    bool better = m->maximize ? value - m->min_delta > m->best : value + m->min_delta < m->best;
-    if (better) m->best = value;
-    return better;
-}
-
 /* ---- model checkpoint ---- */
 
 typedef struct checkpoint {
     char *path;
-    monitor watched;
+    eg__monitor watched;
     bool best_only, weights_only;
     int saved;
 } checkpoint;
@@ -71,7 +29,7 @@ static void checkpoint_destroy(void *user) {
 static eg_status checkpoint_begin(eg_fit_state *state, void *user) {
     (void)state;
     checkpoint *c = user;
-    c->watched.best = c->watched.maximize ? -INFINITY : INFINITY;
+    eg__monitor_reset(&c->watched);
     c->saved = 0;
     return EG_OK;
 }
@@ -93,9 +51,9 @@ static eg_status checkpoint_epoch_end(eg_fit_state *state, int epoch, const eg_l
     checkpoint *c = user;
     if (c->best_only) {
         double value;
-        eg_status status = monitor_read(&c->watched, logs, &value, "model_checkpoint");
+        eg_status status = eg__monitor_read(&c->watched, logs, &value, "model_checkpoint");
         if (status != EG_OK) return status;
-        if (!monitor_improved(&c->watched, value)) return EG_OK;
+        if (!eg__monitor_improved(&c->watched, value)) return EG_OK;
     }
     if (!eg_fit_state_is_chief(state)) return EG_OK;
     char path[4096];
@@ -121,7 +79,7 @@ eg_callback *eg_callback_model_checkpoint_new(const eg_model_checkpoint_options 
         eg__error(EG_ERR_OUT_OF_MEMORY, "model_checkpoint: out of host memory");
         return NULL;
     }
-    if (!monitor_init(&c->watched, options->monitor, options->mode, 0, "model_checkpoint")) {
+    if (!eg__monitor_init(&c->watched, options->monitor, options->mode, 0, "model_checkpoint")) {
         checkpoint_destroy(c);
         return NULL;
     }
@@ -143,7 +101,7 @@ int eg_callback_model_checkpoint_saved(const eg_callback *callback) {
 /* ---- reduce on plateau ---- */
 
 typedef struct plateau {
-    monitor watched;
+    eg__monitor watched;
     eg_reduce_lr_on_plateau_options o;
     int wait, cooldown_left;
 } plateau;
@@ -157,7 +115,7 @@ static void plateau_destroy(void *user) {
 static eg_status plateau_begin(eg_fit_state *state, void *user) {
     (void)state;
     plateau *p = user;
-    p->watched.best = p->watched.maximize ? -INFINITY : INFINITY;
+    eg__monitor_reset(&p->watched);
     p->wait = p->cooldown_left = 0;
     return EG_OK;
 }
@@ -167,13 +125,13 @@ static eg_status plateau_epoch_end(eg_fit_state *state, int epoch, const eg_logs
     (void)epoch;
     plateau *p = user;
     double value;
-    eg_status status = monitor_read(&p->watched, logs, &value, "reduce_lr_on_plateau");
+    eg_status status = eg__monitor_read(&p->watched, logs, &value, "reduce_lr_on_plateau");
     if (status != EG_OK) return status;
     if (p->cooldown_left > 0) {
         p->cooldown_left--;
         p->wait = 0;
     }
-    if (monitor_improved(&p->watched, value)) {
+    if (eg__monitor_improved(&p->watched, value)) {
         p->wait = 0;
         return EG_OK;
     }
@@ -207,7 +165,7 @@ eg_callback *eg_callback_reduce_lr_on_plateau_new(const eg_reduce_lr_on_plateau_
         eg__error(EG_ERR_OUT_OF_MEMORY, "reduce_lr_on_plateau: out of host memory");
         return NULL;
     }
-    if (!monitor_init(&p->watched, o.monitor, o.mode, o.min_delta, "reduce_lr_on_plateau")) {
+    if (!eg__monitor_init(&p->watched, o.monitor, o.mode, o.min_delta, "reduce_lr_on_plateau")) {
         free(p);
         return NULL;
     }

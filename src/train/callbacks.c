@@ -168,14 +168,50 @@ const char *eg__log_names(const eg_logs *logs, char *buf, size_t size) {
     return logs->n ? buf : "nothing";
 }
 
+/* ---- monitored values ---- */
+
+bool eg__monitor_init(eg__monitor *m, const char *name, eg_monitor_mode mode, double min_delta,
+                      const char *what) {
+    if (!(min_delta >= 0) || (unsigned)mode > EG_MONITOR_MAX) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "%s: min_delta %g must be >= 0 and mode %d known", what,
+                  min_delta, (int)mode);
+        return false;
+    }
+    m->name = strdup(name ? name : "val_loss");
+    if (!m->name) {
+        eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
+        return false;
+    }
+    m->maximize = mode == EG_MONITOR_MAX || (mode == EG_MONITOR_AUTO && strstr(m->name, "acc"));
+    m->min_delta = min_delta;
+    eg__monitor_reset(m);
+    return true;
+}
+
+void eg__monitor_reset(eg__monitor *m) {
+    m->best = m->maximize ? -INFINITY : INFINITY;
+}
+
+eg_status eg__monitor_read(const eg__monitor *m, const eg_logs *logs, double *value,
+                           const char *what) {
+    if (eg_logs_get(logs, m->name, value)) return EG_OK;
+    char names[512];
+    return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: the logs have no '%s' to monitor (they hold %s)",
+                     what, m->name, eg__log_names(logs, names, sizeof names));
+}
+
+bool eg__monitor_improved(eg__monitor *m, double value) {
+    bool better = m->maximize ? value - m->min_delta > m->best : value + m->min_delta < m->best;
+    if (better) m->best = value;
+    return better;
+}
+
 /* ---- early stopping ---- */
 
 typedef struct early_stopping {
-    char *monitor;
-    double min_delta;
+    eg__monitor watched;
     int patience;
-    bool maximize, restore;
-    double best;
+    bool restore;
     int wait, best_epoch, stopped_epoch;
     /* the variables at the best epoch (restore_best_weights) */
     int n_saved;
@@ -195,14 +231,14 @@ static void forget_saved(early_stopping *e) {
 static void early_stopping_destroy(void *user) {
     early_stopping *e = user;
     forget_saved(e);
-    free(e->monitor);
+    free(e->watched.name);
     free(e);
 }
 
 static eg_status early_stopping_begin(eg_fit_state *state, void *user) {
     (void)state;
     early_stopping *e = user;
-    e->best = e->maximize ? -INFINITY : INFINITY;
+    eg__monitor_reset(&e->watched);
     e->wait = 0;
     e->best_epoch = e->stopped_epoch = -1;
     forget_saved(e);
@@ -253,15 +289,9 @@ static eg_status early_stopping_epoch_end(eg_fit_state *state, int epoch, const 
                                           void *user) {
     early_stopping *e = user;
     double value;
-    if (!eg_logs_get(logs, e->monitor, &value)) {
-        char names[512];
-        return eg__error(EG_ERR_INVALID_ARGUMENT,
-                         "early_stopping: the logs have no '%s' to monitor (they hold %s)",
-                         e->monitor, eg__log_names(logs, names, sizeof names));
-    }
-    bool better = e->maximize ? value - e->min_delta > e->best : value + e->min_delta < e->best;
-    if (better) {
-        e->best = value;
+    eg_status status = eg__monitor_read(&e->watched, logs, &value, "early_stopping");
+    if (status != EG_OK) return status;
+    if (eg__monitor_improved(&e->watched, value)) {
         e->best_epoch = epoch;
         e->wait = 0;
         return e->restore ? save_variables(e, eg_fit_state_model(state)) : EG_OK;
@@ -282,17 +312,15 @@ eg_callback *eg_callback_early_stopping_new(const eg_early_stopping_options *opt
         return NULL;
     }
     early_stopping *e = calloc(1, sizeof *e);
-    char *monitor = strdup(o.monitor ? o.monitor : "val_loss");
-    if (!e || !monitor) {
-        free(e);
-        free(monitor);
+    if (!e) {
         eg__error(EG_ERR_OUT_OF_MEMORY, "early_stopping: out of host memory");
         return NULL;
     }
-    e->monitor = monitor;
-    e->min_delta = o.min_delta;
+    if (!eg__monitor_init(&e->watched, o.monitor, o.mode, o.min_delta, "early_stopping")) {
+        free(e);
+        return NULL;
+    }
     e->patience = o.patience;
-    e->maximize = o.mode == EG_MONITOR_MAX || (o.mode == EG_MONITOR_AUTO && strstr(monitor, "acc"));
     e->restore = o.restore_best_weights;
     e->stopped_epoch = -1;
     eg_callback *c = eg__callback_new("early_stopping", e, early_stopping_destroy);

@@ -126,7 +126,7 @@ eg_status eg_training_load(const char *path, eg_model *model, eg_optimizer *opti
     if (!all || !vars) return eg_last_status();
     eg_safetensors *st = eg_safetensors_open(path);
     if (!st) return eg_last_status();
-    long long iterations = 0, good = 0, skipped = 0, epoch = 0, step = 0, seed = 0, drawn = 0;
+    long long iterations = 0, good = 0, skipped = 0, epoch = 0, step = 0;
     eg_status status = EG_OK;
     const char *kind = eg_safetensors_metadata(st, "eagle.optimizer");
     if (!kind || strcmp(kind, eg_optimizer_name(optimizer)))
@@ -147,7 +147,6 @@ eg_status eg_training_load(const char *path, eg_model *model, eg_optimizer *opti
                            "training_load: '%s' lacks the generator or loss "
                            "scale state",
                            path);
-    (void)seed, (void)drawn;
     for (int i = 0; i < n_all && status == EG_OK; i++)
         status = eg__check_stored_variable(st, all[i], path, "training_load");
     for (int i = 0; i < n_vars && status == EG_OK; i++) /* slots: the variable's shape */

@@ -61,6 +61,26 @@ eg_callback *eg__callback_new(const char *name, void *user, void (*destroy)(void
 /* "loss, accuracy, val_loss" (the logs' names) into buf; "nothing" for none. */
 const char *eg__log_names(const eg_logs *logs, char *buf, size_t size);
 
+/* A monitored log value and its best so far (early stopping, model checkpoint, reduce on
+ * plateau). */
+typedef struct eg__monitor {
+    char *name; /* owned */
+    bool maximize;
+    double min_delta, best;
+} eg__monitor;
+
+/* name (NULL: "val_loss", copied); mode AUTO maximizes names containing "acc" (Keras). false
+ * with an error from `what` for a negative min_delta, an unknown mode or no memory. */
+bool eg__monitor_init(eg__monitor *m, const char *name, eg_monitor_mode mode, double min_delta,
+                      const char *what);
+/* Forgets the best (a new fit). */
+void eg__monitor_reset(eg__monitor *m);
+/* The monitored value of logs; an error from `what` naming what the logs hold when absent. */
+eg_status eg__monitor_read(const eg__monitor *m, const eg_logs *logs, double *value,
+                           const char *what);
+/* Whether value beats the best by more than min_delta (it is then the best). */
+bool eg__monitor_improved(eg__monitor *m, double value);
+
 /* Adds name = value to logs (name must outlive the logs); false when full. */
 bool eg__logs_add(eg_logs *logs, const char *name, double value);
 
