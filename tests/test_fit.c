@@ -6,8 +6,10 @@
  *   - early stopping stops and restores the best epoch's weights; the CSV logger writes the
  *     history's numbers; model checkpoints, reduce-on-plateau, a per-epoch schedule and
  *     TensorBoard do what they are asked;
- *   - under a strategy of one replica fit takes the same steps; several local replicas are
- *     refused (tests/mpi/test_mpi_fit.c trains over two processes);
+ *   - under a strategy of one replica fit takes the same steps; several local replicas need
+ *     build_replica and then train as one replica on the whole batch, to rounding
+ *     (tests/mpi/test_mpi_fit.c trains over two processes);
+ *   - a fit stopped mid-epoch continues from its training state and progress exactly;
  *   - evaluate and predict equal the model applied directly; bad input gets clear errors. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,8 +166,19 @@ static void test_eager_lazy_and_graph_fits_agree(void **state) {
     assert_true(worst <= 1e-6);
 }
 
-/* Fits 2 epochs under `strategy` (NULL: none); weights into out. */
-static eg_status fit_under(eg_strategy *strategy, float *out) {
+/* build_replica of the local replicas but the first: the same model and optimizer. */
+static eg_status build_blobs_replica(int local_index, eg_model **model, eg_optimizer **optimizer,
+                                     void *user) {
+    (void)local_index;
+    (*(int *)user)++;
+    *model = make_model();
+    *optimizer = adam();
+    return EG_OK;
+}
+
+/* Fits 2 epochs under `strategy` (NULL: none); weights into out. built: NULL, or counts the
+ * replicas build_replica made. */
+static eg_status fit_under_building(eg_strategy *strategy, int *built, float *out) {
     eg_model *model = make_model();
     eg_optimizer *opt = adam();
     assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
@@ -173,6 +186,10 @@ static eg_status fit_under(eg_strategy *strategy, float *out) {
     eg_fit_options o = quiet(2);
     o.strategy = strategy;
     o.validation_data = test;
+    if (built) {
+        o.build_replica = build_blobs_replica;
+        o.build_replica_user = built;
+    }
     eg_history *h = eg_model_fit(model, train, &o);
     eg_status status = h ? EG_OK : eg_last_status();
     if (h) weights_of(model, out, MAX_WEIGHTS);
@@ -182,6 +199,10 @@ static eg_status fit_under(eg_strategy *strategy, float *out) {
     eg_optimizer_free(opt);
     eg_model_free(model);
     return status;
+}
+
+static eg_status fit_under(eg_strategy *strategy, float *out) {
+    return fit_under_building(strategy, NULL, out);
 }
 
 static void test_fit_under_a_strategy_of_one_replica(void **state) {
@@ -198,13 +219,123 @@ static void test_fit_under_a_strategy_of_one_replica(void **state) {
     /* a replica alone sums nothing: the same steps, the same bits */
     assert_memory_equal(alone, by_default, sizeof alone);
     assert_memory_equal(alone, mirrored, sizeof alone);
-    /* several local replicas would need a model each */
+    /* several local replicas need a model each: refused without build_replica */
     s = eg_strategy_mirrored_new(2, NULL, NULL);
     assert_non_null(s);
     assert_int_equal(fit_under(s, mirrored), EG_ERR_UNSUPPORTED);
     assert_non_null(strstr(eg_last_error(), "has 2 replicas in this process"));
     eg_clear_error();
     eg_strategy_free(s);
+}
+
+/* Mirrored over two logical CPU devices with build_replica: each replica trains on half of every
+ * batch and the summed gradients give the whole batch's steps (to rounding: the halves' sums are
+ * added in another order than one pass over the batch). */
+static void test_fit_mirrored_over_two_devices(void **state) {
+    (void)state;
+    static float alone[MAX_WEIGHTS], mirrored[MAX_WEIGHTS];
+    assert_int_equal(fit_under(NULL, alone), EG_OK);
+    eg_strategy *s = eg_strategy_mirrored_new(2, NULL, NULL);
+    assert_non_null(s);
+    int built = 0;
+    assert_int_equal(fit_under_building(s, &built, mirrored), EG_OK);
+    assert_int_equal(built, 1); /* replica 0 is the caller's model */
+    eg_strategy_free(s);
+    double worst = 0;
+    for (int i = 0; i < MAX_WEIGHTS; i++)
+        worst = fmax(worst, fabs(mirrored[i] - alone[i]) / fmax(1.0, fabs(alone[i])));
+    print_message("mirrored over 2 devices vs alone: largest relative difference %.2e\n", worst);
+    assert_true(worst <= 1e-5);
+    assert_true(worst > 0 || memcmp(alone, mirrored, sizeof alone) == 0);
+}
+
+/* A fit stopped in the middle of an epoch and continued from its training state (weights,
+ * optimizer, progress) logs and trains exactly what the uninterrupted one did. */
+typedef struct stopper {
+    int64_t after; /* stop after this batch of epoch 1 */
+    eg_fit_progress progress;
+} stopper;
+
+static eg_status stop_mid_epoch(eg_fit_state *s, int64_t batch, const eg_logs *logs, void *user) {
+    (void)logs;
+    stopper *st = user;
+    eg_fit_state_progress(s, &st->progress);
+    if (st->progress.epoch == 1 && batch == st->after) eg_fit_state_stop(s);
+    return EG_OK;
+}
+
+static void test_fit_resumes_in_the_middle_of_an_epoch(void **state) {
+    (void)state;
+    static float straight[MAX_WEIGHTS], resumed[MAX_WEIGHTS];
+    char path[] = "/tmp/eagle-fit-resume-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    eg_model *model = make_model();
+    eg_optimizer *opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    eg_dataset *train = batches_of(0, 192);
+    eg_fit_options o = quiet(3);
+    eg_history *h = eg_model_fit(model, train, &o);
+    assert_non_null(h);
+    int n;
+    double last_loss = eg_history_values(h, "loss", &n)[2];
+    weights_of(model, straight, MAX_WEIGHTS);
+    eg_history_free(h);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+
+    /* the first run stops after batch 2 of epoch 1 and saves where it is */
+    model = make_model();
+    opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    stopper st = {.after = 2};
+    eg_callback cb = {.name = "stopper", .user = &st, .batch_end = stop_mid_epoch};
+    eg_callback *cbs[1] = {&cb};
+    o.n_callbacks = 1;
+    o.callbacks = cbs;
+    h = eg_model_fit(model, train, &o);
+    assert_non_null(h);
+    /* as Keras, a stopped epoch still ends: its logs are of the batches it trained */
+    assert_int_equal(eg_history_n_epochs(h), 2);
+    eg_history_free(h);
+    assert_int_equal(st.progress.epoch, 1);
+    assert_int_equal(st.progress.step, 3);
+    eg_training_position at = {st.progress.epoch, st.progress.step};
+    assert_int_equal(eg_training_save(path, model, opt, &at, 0, NULL, NULL), EG_OK);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+
+    /* the second continues: epoch 1 from its fourth batch */
+    model = make_model();
+    opt = adam();
+    assert_int_equal(eg_model_compile(model, opt, &classify), EG_OK);
+    assert_int_equal(eg_training_load(path, model, opt, &at), EG_OK);
+    eg_dataset *rest = eg_dataset_skip(batches_of(0, 192), at.step); /* takes over its input */
+    assert_non_null(rest);
+    eg_fit_options r = quiet(2);
+    r.initial_epoch = 1;
+    r.initial_step = at.step;
+    r.initial_progress = st.progress;
+    /* the epochs after the first start from the whole dataset: a callback cannot swap it, so the
+     * resumed epoch runs alone and the last one after it */
+    r.epochs = 1;
+    h = eg_model_fit(model, rest, &r);
+    assert_non_null(h);
+    eg_history_free(h);
+    r = quiet(1);
+    r.initial_epoch = 2;
+    h = eg_model_fit(model, train, &r);
+    assert_non_null(h);
+    assert_true(eg_history_values(h, "loss", &n)[0] == last_loss);
+    weights_of(model, resumed, MAX_WEIGHTS);
+    assert_memory_equal(straight, resumed, sizeof straight);
+    eg_history_free(h);
+    eg_dataset_free(rest);
+    eg_dataset_free(train);
+    eg_optimizer_free(opt);
+    eg_model_free(model);
+    unlink(path);
 }
 
 /* Under loss scaling the history tells the scale and the skipped steps (none here). */
@@ -747,6 +878,10 @@ int main(void) {
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_fit_under_a_strategy_of_one_replica, fresh_scope_setup,
                                         strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_fit_mirrored_over_two_devices, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_fit_resumes_in_the_middle_of_an_epoch,
+                                        fresh_scope_setup, strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_loss_scaling_is_in_the_history, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_fit_learns_and_keeps_a_history, fresh_scope_setup,

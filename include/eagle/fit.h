@@ -113,8 +113,23 @@ eg_optimizer *eg_fit_state_optimizer(const eg_fit_state *state);
 /* The epochs logged so far (the current one once its epoch_end has run). */
 const eg_history *eg_fit_state_history(const eg_fit_state *state);
 /* Asks fit to stop after the current batch (Keras' model.stop_training = True). Under a strategy
- * every process must ask at the same step (decide from the logs, which are the same on all). */
+ * over several processes a request travels with the next step's all-reduce and every process
+ * stops after that step: asked in batch_begin, after this batch; asked in batch_end, after the
+ * next one (the next epoch's first after an epoch's last batch); so one process may ask alone
+ * (a Ctrl-C) and all still stop after the same step. */
 void eg_fit_state_stop(eg_fit_state *state);
+
+/* Where fit is within an epoch: its number, the batches trained in it so far and the sums behind
+ * its running loss and accuracy (what a loop interrupted mid-epoch saves to continue with the
+ * same logs: eg_fit_options.initial_step and initial_progress). */
+typedef struct eg_fit_progress {
+    int epoch;
+    int64_t step;
+    eg_metric_mean loss, accuracy; /* weighted by the batches' sizes */
+} eg_fit_progress;
+
+/* The progress as of the last batch_end (or epoch_begin) into *progress. */
+void eg_fit_state_progress(const eg_fit_state *state, eg_fit_progress *progress);
 /* True unless fit runs under a strategy on a process other than the chief (rank 0): where
  * checkpoints and logs are written. */
 bool eg_fit_state_is_chief(const eg_fit_state *state);
@@ -254,11 +269,30 @@ typedef struct eg_fit_options {
     /* Data parallelism (eagle/distribute.h; borrowed; NULL: none): every process iterates the
      * same batches and trains on its share of each (eg_strategy_split_batch), the gradients
      * summed over the replicas; the logs are the global batches'. fit first sets every
-     * replica's variables to replica 0's. Strategies with one replica per process (default,
-     * multi-worker); a mirrored one of several local replicas needs a model per replica:
-     * EG_ERR_UNSUPPORTED (train those with eg_strategy_run and eg_replica_gradient). verbose
-     * prints on the chief only; callbacks run on every process (eg_fit_state_is_chief). */
+     * replica's variables to replica 0's. Several replicas in this process need
+     * build_replica. verbose prints on the chief only; callbacks run on every process
+     * (eg_fit_state_is_chief), on replica 0's model and optimizer. */
     eg_strategy *strategy;
+    /* A strategy with several replicas in this process (mirrored over local devices) needs a
+     * model and an optimizer per replica: fit calls build_replica(local_index, &model,
+     * &optimizer, build_replica_user) for each local replica but the first (whose are the
+     * compiled model and its optimizer) with the replica's device as the current one; they must
+     * be built as the first ones are (same layers, names, optimizer constructor and options) and
+     * belong to fit, which frees them when it returns. Each starts from replica 0's variables,
+     * optimizer slots, step and loss-scaling state, applies the same summed gradients and follows
+     * rate changes that callbacks make on replica 0's optimizer; the non-trainable variables
+     * (batch normalization's moving statistics) are averaged over the replicas at each epoch's
+     * end, so replica 0's model holds the training's result. NULL with several local replicas:
+     * EG_ERR_UNSUPPORTED. */
+    eg_status (*build_replica)(int local_index, eg_model **model, eg_optimizer **optimizer,
+                               void *user);
+    void *build_replica_user;
+    /* Resuming within an epoch: the first epoch (initial_epoch) had its first initial_step
+     * batches trained, their sums in initial_progress (from eg_fit_state_progress); `train`'s
+     * first iteration must give the batch after them (the caller positions it). 0: the epoch
+     * starts from its first batch. steps_per_epoch counts the epoch's batches from its first. */
+    int64_t initial_step;
+    eg_fit_progress initial_progress;
 } eg_fit_options;
 
 eg_fit_options eg_fit_options_default(void);

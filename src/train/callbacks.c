@@ -137,6 +137,10 @@ void eg_fit_state_stop(eg_fit_state *state) {
     if (state) state->stop = true;
 }
 
+void eg_fit_state_progress(const eg_fit_state *state, eg_fit_progress *progress) {
+    if (progress) *progress = state ? state->progress : (eg_fit_progress){0};
+}
+
 bool eg_fit_state_is_chief(const eg_fit_state *state) {
     return !state || !state->config->strategy || eg_strategy_is_chief(state->config->strategy);
 }

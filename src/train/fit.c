@@ -151,9 +151,10 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
     eg_tensor *loss = pred ? batch_loss(c, in[1], pred) : NULL;
     eg_tensor *accuracy = loss ? batch_accuracy(c, in[1], pred) : NULL;
     int64_t tag = 0;
-    eg_tensor *totals = accuracy && c->replica
-                            ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), &tag)
-                            : NULL;
+    eg_tensor *totals =
+        accuracy && c->replica
+            ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), in[3], &tag)
+            : NULL;
     eg_tensor *part = totals ? replica_part(loss, in[2]) : NULL;
     eg_tensor *scaled = NULL;
     if (accuracy && (!c->replica || part))
@@ -194,8 +195,9 @@ static eg_status test_step(const eg_tensor *const *in, eg_tensor **out, void *us
     if (c->replica) {
         int64_t tag = 0;
         eg_tensor *totals =
-            status == EG_OK ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), &tag)
-                            : NULL;
+            status == EG_OK
+                ? eg__fit_totals_start(loss, accuracy, eg_tensor_dim(in[0], 0), in[3], &tag)
+                : NULL;
         if (status == EG_OK && !totals) status = eg_last_status();
         status = eg__fit_totals_finish(status, totals, tag, out);
         eg_release(loss);
@@ -214,7 +216,8 @@ eg_status eg__fit_call(eg__fit_config *c, bool training, const eg_tensor *const 
     if (c->options.mode == EG_EXECUTION_GRAPH) {
         eg_function **f = &c->functions[training][replicated];
         if (!*f && !(*f = eg_function_new(training ? "fit_train_step" : "fit_test_step",
-                                          training ? train_step : test_step, 2 + replicated, 2, c)))
+                                          training ? train_step : test_step, 2 + 2 * replicated,
+                                          2 + replicated, c)))
             return eg_last_status();
         return eg_function_call(*f, in, out);
     }
@@ -377,28 +380,46 @@ static eg_status check_fit_options(const eg_fit_options *o) {
     return EG_OK;
 }
 
-/* One epoch's batches: runs the steps and the batch callbacks; *logs gets the running means. */
+/* Whether the epoch ends after this batch because some callback asked: at once alone; under a
+ * strategy over processes when the step's sums carried a request (eg_fit_state_stop). */
+static bool stop_now(eg_fit_state *state) {
+    eg__fit_config *c = state->config;
+    if (!c->strategy || eg_strategy_num_workers(c->strategy) < 2) return state->stop;
+    c->stop_asked = c->stop_asked || state->stop;
+    state->stop = c->stop_agreed;
+    return state->stop;
+}
+
+/* One epoch's batches from `first` (0, or where a resumed epoch continues): runs the steps and
+ * the batch callbacks; *logs gets the running means. */
 static eg_status train_epoch(eg_fit_state *state, eg_dataset *train, const eg_fit_options *o,
-                             progress *p, eg_logs *logs, int64_t *batches) {
+                             int64_t first, progress *p, eg_logs *logs, int64_t *batches) {
     eg__fit_config *c = state->config;
     eg_dataset_iterator *it = eg_dataset_iterator_new(train);
     if (!it) return eg_last_status();
-    eg_metric_mean losses = {0}, hits = {0};
+    eg_fit_progress *at = &state->progress;
     eg_status status = EG_OK;
-    int64_t batch = 0;
-    for (; status == EG_OK && !state->stop && (!o->steps_per_epoch || batch < o->steps_per_epoch);
+    int64_t batch = first;
+    for (;
+         status == EG_OK && !stop_now(state) && (!o->steps_per_epoch || batch < o->steps_per_epoch);
          batch++) {
         eg_scope_begin();
         eg_element e = {0};
         bool end = false;
         status = next_batch(it, &e, &end, "fit");
         if (status == EG_OK && !end) RUN_CALLBACKS(o, batch_begin, state, batch);
-        if (status == EG_OK && !end) status = count_step(c, true, &e, &losses, &hits);
+        if (status == EG_OK && !end && c->locals) status = eg__fit_replicas_follow(c);
+        if (status == EG_OK && !end) {
+            c->stop_asked = c->stop_asked || state->stop;
+            status = count_step(c, true, &e, &at->loss, &at->accuracy);
+        }
         eg_scope_end();
         if (status != EG_OK || end) break;
+        at->step = batch + 1;
         *logs = (eg_logs){0};
-        eg__logs_add(logs, "loss", eg_metric_mean_result(&losses));
-        if (c->options.accuracy) eg__logs_add(logs, "accuracy", eg_metric_mean_result(&hits));
+        eg__logs_add(logs, "loss", eg_metric_mean_result(&at->loss));
+        if (c->options.accuracy)
+            eg__logs_add(logs, "accuracy", eg_metric_mean_result(&at->accuracy));
         RUN_CALLBACKS(o, batch_end, state, batch, logs);
         progress_batch(p, batch, logs);
     }
@@ -429,6 +450,18 @@ static eg_status epoch_logs(eg_fit_state *state, const eg_fit_options *o, eg_log
     return status;
 }
 
+static eg_status check_resume(const eg_fit_options *o) {
+    const eg_fit_progress *p = &o->initial_progress;
+    if (o->initial_step < 0 || (o->steps_per_epoch && o->initial_step >= o->steps_per_epoch) ||
+        (o->initial_step > 0 && (p->epoch != o->initial_epoch || p->step != o->initial_step)))
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "fit: initial_step %lld (>= 0, below steps_per_epoch %lld) and "
+                         "initial_progress (epoch %d, step %lld) must agree with initial_epoch %d",
+                         (long long)o->initial_step, (long long)o->steps_per_epoch, p->epoch,
+                         (long long)p->step, o->initial_epoch);
+    return EG_OK;
+}
+
 eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_options *options) {
     eg_fit_options o = options ? *options : eg_fit_options_default();
     eg__fit_config *c = compiled(model, "fit");
@@ -437,32 +470,38 @@ eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_option
         eg__error(EG_ERR_NULL_ARGUMENT, "fit: the training dataset is NULL");
         return NULL;
     }
-    if (check_fit_options(&o) != EG_OK) return NULL;
-    if (o.strategy && (eg__fit_check_strategy(o.strategy, "fit") != EG_OK)) return NULL;
+    if (check_fit_options(&o) != EG_OK || check_resume(&o) != EG_OK) return NULL;
+    if (o.strategy && (eg__fit_check_strategy(o.strategy, o.build_replica != NULL, "fit") != EG_OK))
+        return NULL;
     eg_fit_state state = {.config = c, .history = eg__history_new()};
     if (!state.history) return NULL;
     c->strategy = o.strategy;
+    c->stop_asked = c->stop_agreed = false;
     progress p = {.out = o.out ? o.out : stdout, .verbose = o.verbose};
     if (!eg_fit_state_is_chief(&state)) p.verbose = 0;
     p.tty = isatty(fileno(p.out));
-    eg_status status = o.strategy ? eg__fit_broadcast(c) : EG_OK;
+    eg_status status = o.strategy ? eg__fit_replicas_begin(c, &o) : EG_OK;
     RUN_CALLBACKS(&o, train_begin, &state);
     eg_logs logs = {0};
     int last_epoch = o.initial_epoch + o.epochs;
     for (int epoch = o.initial_epoch; status == EG_OK && !state.stop && epoch < last_epoch;
          epoch++) {
+        bool resumed = epoch == o.initial_epoch && o.initial_step > 0;
+        state.progress = resumed ? o.initial_progress : (eg_fit_progress){.epoch = epoch};
         RUN_CALLBACKS(&o, epoch_begin, &state, epoch);
         if (status != EG_OK) break;
         progress_begin(&p, epoch, last_epoch);
         int64_t batches = 0;
         logs = (eg_logs){0};
-        status = train_epoch(&state, train, &o, &p, &logs, &batches);
+        status = train_epoch(&state, train, &o, resumed ? o.initial_step : 0, &p, &logs, &batches);
+        if (status == EG_OK) status = eg__fit_replicas_average_statistics(c);
         if (status == EG_OK) status = epoch_logs(&state, &o, &logs);
         if (status == EG_OK) status = eg__history_append(state.history, &logs);
         if (status == EG_OK) progress_epoch(&p, batches, &logs);
         RUN_CALLBACKS(&o, epoch_end, &state, epoch, &logs);
     }
     RUN_CALLBACKS(&o, train_end, &state, &logs);
+    eg__fit_replicas_end(c);
     c->strategy = NULL;
     if (status != EG_OK) {
         eg_history_free(state.history);
@@ -530,7 +569,7 @@ eg_status eg_model_evaluate(eg_model *model, eg_dataset *data, const eg_evaluate
     if (o.verbose < 0 || o.verbose > 2 || o.steps < 0)
         return eg__error(EG_ERR_INVALID_ARGUMENT, "evaluate: verbose %d in 0..2, steps %lld >= 0",
                          o.verbose, (long long)o.steps);
-    if (o.strategy && eg__fit_check_strategy(o.strategy, "evaluate") != EG_OK)
+    if (o.strategy && eg__fit_check_strategy(o.strategy, false, "evaluate") != EG_OK)
         return eg_last_status();
     double loss, accuracy;
     double start = seconds_now();

@@ -40,6 +40,29 @@ typedef struct run {
     double losses[2];
 } run;
 
+/* Rank 1 alone asks to stop in batch_begin of batch 2 of epoch 0 (a Ctrl-C that reached one
+ * process); every rank must stop after that same batch. */
+typedef struct stop_probe {
+    bool active;
+    eg_fit_progress at_end; /* the progress at the last batch_end */
+} stop_probe;
+
+static stop_probe probe;
+
+static eg_status ask_stop(eg_fit_state *s, int64_t batch, void *user) {
+    (void)user;
+    if (probe.active && batch == 2 && eg_strategy_worker(strategy) == 1) eg_fit_state_stop(s);
+    return EG_OK;
+}
+
+static eg_status note_progress(eg_fit_state *s, int64_t batch, const eg_logs *logs, void *user) {
+    (void)batch;
+    (void)logs;
+    (void)user;
+    eg_fit_state_progress(s, &probe.at_end);
+    return EG_OK;
+}
+
 static eg_status fit_once(eg_strategy *s, eg_execution_mode mode, run *out) {
     eg_manual_seed(5 + (uint64_t)eg_strategy_worker(strategy)); /* ranks start apart: fit syncs */
     if (!s) eg_manual_seed(5);
@@ -63,6 +86,10 @@ static eg_status fit_once(eg_strategy *s, eg_execution_mode mode, run *out) {
     o.epochs = 2;
     o.verbose = 0;
     o.strategy = s;
+    eg_callback cb = {.name = "stop probe", .batch_begin = ask_stop, .batch_end = note_progress};
+    eg_callback *cbs[1] = {&cb};
+    o.n_callbacks = 1;
+    o.callbacks = cbs;
     eg_history *h = status == EG_OK ? eg_model_fit(model, ds, &o) : NULL;
     if (!h && status == EG_OK) status = eg_last_status();
     if (h) {
@@ -108,6 +135,18 @@ static void test_two_ranks_fit_like_one_process(void **state) {
     check_mode(EG_EXECUTION_GRAPH);
 }
 
+static void test_a_stop_asked_on_one_rank_stops_all_after_the_same_batch(void **state) {
+    (void)state;
+    static run stopped;
+    probe = (stop_probe){.active = true};
+    assert_int_equal(fit_once(strategy, EG_EXECUTION_EAGER, &stopped), EG_OK);
+    probe.active = false;
+    print_message("rank %d stopped in epoch %d after batch %lld\n", eg_strategy_worker(strategy),
+                  probe.at_end.epoch, (long long)probe.at_end.step);
+    assert_int_equal(probe.at_end.epoch, 0);
+    assert_int_equal(probe.at_end.step, 3);
+}
+
 int main(void) {
     make_data();
     eg_strategy_options options = {.timeout_seconds = 20};
@@ -116,7 +155,9 @@ int main(void) {
         fprintf(stderr, "test_mpi_fit: %s\n", eg_last_error());
         return 1;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_two_ranks_fit_like_one_process)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_ranks_fit_like_one_process),
+        cmocka_unit_test(test_a_stop_asked_on_one_rank_stops_all_after_the_same_batch)};
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     eg_strategy_free(strategy);
     return failed;
