@@ -110,6 +110,15 @@ static void fit_in_mode(eg_execution_mode mode, int epochs, float *out) {
     eg_history *h = eg_model_fit(model, train, &o);
     assert_non_null(h);
     assert_int_equal(eg_history_n_epochs(h), epochs);
+    eg_function_stats fs;
+    if (mode == EG_EXECUTION_GRAPH) { /* one batch shape: one trace */
+        assert_int_equal(eg_model_train_step_stats(model, &fs), EG_OK);
+        assert_int_equal(fs.n_traces, 1);
+        assert_true(fs.n_nodes > 0);
+    } else {
+        assert_int_equal(eg_model_train_step_stats(model, &fs), EG_ERR_STATE);
+        eg_clear_error();
+    }
     weights_of(model, out, MAX_WEIGHTS);
     eg_history_free(h);
     eg_dataset_free(train);

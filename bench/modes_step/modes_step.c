@@ -49,7 +49,7 @@ typedef struct runner {
 static bool runner_init(runner *r, int mode, const mlp_config *config, long steps) {
     eg_manual_seed(42); /* the same initial weights in every mode */
     r->mode = mode;
-    r->state = (mlp_step_state){mlp_build(config), eg_adam_new(NULL), false, NULL, 0};
+    r->state = (mlp_step_state){mlp_build(config), eg_adam_new(NULL), false};
     r->function = mode == GRAPH ? eg_function_new("train_step", mlp_step, 2, 2, &r->state) : NULL;
     r->total_loss = 0;
     r->seconds = malloc(sizeof *r->seconds * (size_t)steps);

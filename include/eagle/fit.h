@@ -35,6 +35,7 @@
 
 #include "eagle/data.h"
 #include "eagle/distribute.h"
+#include "eagle/lazy.h"
 #include "eagle/nn.h"
 #include "eagle/optim.h"
 
@@ -252,6 +253,11 @@ eg_status eg_training_save(const char *path, eg_model *model, const eg_optimizer
 eg_status eg_training_load(const char *path, eg_model *model, eg_optimizer *optimizer,
                            eg_training_position *position);
 
+/* The traced training step's statistics (graph mode: traces, nodes, kernels, arena, the last
+ * retrace warning; eagle/lazy.h) into *stats; under a strategy replica 0's. EG_ERR_STATE when
+ * the model is not compiled in graph mode or has not trained yet. */
+eg_status eg_model_train_step_stats(const eg_model *model, eg_function_stats *stats);
+
 /* ---- fit, evaluate, predict ---- */
 
 typedef struct eg_fit_options {
@@ -332,12 +338,13 @@ eg_tensor *eg_model_predict(eg_model *model, const eg_tensor *x, int64_t batch_s
 eg_tensor *eg_model_predict_dataset(eg_model *model, eg_dataset *data);
 
 #if !defined(EG_NO_CALLSITE)
-#define eg_model_compile(...)         EG_CALLSITE_(eg_model_compile(__VA_ARGS__))
-#define eg_model_fit(...)             EG_CALLSITE_(eg_model_fit(__VA_ARGS__))
-#define eg_model_fit_arrays(...)      EG_CALLSITE_(eg_model_fit_arrays(__VA_ARGS__))
-#define eg_model_evaluate(...)        EG_CALLSITE_(eg_model_evaluate(__VA_ARGS__))
-#define eg_model_predict(...)         EG_CALLSITE_(eg_model_predict(__VA_ARGS__))
-#define eg_model_predict_dataset(...) EG_CALLSITE_(eg_model_predict_dataset(__VA_ARGS__))
+#define eg_model_compile(...)          EG_CALLSITE_(eg_model_compile(__VA_ARGS__))
+#define eg_model_fit(...)              EG_CALLSITE_(eg_model_fit(__VA_ARGS__))
+#define eg_model_train_step_stats(...) EG_CALLSITE_(eg_model_train_step_stats(__VA_ARGS__))
+#define eg_model_fit_arrays(...)       EG_CALLSITE_(eg_model_fit_arrays(__VA_ARGS__))
+#define eg_model_evaluate(...)         EG_CALLSITE_(eg_model_evaluate(__VA_ARGS__))
+#define eg_model_predict(...)          EG_CALLSITE_(eg_model_predict(__VA_ARGS__))
+#define eg_model_predict_dataset(...)  EG_CALLSITE_(eg_model_predict_dataset(__VA_ARGS__))
 #define eg_callback_early_stopping_new(...)                                                        \
     EG_CALLSITE_(eg_callback_early_stopping_new(__VA_ARGS__))
 #define eg_callback_csv_logger_new(...) EG_CALLSITE_(eg_callback_csv_logger_new(__VA_ARGS__))

@@ -230,6 +230,19 @@ eg_status eg__fit_call(eg__fit_config *c, bool training, const eg_tensor *const 
     return training ? train_step(in, out, c) : test_step(in, out, c);
 }
 
+eg_status eg_model_train_step_stats(const eg_model *model, eg_function_stats *stats) {
+    eg__fit_config *c = compiled((eg_model *)model, "model_train_step_stats");
+    if (!c) return eg_last_status();
+    if (!stats) return eg__error(EG_ERR_NULL_ARGUMENT, "model_train_step_stats: stats is NULL");
+    eg_function *f = c->functions[1][1] ? c->functions[1][1] : c->functions[1][0];
+    if (!f)
+        return eg__error(EG_ERR_STATE,
+                         "model_train_step_stats: model '%s' has no traced training step (compile "
+                         "in graph mode, then fit)",
+                         eg_model_name(model));
+    return eg_function_stats_get(f, stats);
+}
+
 /* One step, alone or on the strategy's replicas; *loss and *accuracy get the host values. */
 static eg_status run_step(eg__fit_config *c, bool training, const eg_tensor *const *in,
                           double *loss, double *accuracy) {

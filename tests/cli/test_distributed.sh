@@ -49,9 +49,9 @@ check "two replicas print one replica's numbers" \
 check "rank 0 alone prints" bash -c '[ "$(grep -c "^trained " "$1")" -eq 1 ]' _ "$work/mpi.log"
 check "the strategy is named" grep -q "multi_worker strategy: 2 replicas" "$work/mpi.log"
 # 48 steps of one bucket (the 38,218 gradients are under the first bucket's 1 MiB) and the
-# step's loss, hits and stop request
+# step's loss, accuracy and stop request, and per epoch the validation's one batch of sums
 check "the all-reduces are counted" \
-    grep -q "^all-reduce (this process): 96 reductions, 7.0 MiB; in flight" "$work/mpi.log"
+    grep -q "^all-reduce (this process): 98 reductions, 7.0 MiB; in flight" "$work/mpi.log"
 
 # The CNN: per-replica batch statistics (averaged over the replicas before evaluating) and
 # dropout masks from each replica's own stream: not one replica's numbers, but the same bits

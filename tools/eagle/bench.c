@@ -39,7 +39,7 @@ typedef struct mode_result {
 static bool run_mode(mode m, const mlp_config *config, const mlp_data *train, const mlp_data *test,
                      int64_t batch, int64_t steps, mode_result *r) {
     eg_manual_seed(42);
-    mlp_step_state s = {mlp_build(config), eg_adam_new(NULL), false, NULL, 0};
+    mlp_step_state s = {mlp_build(config), eg_adam_new(NULL), false};
     eg_function *f = m == MODE_GRAPH ? eg_function_new("train_step", mlp_step, 2, 2, &s) : NULL;
     double *times = malloc(sizeof *times * (size_t)steps);
     double *cpu_times = malloc(sizeof *cpu_times * (size_t)steps);

@@ -259,28 +259,6 @@ eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, 
     return status;
 }
 
-/* [loss x examples, hits, stop] of this replica, an f64 (3,), summed over the replicas while the
- * backward pass runs (the host then reads the sums without a round trip of its own). New
- * reference to the started reduction, NULL with the library's error. */
-static eg_tensor *start_totals(const eg_tensor *loss, const eg_tensor *hits, const eg_tensor *stop,
-                               int64_t examples, int64_t *tag) {
-    eg_tensor *loss64 = eg_cast(loss, EG_DTYPE_F64);
-    eg_tensor *weighted = eg_mul_scalar(loss64, (double)examples);
-    eg_tensor *hits64 = eg_cast(hits, EG_DTYPE_F64);
-    int64_t one = 1;
-    eg_tensor *parts[3] = {eg_reshape(weighted, 1, &one), eg_reshape(hits64, 1, &one),
-                           eg_reshape(stop, 1, &one)};
-    eg_tensor *totals = eg_concat(3, (const eg_tensor *const *)parts, 0);
-    eg_tensor *started =
-        totals ? eg_all_reduce_start(1, (const eg_tensor *const *)&totals, tag) : NULL;
-    eg_release(totals);
-    for (int i = 0; i < 3; i++) eg_release(parts[i]);
-    eg_release(hits64);
-    eg_release(weighted);
-    eg_release(loss64);
-    return started;
-}
-
 eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     mlp_step_state *s = user;
     int n_vars;
@@ -299,32 +277,18 @@ eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
         eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
     out[0] = loss;
     out[1] = eg_sum(eg_metric_sparse_categorical_accuracy(in[1], logits), 0, NULL, false);
-    int64_t totals_tag = 0;
-    eg_tensor *totals = s->replica && out[1] ? start_totals(loss, out[1], in[2],
-                                                            eg_tensor_dim(in[0], 0), &totals_tag)
-                                             : NULL;
-    eg_tensor *shared = s->replica ? eg_mul_scalar(loss, s->share) : NULL;
-    eg_tensor *target = shared ? shared : loss;
+    eg_tensor *target = loss;
     eg_tensor *scaled = s->loss_scaling ? eg_optimizer_scale_loss(s->optimizer, target) : NULL;
     if (scaled) target = scaled;
     eg_profiler_range_pop();
     eg_profiler_range_push("backward");
-    eg_status status =
-        s->replica ? eg_replica_gradient(s->replica, tape, target, n_vars,
-                                         (const eg_tensor *const *)vars, grads)
-                   : eg_tape_gradient(tape, target, n_vars, (const eg_tensor *const *)vars, grads,
-                                      EG_UNCONNECTED_ZERO);
+    eg_status status = eg_tape_gradient(tape, target, n_vars, (const eg_tensor *const *)vars, grads,
+                                        EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_release(scaled);
-    eg_release(shared);
     eg_profiler_range_pop();
     eg_profiler_range_push("optimizer");
     if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n_vars, grads, vars);
     eg_profiler_range_pop();
-    if (s->replica) {
-        out[2] = totals ? eg_all_reduce_done(totals, totals_tag) : NULL;
-        eg_release(totals);
-        if (status == EG_OK && !out[2]) status = eg_last_status();
-    }
     return status == EG_OK ? eg_last_status() : status;
 }

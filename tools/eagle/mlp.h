@@ -66,21 +66,15 @@ typedef struct mlp_step_state {
     eg_model *model;
     eg_optimizer *optimizer;
     bool loss_scaling; /* the gradient is taken of eg_optimizer_scale_loss's scaled loss */
-    /* A replica of several (NULL: training alone): the gradient is summed over the replicas
-     * (eg_replica_gradient) of the loss weighted by share, this replica's part of the global
-     * batch, so that the sum is the global batch's mean. */
-    const eg_replica_context *replica;
-    double share;
 } mlp_step_state;
 
 /* One training step on in[0] = x (B, 784) f32 (for the CNN (B, 28, 28, 1)) and in[1] = labels
  * (B,) of a model with at most MODEL_MAX_VARIABLES trainable variables: forward, loss, tape
  * gradient, optimizer update; out[0] = the mean loss, out[1] = the number of correct
- * predictions (both 0-d). A replica of several (state's replica set) also takes in[2], an f64
- * (1,) holding 1 when this process wants to stop after the step, and gives out[2], an f64 (3,):
- * loss x examples, correct predictions and stop requests summed over the replicas. user is an mlp_step_state. The same function runs in every mode:
+ * predictions (both 0-d). user is an mlp_step_state. The same function runs in every mode:
  * called directly (eager), between eg_lazy_begin/end (lazy) or traced by eg_function (graph).
- * Its phases are marked as profiler ranges. */
+ * Its phases are marked as profiler ranges. `eagle bench` and `eagle profile` time it; `eagle
+ * train` trains with eg_model_fit. */
 eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user);
 
 /* Accuracy and mean loss of the model on the whole split, in batches, without tapes. */

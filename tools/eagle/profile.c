@@ -123,7 +123,7 @@ static eg_status profile_step(eg_model *model, eg_optimizer *optimizer, eg_gener
     if (status == EG_OK) {
         const eg_tensor *in[2] = {x, y};
         eg_tensor *out[2] = {NULL, NULL};
-        mlp_step_state state = {model, optimizer, false, NULL, 0};
+        mlp_step_state state = {model, optimizer, false};
         status = mlp_step(in, out, &state);
         eg_profiler_range_push("metrics");
         if (status == EG_OK) *loss_out = eg_item(out[0]);
