@@ -26,6 +26,10 @@ check "no command -> 2" expect_exit 2 "$eagle"
 check "unknown command -> 2" expect_exit 2 "$eagle" frobnicate
 check "unknown flag -> 2 with usage hint" \
     bash -c 'out=$("$0" train --frobnicate 2>&1); [ $? -eq 2 ] && grep -q "eagle train --help" <<<"$out"' "$eagle"
+check "--epochs without its value -> 2, saying so" \
+    bash -c 'out=$("$0" train --epochs 2>&1); [ $? -eq 2 ] && grep -q -- "--epochs needs a value" <<<"$out"' "$eagle"
+check "eval --threads without its value -> 2, saying so" \
+    bash -c 'out=$("$0" eval --threads 2>&1); [ $? -eq 2 ] && grep -q -- "--threads needs a value" <<<"$out"' "$eagle"
 check "bad number -> 2" bash -c 'out=$("$0" train --epochs zero 2>&1); [ $? -eq 2 ] && grep -q -- "--epochs" <<<"$out"' "$eagle"
 check "bad hidden list -> 2" expect_exit 2 "$eagle" train --hidden 64,,3
 check "bad optimizer -> 2" expect_exit 2 "$eagle" train --optimizer lbfgs
@@ -108,6 +112,8 @@ check "--save in an existing directory leaves no probe file behind" \
 # A data error is printed once, not once by the loader and again by the command.
 check "missing data set: the error printed once" \
     bash -c 'out=$("$0" train --data /nonexistent/fashion 2>&1); [ "$(grep -c "data directory not found" <<<"$out")" -eq 1 ]' "$eagle"
+check "... without a call site of the CLI's own" \
+    bash -c 'out=$("$0" train --data /nonexistent/fashion 2>&1); ! grep -qE " at [a-z_]+\.c:[0-9]+" <<<"$out"' "$eagle"
 
 data=/usr/share/datasets/fashion-mnist
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then

@@ -64,15 +64,19 @@ check "the static consumer does not need libeagle.so" \
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 pkg() { pkg-config "$@" eagle; }
 check "pkg-config knows eagle 0.1.0" bash -c '[ "$(pkg-config --modversion eagle)" = 0.1.0 ]'
-check "pkg-config --static lists OpenBLAS, zlib, libm, pthread" \
-    bash -c 'l=$(pkg-config --static --libs eagle); for x in -lopenblas -lz -lm -lpthread; do grep -q -- "$x" <<<"$l" || exit 1; done'
+check "eagle-static lists libeagle.a, OpenBLAS, zlib, libm, pthread" \
+    bash -c 'l=$(pkg-config --libs eagle-static); grep -q "libeagle\.a" <<<"$l" || exit 1; for x in -lopenblas -lz -lm -lpthread; do grep -q -- "$x" <<<"$l" || exit 1; done'
 check "cc \$(pkg-config --cflags --libs eagle) builds" \
     quiet "$cc" -std=c11 "$here/consumer/train_tiny.c" $(pkg --cflags --libs) -o "$tmp/pc_shared"
-check "pkg-config build (shared) trains" env LD_LIBRARY_PATH="$libdir" "$tmp/pc_shared"
-static_libs=$(pkg --static --libs | sed 's/-leagle\b/-l:libeagle.a/')
-check "cc with pkg-config --static and libeagle.a builds" \
-    quiet "$cc" -std=c11 "$here/consumer/train_tiny.c" $(pkg --cflags) $static_libs -o "$tmp/pc_static"
+# the README's commands, as they are: no LD_LIBRARY_PATH, no editing of the flags
+check "pkg-config build (shared) trains as built (run path)" env -u LD_LIBRARY_PATH "$tmp/pc_shared"
+check "... with the installed libeagle.so" \
+    bash -c 'ldd "$0" | grep -q "libeagle.so.0 => $1"' "$tmp/pc_shared" "$libdir"
+check "cc \$(pkg-config --cflags --libs eagle-static) builds" \
+    quiet "$cc" -std=c11 "$here/consumer/train_tiny.c" $(pkg-config --cflags --libs eagle-static) \
+    -o "$tmp/pc_static"
 check "pkg-config build (static) trains" "$tmp/pc_static"
+check "... without libeagle.so" bash -c '! ldd "$0" | grep -q libeagle' "$tmp/pc_static"
 
 # Relocated: eagle.pc finds its prefix from its own place.
 mv "$prefix" "$tmp/moved"
@@ -80,8 +84,11 @@ export PKG_CONFIG_PATH=$tmp/moved/${libdir#"$prefix"/}/pkgconfig
 check "after moving the prefix, pkg-config points into the new place" \
     bash -c 'd=$(pkg-config --variable=includedir eagle); [[ $d == "$0"/moved/* ]] && [ -f "$d/eagle.h" ]' "$tmp"
 check "after moving the prefix, a pkg-config build (static) trains" \
-    bash -c '"$0" -std=c11 "$1" $(pkg-config --cflags eagle) $(pkg-config --static --libs eagle | sed "s/-leagle\b/-l:libeagle.a/") -o "$2" && "$2" >/dev/null' \
+    bash -c '"$0" -std=c11 "$1" $(pkg-config --cflags --libs eagle-static) -o "$2" && "$2" >/dev/null' \
     "$cc" "$here/consumer/train_tiny.c" "$tmp/pc_moved"
+check "after moving the prefix, a pkg-config build (shared) trains" \
+    bash -c '"$0" -std=c11 "$1" $(pkg-config --cflags --libs eagle) -o "$2" && env -u LD_LIBRARY_PATH "$2" >/dev/null' \
+    "$cc" "$here/consumer/train_tiny.c" "$tmp/pc_moved_shared"
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

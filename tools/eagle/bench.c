@@ -145,7 +145,7 @@ int cli_bench(int argc, char **argv) {
     int option;
     argc--;
     argv++;
-    while ((option = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (option) {
         case HIDDEN:
             if (!mlp_parse_hidden(optarg, &config))
@@ -168,7 +168,7 @@ int cli_bench(int argc, char **argv) {
             print_help();
             return CLI_OK;
         default:
-            return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("bench", option, argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);

@@ -26,6 +26,11 @@ bool cli_parse_double(const char *command, const char *flag, const char *text, d
 int cli_usage_error(const char *command, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A getopt_long failure (option strings begin with ':'): "eagle COMMAND: FLAG needs a value"
+ * for ':' (a flag at the end of the line without its value), else "unknown option 'FLAG'", with
+ * the --help hint; returns CLI_USAGE. */
+int cli_bad_option(const char *command, int option, const char *flag);
+
 /* Checks, before any work, that a file can be written at path (as the library writes files:
  * a temporary file in its directory renamed over it): the directory exists and takes a new file
  * (tried for real, since root ignores permission bits but not read-only mounts), and path is not

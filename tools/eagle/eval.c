@@ -25,7 +25,7 @@ int cli_eval(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     int option;
-    while ((option = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (option) {
         case DATA:
             data_dir = optarg;
@@ -41,7 +41,7 @@ int cli_eval(int argc, char **argv) {
             print_help();
             return CLI_OK;
         default:
-            return cli_usage_error("eval", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("eval", option, argv[optind - 1]);
         }
     }
     if (optind != argc - 1) return cli_usage_error("eval", "expects one weights file");

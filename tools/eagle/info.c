@@ -96,7 +96,7 @@ int cli_info(int argc, char **argv) {
     opterr = 0;
     int option;
     bool ops = false;
-    while ((option = getopt_long(argc, argv, "hv", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":hv", options, NULL)) != -1) {
         switch (option) {
         case 'h':
             printf("usage: eagle info [--version] [--ops]\n\n"
@@ -114,7 +114,7 @@ int cli_info(int argc, char **argv) {
             ops = true;
             break;
         default:
-            return cli_usage_error("info", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("info", option, argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);

@@ -53,7 +53,7 @@ static int parse_options(int argc, char **argv, profile_options *o) {
     opterr = 0;
     int option;
     long value;
-    while ((option = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (option) {
         case HIDDEN:
             if (!mlp_parse_hidden(optarg, &o->model))
@@ -92,7 +92,7 @@ static int parse_options(int argc, char **argv, profile_options *o) {
             print_help();
             return -1;
         default:
-            return cli_usage_error("profile", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("profile", option, argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("profile", "unexpected argument '%s'", argv[optind]);

@@ -156,7 +156,7 @@ int train_parse_options(int argc, char **argv, train_options *o) {
     opterr = 0;
     int option;
     long value;
-    while ((option = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (option) {
         case DATA:
             o->data_dir = optarg;
@@ -277,7 +277,7 @@ int train_parse_options(int argc, char **argv, train_options *o) {
             print_help();
             return -1;
         default:
-            return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
+            return cli_bad_option("train", option, argv[optind - 1]);
         }
     }
     if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);

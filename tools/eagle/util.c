@@ -166,3 +166,8 @@ void cli_progress_end(cli_progress *progress, int64_t samples, double loss, doub
            (long long)samples, elapsed, elapsed > 0 ? here / elapsed : 0.0, loss, accuracy);
     fflush(stdout);
 }
+
+int cli_bad_option(const char *command, int option, const char *flag) {
+    if (option == ':') return cli_usage_error(command, "%s needs a value", flag);
+    return cli_usage_error(command, "unknown option '%s'", flag);
+}
