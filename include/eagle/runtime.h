@@ -53,8 +53,11 @@ int eg_get_num_threads(void);
 void eg_set_check_numerics(bool on);
 bool eg_check_numerics(void);
 
-/* Joins the worker threads and gives all cached memory back. Live tensors stay valid (their
- * memory is freed when they are released). Optional; useful before leak checkers run. */
+/* Joins the worker threads and gives all cached memory back: the pools' cached blocks, and the
+ * calling thread's product packing buffers and spare tensor headers (other threads' go when they
+ * exit). What stays is the host allocator's bookkeeping (a few KiB), so live tensors stay valid
+ * (their memory is freed when they are released). Optional; useful before leak checkers run. The
+ * library works on after it, making what it needs again. */
 void eg_shutdown(void);
 
 #if !defined(EG_NO_CALLSITE)

@@ -97,6 +97,10 @@ static void block_cache_release(void *unused) {
     cache->armed = false;
 }
 
+void eg__tensor_release_thread_cache(void) {
+    block_cache_release(NULL);
+}
+
 static void block_cache_create_key(void) {
     block_cache_key_ok = pthread_key_create(&block_cache_key, block_cache_release) == 0;
 }

@@ -191,6 +191,10 @@ void eg__scope_forget(eg_tensor *t);
 void eg__scope_suspend(void);
 void eg__scope_resume(void);
 
+/* Frees the tensor headers the calling thread keeps for reuse (eg_shutdown; other threads' go
+ * when they exit). */
+void eg__tensor_release_thread_cache(void);
+
 /* Debug tracking of live tensors. eg__debug_track is a no-op unless EG_DEBUG_TENSORS or
  * eg_debug_track_tensors turned tracking on; the inline check spares every tensor the call. */
 extern atomic_bool eg__debug_maybe_on; /* false once tracking is known to be off */

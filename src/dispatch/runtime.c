@@ -4,6 +4,7 @@
 
 #include "base/cpu_features.h"
 #include "base/threadpool.h"
+#include "core/tensor_internal.h"
 #include "dispatch/dispatch.h"
 #include "eagle/runtime.h"
 
@@ -58,4 +59,5 @@ void eg_shutdown(void) {
     for (size_t i = 0; i < sizeof eg__backends / sizeof *eg__backends; i++)
         if (eg__backends[i] && eg__backends[i]->shutdown) eg__backends[i]->shutdown();
     eg__host_devices_shutdown();
+    eg__tensor_release_thread_cache();
 }

@@ -1,6 +1,7 @@
 /* The CPU backend: the kernel table, what it supports, and the hooks lazy fusion and graph
  * replay use. It computes for every host device (cpu:N): their memory is all host memory. */
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/kernels.h"
 #include "base/threadpool.h"
 
@@ -19,6 +20,7 @@ static const eg__kernel_fn cpu_replay_kernels[EG__OP_COUNT] = {
 static void cpu_shutdown(void) {
     eg__threadpool_shutdown();
     eg__cpu_conv_release_cached();
+    eg__gemm_release_thread_buffers();
 }
 
 const eg__backend eg__cpu_backend = {

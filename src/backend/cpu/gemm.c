@@ -145,6 +145,15 @@ static void make_key(void) {
     key_ok = pthread_key_create(&buffers_key, free_buffers) == 0;
 }
 
+void eg__gemm_release_thread_buffers(void) {
+    pthread_once(&key_once, make_key);
+    if (!key_ok) return;
+    buffers *b = pthread_getspecific(buffers_key);
+    if (!b) return;
+    pthread_setspecific(buffers_key, NULL);
+    free_buffers(b);
+}
+
 static buffers *thread_buffers(void) {
     pthread_once(&key_once, make_key);
     if (!key_ok) return NULL;

@@ -42,6 +42,10 @@ typedef struct eg__gemm_f32 {
  * not asked for OpenBLAS with EG_MATMUL=openblas. */
 bool eg__gemm_f32_available(void);
 
+/* Frees the calling thread's packing buffers (eg_shutdown: other threads' go when they exit);
+ * the next product on this thread makes them again. */
+void eg__gemm_release_thread_buffers(void);
+
 /* Computes rows [m0, m1) x columns [n0, n1) of g's C (epilogue included). Each element's value
  * depends only on g (its k is summed in fixed blocks in a fixed order), never on the range it
  * was computed in, so any split of C among threads gives the same bits. Returns false when the
