@@ -464,11 +464,12 @@ static void fill_info(eg__csv_table *table, eg_csv_info *info) {
     table->column_names = NULL; /* handed over */
 }
 
-eg_status eg__csv_read_tensors(const char *path, const eg_csv_options *options,
+eg_status eg__csv_read_tensors(const char *caller, const char *path, const eg_csv_options *options,
                                eg_tensor **features, eg_tensor **labels, eg_csv_info *info) {
     if (info) memset(info, 0, sizeof *info);
     *features = NULL;
     if (labels) *labels = NULL;
+    if (!path) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: path is NULL", caller);
     eg_csv_options o = options ? *options : eg_csv_options_default();
     if (!o.delimiter) o.delimiter = ',';
     eg_status status = eg__csv_check_options(&o, path);
@@ -498,15 +499,10 @@ eg_status eg__csv_read_tensors(const char *path, const eg_csv_options *options,
 
 eg_tensor *eg_csv_read_with_info(const char *path, const eg_csv_options *options,
                                  eg_csv_info *info) {
-    if (info) memset(info, 0, sizeof *info);
-    if (!path) {
-        eg__error(EG_ERR_NULL_ARGUMENT, "csv_read: path is NULL");
-        return NULL;
-    }
     eg_csv_options o = options ? *options : eg_csv_options_default();
     o.label_column = -1; /* not this function's business */
     eg_tensor *t;
-    eg__csv_read_tensors(path, &o, &t, NULL, info);
+    eg__csv_read_tensors("csv_read", path, &o, &t, NULL, info);
     return t;
 }
 

@@ -40,11 +40,11 @@ eg_status eg__csv_check_options(const eg_csv_options *options, const char *name)
 eg_status eg__csv_parse(const char *text, size_t n, const eg_csv_options *options,
                         const char *name_for_errors, eg__csv_table *out);
 
-/* Reads and parses the file at path (errors named by path): *features (rows, columns) of
- * options->dtype, or (rows, columns - 1) and *labels (rows,) of label_dtype when
- * options->label_column >= 0 (labels may be NULL only when it is -1). New tensors, in the
- * caller's scope; *info (may be NULL) filled on success, zeroed on failure. */
-eg_status eg__csv_read_tensors(const char *path, const eg_csv_options *options,
+/* Reads and parses the file at path (errors named by path; `caller` names the one for a NULL
+ * path): *features (rows, columns) of options->dtype, or (rows, columns - 1) and *labels (rows,)
+ * of label_dtype when options->label_column >= 0 (labels may be NULL only when it is -1). New
+ * tensors, in the caller's scope; *info (may be NULL) filled on success, zeroed on failure. */
+eg_status eg__csv_read_tensors(const char *caller, const char *path, const eg_csv_options *options,
                                eg_tensor **features, eg_tensor **labels, eg_csv_info *info);
 
 #endif

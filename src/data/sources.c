@@ -200,14 +200,10 @@ eg_dataset *eg_dataset_from_mnist(const char *directory, bool train) {
 
 eg_dataset *eg_dataset_from_csv_with_info(const char *path, const eg_csv_options *options,
                                           eg_csv_info *info) {
-    if (info) memset(info, 0, sizeof *info);
-    if (!path) {
-        eg__error(EG_ERR_NULL_ARGUMENT, "dataset_from_csv: path is NULL");
-        return NULL;
-    }
     eg_tensor *tensors[2] = {NULL, NULL};
     eg__scope_suspend();
-    eg_status status = eg__csv_read_tensors(path, options, &tensors[0], &tensors[1], info);
+    eg_status status =
+        eg__csv_read_tensors("dataset_from_csv", path, options, &tensors[0], &tensors[1], info);
     eg__scope_resume();
     if (status != EG_OK) return NULL;
     int64_t rows = tensors[0]->shape[0];
