@@ -92,8 +92,7 @@ static void test_csv_good(void **state) {
     o.label_column = 3;
     assert_null(eg_dataset_from_csv(path, &o));
     char expected[PATH_MAX + 128];
-    snprintf(expected, sizeof expected,
-             "dataset_from_csv: %s: label_column is 3 but the file has 3 columns", path);
+    snprintf(expected, sizeof expected, "%s: label_column is 3 but the file has 3 columns", path);
     assert_error(EG_ERR_INVALID_ARGUMENT, expected);
 
     /* No data rows: (0, columns); an empty file: (0, 0). */

@@ -191,39 +191,76 @@ eg_dataset *eg_dataset_from_npy(int n, const char *const *paths);
  * Lines end with "\n" or "\r\n" (the last one may lack it); empty lines (or lines of spaces) are
  * skipped; a UTF-8 byte order mark at the start is ignored. Fields are separated by `delimiter`
  * and may be surrounded by spaces (and tabs, unless the delimiter is a tab) and by double quotes
- * ("1.5"). Floats are read as strtod reads them in the C locale (so "nan", "inf" and hex floats
- * are accepted); integers as base-10 strtoll. Every data row must have as many fields as the first
- * line (header or data). Errors name the file, the line and the column (field number, from 1):
+ * ("1.5"). Every column is parsed straight into the dtype it is stored in: the label column
+ * (label_column) into label_dtype, every other column into dtype; no value goes through another
+ * type on the way. f32 is read as strtof and f64 as strtod read them in the C locale (so "nan",
+ * "inf" and hex floats are accepted); i32 and i64 as base-10 integers, exactly: an optional sign
+ * and digits only ("2.5", "1e3", "0x10" are not integers), out of range an error. Every data row
+ * must have as many fields as the header, or (without one) as the first data row read without
+ * error. Errors name the file, the line and the column (field number, from 1, followed by its
+ * name when the file has a header):
  *   "data.csv: line 7, column 3: cannot parse \"abc\" as f32"
+ *   "data.csv: line 7, column 3 (age): cannot parse \"abc\" as f32"   (with a header)
  *   "data.csv: line 7: 3 fields, expected 4 (as on line 1)"
  *   "data.csv: line 7, column 2: empty field"
  *   "data.csv: line 7, column 2: 1e999 is out of range for f32"
  *   "data.csv: line 7, column 2: unterminated quote"
  *   "data.csv: line 7, column 2: unexpected text after the closing quote"
  *   "data.csv: line 7, column 2: 2.5 is not an integer (i32)" ("... out of range for i32")
- *   "data.csv: line 7: NUL byte" */
+ *   "data.csv: line 7: NUL byte"
+ * With skip_malformed_rows, a data row that would fail with one of these errors is left out and
+ * counted instead (eg_csv_info: skipped_rows, first_skipped_line), as tf.data's ignore_errors
+ * does; a malformed header line, bad options, a label_column outside the file and a file that
+ * cannot be read still fail. */
 typedef struct eg_csv_options {
-    char delimiter;       /* ',' when 0; not a quote, line break, space, letter, digit, '.', '+',
-                             '-' (EG_ERR_INVALID_ARGUMENT) */
-    bool header;          /* the first non-empty line names the columns and is skipped */
-    eg_dtype dtype;       /* of the values: F32 (the default, 0), F64, I32 or I64 */
-    int label_column;     /* -1: no label; else this column (from 0) becomes a separate label */
-    eg_dtype label_dtype; /* dtype of the label column (F32, F64, I32, I64) */
+    char delimiter;           /* ',' when 0; not a quote, line break, space, letter, digit, '.',
+                                 '+', '-' (EG_ERR_INVALID_ARGUMENT) */
+    bool header;              /* the first non-empty line names the columns and is skipped */
+    eg_dtype dtype;           /* of the values: F32 (the default, 0), F64, I32 or I64 */
+    int label_column;         /* -1: no label; else this column (from 0) becomes a separate label */
+    eg_dtype label_dtype;     /* dtype of the label column (F32, F64, I32, I64) */
+    bool skip_malformed_rows; /* leave out (and count) malformed data rows instead of failing */
 } eg_csv_options;
 
-/* {',', false, EG_DTYPE_F32, -1, EG_DTYPE_I64}. */
+/* {',', false, EG_DTYPE_F32, -1, EG_DTYPE_I64, false}. */
 eg_csv_options eg_csv_options_default(void);
 
+/* What a read found besides the values: filled by the *_with_info readers on success (zeroed on
+ * failure). */
+typedef struct eg_csv_info {
+    int64_t rows;               /* data rows kept */
+    int64_t columns;            /* fields per line, the label column included (0: an empty file) */
+    int64_t skipped_rows;       /* malformed data rows left out (skip_malformed_rows), else 0 */
+    int64_t first_skipped_line; /* line (from 1) of the first of them; 0 when none was */
+    /* With a header: `columns` NUL-terminated names, as the header spells them (without the
+     * quotes and surrounding blanks), the label column's among them at label_column. NULL
+     * without a header or in an empty file. OWNED by the info: eg_csv_info_free() frees them. */
+    char **column_names;
+} eg_csv_info;
+
+/* Frees info->column_names and zeroes *info. NULL is ignored. */
+void eg_csv_info_free(eg_csv_info *info);
+
 /* Reads the whole file into a new (rows, columns) tensor of options->dtype (options NULL: the
- * defaults; label_column is ignored here). A file without data rows gives (0, columns).
- * Errors: EG_ERR_NULL_ARGUMENT (path), EG_ERR_IO (cannot open or read), EG_ERR_INVALID_ARGUMENT
- * (bad options), EG_ERR_FORMAT (see above), EG_ERR_OUT_OF_MEMORY. */
+ * defaults; label_column and label_dtype are ignored here: every column is read as dtype). A file
+ * without data rows gives (0, columns). Errors: EG_ERR_NULL_ARGUMENT (path), EG_ERR_IO (cannot
+ * open or read), EG_ERR_INVALID_ARGUMENT (bad options), EG_ERR_FORMAT (see above),
+ * EG_ERR_OUT_OF_MEMORY. */
 eg_tensor *eg_csv_read(const char *path, const eg_csv_options *options);
+
+/* eg_csv_read, also filling *info (when not NULL; the caller frees it with eg_csv_info_free). */
+eg_tensor *eg_csv_read_with_info(const char *path, const eg_csv_options *options,
+                                 eg_csv_info *info);
 
 /* Reads the file now. Without a label column, element i is row i as a (columns,) tensor; with
  * one, it is (features (columns - 1,) of dtype, label () of label_dtype). Errors: those of
  * eg_csv_read, EG_ERR_INVALID_ARGUMENT when label_column is not a column of the file. */
 eg_dataset *eg_dataset_from_csv(const char *path, const eg_csv_options *options);
+
+/* eg_dataset_from_csv, also filling *info (when not NULL; the caller frees it with
+ * eg_csv_info_free). */
+eg_dataset *eg_dataset_from_csv_with_info(const char *path, const eg_csv_options *options,
+                                          eg_csv_info *info);
 
 /* ---- transformations (each takes over `input`; see OWNERSHIP) ---- */
 
@@ -431,7 +468,9 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
 #define eg_dataset_from_mnist(...)         EG_CALLSITE_(eg_dataset_from_mnist(__VA_ARGS__))
 #define eg_dataset_from_npy(...)           EG_CALLSITE_(eg_dataset_from_npy(__VA_ARGS__))
 #define eg_csv_read(...)                   EG_CALLSITE_(eg_csv_read(__VA_ARGS__))
+#define eg_csv_read_with_info(...)         EG_CALLSITE_(eg_csv_read_with_info(__VA_ARGS__))
 #define eg_dataset_from_csv(...)           EG_CALLSITE_(eg_dataset_from_csv(__VA_ARGS__))
+#define eg_dataset_from_csv_with_info(...) EG_CALLSITE_(eg_dataset_from_csv_with_info(__VA_ARGS__))
 #define eg_dataset_map(...)                EG_CALLSITE_(eg_dataset_map(__VA_ARGS__))
 #define eg_dataset_filter(...)             EG_CALLSITE_(eg_dataset_filter(__VA_ARGS__))
 #define eg_dataset_shuffle(...)            EG_CALLSITE_(eg_dataset_shuffle(__VA_ARGS__))

@@ -14,6 +14,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,16 +64,24 @@ typedef struct field {
     size_t length;
 } field;
 
+/* A growing array of values of one dtype. */
+typedef struct column_buffer {
+    uint8_t *data;
+    size_t count, capacity, elem_size;
+} column_buffer;
+
 typedef struct parser {
     const char *name;
-    char delimiter;
-    eg_dtype dtype;
-    size_t elem_size;
+    eg_csv_options options;
     long long line;
     field *fields;
     size_t n_fields, fields_capacity;
-    uint8_t *values;
-    size_t n_values, values_capacity;
+    long long columns, columns_line; /* -1 until the header or the first good row sets them */
+    char **column_names;
+    column_buffer values, labels;
+    /* A malformed row's message (after "<name>: "), kept unraised until it is known whether the
+     * row is skipped. */
+    char message[EG_ERROR_MESSAGE_SIZE];
 } parser;
 
 /* `text` as it may appear in a message: at most 40 bytes, non-printable bytes as \xNN. */
@@ -92,6 +101,30 @@ static void quote_for_message(const char *text, size_t length, char *out, size_t
     out[used] = '\0';
 }
 
+/* Records a malformed row's message: "line L[, column C[ (name)]]: ..." (column 0: none).
+ * Returns EG_ERR_FORMAT; nothing is raised yet. */
+static eg_status __attribute__((format(printf, 3, 4)))
+row_error(parser *p, int column, const char *fmt, ...) {
+    int used = snprintf(p->message, sizeof p->message, "line %lld", p->line);
+    if (column > 0) {
+        used +=
+            snprintf(p->message + used, sizeof p->message - (size_t)used, ", column %d", column);
+        const char *name =
+            p->column_names && column <= p->columns ? p->column_names[column - 1] : "";
+        if (name[0]) {
+            char shown[200];
+            quote_for_message(name, strlen(name), shown, sizeof shown);
+            used += snprintf(p->message + used, sizeof p->message - (size_t)used, " (%s)", shown);
+        }
+    }
+    used += snprintf(p->message + used, sizeof p->message - (size_t)used, ": ");
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(p->message + used, sizeof p->message - (size_t)used, fmt, args);
+    va_end(args);
+    return EG_ERR_FORMAT;
+}
+
 static bool is_blank(char c, char delimiter) {
     return c == ' ' || (c == '\t' && delimiter != '\t');
 }
@@ -108,32 +141,28 @@ static eg_status push_field(parser *p, const char *text, size_t length) {
     return EG_OK;
 }
 
-/* Splits line [begin, end) (no line break) into p->fields. */
+/* Splits line [begin, end) (no line break) into p->fields. EG_ERR_FORMAT: see row_error. */
 static eg_status split_line(parser *p, const char *begin, const char *end) {
     p->n_fields = 0;
     const char *s = begin;
+    char delimiter = p->options.delimiter;
     for (;;) {
         int column = (int)p->n_fields + 1;
-        while (s < end && is_blank(*s, p->delimiter)) s++;
+        while (s < end && is_blank(*s, delimiter)) s++;
         const char *text, *text_end;
         if (s < end && *s == '"') {
             text = s + 1;
             text_end = memchr(text, '"', (size_t)(end - text));
-            if (!text_end)
-                return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: unterminated quote",
-                                 p->name, p->line, column);
+            if (!text_end) return row_error(p, column, "unterminated quote");
             s = text_end + 1;
-            while (s < end && is_blank(*s, p->delimiter)) s++;
-            if (s < end && *s != p->delimiter)
-                return eg__error(EG_ERR_FORMAT,
-                                 "%s: line %lld, column %d: unexpected text after the closing "
-                                 "quote",
-                                 p->name, p->line, column);
+            while (s < end && is_blank(*s, delimiter)) s++;
+            if (s < end && *s != delimiter)
+                return row_error(p, column, "unexpected text after the closing quote");
         } else {
             text = s;
-            while (s < end && *s != p->delimiter) s++;
+            while (s < end && *s != delimiter) s++;
             text_end = s;
-            while (text_end > text && is_blank(text_end[-1], p->delimiter)) text_end--;
+            while (text_end > text && is_blank(text_end[-1], delimiter)) text_end--;
         }
         eg_status status = push_field(p, text, (size_t)(text_end - text));
         if (status != EG_OK) return status;
@@ -142,77 +171,158 @@ static eg_status split_line(parser *p, const char *begin, const char *end) {
     }
 }
 
-/* Parses field f (column from 1) into dst, a value of p->dtype. */
-static eg_status parse_value(const parser *p, int column, const field *f, void *dst) {
-    if (f->length == 0)
-        return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: empty field", p->name, p->line,
-                         column);
-    char buf[256];
+/* Whether buf (no leading space) is a whole number as strtod reads them. */
+static bool is_float_text(const char *buf) {
+    char *end;
+    (void)strtod(buf, &end);
+    return end != buf && *end == '\0';
+}
+
+typedef enum value_problem { CANNOT_PARSE, TOO_LONG, OUT_OF_RANGE, NOT_AN_INTEGER } value_problem;
+
+/* row_error for field f, the text shown only now (the common case of a good value never pays for
+ * it). */
+static eg_status value_error(parser *p, int column, const field *f, eg_dtype dtype,
+                             value_problem problem) {
     char shown[200];
-    const char *type = eg_dtype_name(p->dtype);
-    if (f->length >= sizeof buf) {
-        quote_for_message(f->text, f->length, shown, sizeof shown);
-        return eg__error(EG_ERR_FORMAT,
-                         "%s: line %lld, column %d: cannot parse \"%s\" as %s (%zu characters)",
-                         p->name, p->line, column, shown, type, f->length);
+    quote_for_message(f->text, f->length, shown, sizeof shown);
+    const char *type = eg_dtype_name(dtype);
+    switch (problem) {
+    case TOO_LONG:
+        return row_error(p, column, "cannot parse \"%s\" as %s (%zu characters)", shown, type,
+                         f->length);
+    case OUT_OF_RANGE:
+        return row_error(p, column, "%s is out of range for %s", shown, type);
+    case NOT_AN_INTEGER:
+        return row_error(p, column, "%s is not an integer (%s)", shown, type);
+    default:
+        return row_error(p, column, "cannot parse \"%s\" as %s", shown, type);
     }
+}
+
+/* Parses field f (column from 1) straight into dst, a value of dtype. EG_ERR_FORMAT: see
+ * row_error. */
+static eg_status parse_value(parser *p, int column, const field *f, eg_dtype dtype, void *dst) {
+    if (f->length == 0) return row_error(p, column, "empty field");
+    char buf[256];
+    if (f->length >= sizeof buf) return value_error(p, column, f, dtype, TOO_LONG);
     memcpy(buf, f->text, f->length);
     buf[f->length] = '\0';
-    quote_for_message(f->text, f->length, shown, sizeof shown);
+    if (isspace((unsigned char)buf[0])) return value_error(p, column, f, dtype, CANNOT_PARSE);
     char *end;
-    if (p->dtype == EG_DTYPE_F32 || p->dtype == EG_DTYPE_F64) {
-        errno = 0;
-        double value = strtod(buf, &end);
-        if (end == buf || *end != '\0' || isspace((unsigned char)buf[0]))
-            return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: cannot parse \"%s\" as %s",
-                             p->name, p->line, column, shown, type);
-        bool overflow = errno == ERANGE && isinf(value);
-        if (p->dtype == EG_DTYPE_F32) {
-            float single = (float)value;
-            overflow = overflow || (isinf(single) && !isinf(value));
-            if (!overflow) memcpy(dst, &single, sizeof single);
-        } else if (!overflow) {
-            memcpy(dst, &value, sizeof value);
-        }
-        if (overflow)
-            return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: %s is out of range for %s",
-                             p->name, p->line, column, shown, type);
+    errno = 0;
+    switch (dtype) {
+    case EG_DTYPE_F32: {
+        float value = strtof(buf, &end);
+        if (end == buf || *end != '\0') return value_error(p, column, f, dtype, CANNOT_PARSE);
+        if (errno == ERANGE && isinf(value)) return value_error(p, column, f, dtype, OUT_OF_RANGE);
+        memcpy(dst, &value, sizeof value);
         return EG_OK;
     }
-    errno = 0;
-    long long value = strtoll(buf, &end, 10);
-    if (end == buf || *end != '\0' || isspace((unsigned char)buf[0])) {
-        /* A number, but not an integer? Say so rather than "cannot parse". */
-        char *float_end;
-        (void)strtod(buf, &float_end);
-        if (float_end != buf && *float_end == '\0' && !isspace((unsigned char)buf[0]))
-            return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: %s is not an integer (%s)",
-                             p->name, p->line, column, shown, type);
-        return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: cannot parse \"%s\" as %s",
-                         p->name, p->line, column, shown, type);
+    case EG_DTYPE_F64: {
+        double value = strtod(buf, &end);
+        if (end == buf || *end != '\0') return value_error(p, column, f, dtype, CANNOT_PARSE);
+        if (errno == ERANGE && isinf(value)) return value_error(p, column, f, dtype, OUT_OF_RANGE);
+        memcpy(dst, &value, sizeof value);
+        return EG_OK;
     }
-    if (errno == ERANGE || (p->dtype == EG_DTYPE_I32 && (value < INT32_MIN || value > INT32_MAX)))
-        return eg__error(EG_ERR_FORMAT, "%s: line %lld, column %d: %s is out of range for %s",
-                         p->name, p->line, column, shown, type);
-    if (p->dtype == EG_DTYPE_I32) {
-        int32_t v32 = (int32_t)value;
-        memcpy(dst, &v32, sizeof v32);
-    } else {
-        int64_t v64 = value;
-        memcpy(dst, &v64, sizeof v64);
+    default: {
+        long long value = strtoll(buf, &end, 10);
+        /* A number, but not an integer? Say so rather than "cannot parse". */
+        if (end == buf || *end != '\0')
+            return value_error(p, column, f, dtype,
+                               is_float_text(buf) ? NOT_AN_INTEGER : CANNOT_PARSE);
+        if (errno == ERANGE || (dtype == EG_DTYPE_I32 && (value < INT32_MIN || value > INT32_MAX)))
+            return value_error(p, column, f, dtype, OUT_OF_RANGE);
+        if (dtype == EG_DTYPE_I32) {
+            int32_t v32 = (int32_t)value;
+            memcpy(dst, &v32, sizeof v32);
+        } else {
+            int64_t v64 = value;
+            memcpy(dst, &v64, sizeof v64);
+        }
+        return EG_OK;
+    }
+    }
+}
+
+/* Room for `more` values after the ones kept. */
+static eg_status reserve(parser *p, column_buffer *b, size_t more) {
+    if (b->count + more <= b->capacity) return EG_OK;
+    size_t capacity = b->capacity ? b->capacity : 256;
+    while (capacity < b->count + more) capacity *= 2;
+    uint8_t *data = realloc(b->data, capacity * b->elem_size);
+    if (!data) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", p->name);
+    b->data = data;
+    b->capacity = capacity;
+    return EG_OK;
+}
+
+static eg_status check_label_column(const parser *p, long long columns) {
+    if (p->options.label_column < columns) return EG_OK;
+    return eg__error(EG_ERR_INVALID_ARGUMENT,
+                     "%s: label_column is %d but the file has %lld columns", p->name,
+                     p->options.label_column, columns);
+}
+
+/* The header's fields as names: one block, the pointers first. */
+static eg_status keep_header(parser *p) {
+    size_t bytes = p->n_fields * sizeof(char *);
+    for (size_t i = 0; i < p->n_fields; i++) bytes += p->fields[i].length + 1;
+    char **names = malloc(bytes);
+    if (!names) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", p->name);
+    char *text = (char *)(names + p->n_fields);
+    for (size_t i = 0; i < p->n_fields; i++) {
+        names[i] = text;
+        memcpy(text, p->fields[i].text, p->fields[i].length);
+        text[p->fields[i].length] = '\0';
+        text += p->fields[i].length + 1;
+    }
+    p->column_names = names;
+    p->columns = (long long)p->n_fields;
+    p->columns_line = p->line;
+    return check_label_column(p, p->columns);
+}
+
+/* Parses the data row in p->fields and keeps it. EG_ERR_FORMAT (a malformed row): see row_error;
+ * any other error is raised. */
+static eg_status parse_row(parser *p) {
+    size_t n = p->n_fields;
+    if (p->columns >= 0 && (long long)n != p->columns)
+        return row_error(p, 0, "%zu field%s, expected %lld (as on line %lld)", n, n == 1 ? "" : "s",
+                         p->columns, p->columns_line);
+    int label = p->options.label_column;
+    /* This row sets the columns: a label column beyond it is the caller's mistake. */
+    if (p->columns < 0 && check_label_column(p, (long long)n) != EG_OK)
+        return EG_ERR_INVALID_ARGUMENT;
+    eg_status status = reserve(p, &p->values, n);
+    if (status == EG_OK && label >= 0) status = reserve(p, &p->labels, 1);
+    if (status != EG_OK) return status;
+    uint8_t *features = p->values.data + p->values.count * p->values.elem_size;
+    for (size_t i = 0; i < n; i++) {
+        bool is_label = (int)i == label;
+        void *dst =
+            is_label ? p->labels.data + p->labels.count * p->labels.elem_size
+                     : features + (label >= 0 && (int)i > label ? i - 1 : i) * p->values.elem_size;
+        status = parse_value(p, (int)i + 1, &p->fields[i],
+                             is_label ? p->options.label_dtype : p->options.dtype, dst);
+        if (status != EG_OK) return status;
+    }
+    p->values.count += label >= 0 ? n - 1 : n;
+    if (label >= 0) p->labels.count++;
+    if (p->columns < 0) {
+        p->columns = (long long)n;
+        p->columns_line = p->line;
     }
     return EG_OK;
 }
 
-static eg_status reserve_values(parser *p, size_t more) {
-    if (p->n_values + more <= p->values_capacity) return EG_OK;
-    size_t capacity = p->values_capacity ? p->values_capacity : 256;
-    while (capacity < p->n_values + more) capacity *= 2;
-    uint8_t *values = realloc(p->values, capacity * p->elem_size);
-    if (!values) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", p->name);
-    p->values = values;
-    p->values_capacity = capacity;
-    return EG_OK;
+void eg__csv_table_free(eg__csv_table *table) {
+    if (!table) return;
+    free(table->values);
+    free(table->labels);
+    free(table->column_names);
+    memset(table, 0, sizeof *table);
 }
 
 eg_status eg__csv_parse(const char *text, size_t n, const eg_csv_options *options,
@@ -226,14 +336,15 @@ eg_status eg__csv_parse(const char *text, size_t n, const eg_csv_options *option
     if (!text && n > 0) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: text is NULL", name);
 
     parser p = {.name = name,
-                .delimiter = o.delimiter,
-                .dtype = o.dtype,
-                .elem_size = eg_dtype_size(o.dtype)};
+                .options = o,
+                .columns = -1,
+                .values = {.elem_size = eg_dtype_size(o.dtype)},
+                .labels = {.elem_size = o.label_column >= 0 ? eg_dtype_size(o.label_dtype) : 1}};
     size_t pos = 0;
     if (n >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) pos = 3;
     bool header_pending = o.header;
-    long long columns = -1, columns_line = 0, rows = 0;
-    while (pos < n && status == EG_OK) {
+    int64_t rows = 0, skipped = 0, first_skipped_line = 0;
+    while (pos < n) {
         p.line++;
         const char *begin = text + pos;
         const char *newline = memchr(begin, '\n', n - pos);
@@ -241,44 +352,49 @@ eg_status eg__csv_parse(const char *text, size_t n, const eg_csv_options *option
         pos += length + (newline ? 1 : 0);
         if (length > 0 && begin[length - 1] == '\r') length--;
         const char *end = begin + length;
+        bool is_header = header_pending;
         if (memchr(begin, '\0', length)) {
-            status = eg__error(EG_ERR_FORMAT, "%s: line %lld: NUL byte", name, p.line);
-            break;
-        }
-        const char *s = begin;
-        while (s < end && (*s == ' ' || *s == '\t')) s++;
-        if (s == end) continue; /* an empty line */
-        if ((status = split_line(&p, begin, end)) != EG_OK) break;
-        if (columns < 0) {
-            columns = (long long)p.n_fields;
-            columns_line = p.line;
-        } else if ((long long)p.n_fields != columns) {
-            status = eg__error(
-                EG_ERR_FORMAT, "%s: line %lld: %zu field%s, expected %lld (as on line %lld)", name,
-                p.line, p.n_fields, p.n_fields == 1 ? "" : "s", columns, columns_line);
-            break;
-        }
-        if (header_pending) {
+            status = row_error(&p, 0, "NUL byte");
+        } else {
+            const char *s = begin;
+            while (s < end && (*s == ' ' || *s == '\t')) s++;
+            if (s == end) continue; /* an empty line */
             header_pending = false;
+            status = split_line(&p, begin, end);
+            if (status == EG_OK) status = is_header ? keep_header(&p) : parse_row(&p);
+        }
+        if (status == EG_ERR_FORMAT && o.skip_malformed_rows && !is_header) {
+            if (skipped++ == 0) first_skipped_line = p.line;
+            status = EG_OK;
             continue;
         }
-        if ((status = reserve_values(&p, p.n_fields)) != EG_OK) break;
-        for (size_t i = 0; i < p.n_fields && status == EG_OK; i++)
-            status = parse_value(&p, (int)i + 1, &p.fields[i],
-                                 p.values + (p.n_values + i) * p.elem_size);
+        if (status == EG_ERR_FORMAT) eg__error(EG_ERR_FORMAT, "%s: %s", name, p.message);
         if (status != EG_OK) break;
-        p.n_values += p.n_fields;
-        rows++;
+        if (!is_header) rows++;
+    }
+    if (status == EG_OK && p.columns < 0 && o.label_column >= 0) {
+        if (skipped > 0)
+            status = eg__error(EG_ERR_FORMAT,
+                               "%s: all %lld data rows are malformed (the first on line %lld): no "
+                               "column to take the label from",
+                               name, (long long)skipped, (long long)first_skipped_line);
+        else
+            status = check_label_column(&p, 0);
     }
     free(p.fields);
+    out->values = p.values.data;
+    out->labels = p.labels.data;
+    out->column_names = p.column_names;
     if (status != EG_OK) {
-        free(p.values);
+        eg__csv_table_free(out);
         return status;
     }
-    out->values = p.values;
     out->rows = rows;
-    out->columns = columns < 0 ? 0 : columns;
+    out->columns = p.columns < 0 ? 0 : p.columns;
     out->dtype = o.dtype;
+    out->label_dtype = o.label_dtype;
+    out->skipped_rows = skipped;
+    out->first_skipped_line = first_skipped_line;
     return EG_OK;
 }
 
@@ -328,27 +444,74 @@ static eg_status read_file(const char *path, char **bytes, size_t *n) {
     return EG_OK;
 }
 
-eg_tensor *eg_csv_read(const char *path, const eg_csv_options *options) {
-    if (!path) {
-        eg__error(EG_ERR_NULL_ARGUMENT, "csv_read: path is NULL");
-        return NULL;
-    }
+/* A new tensor holding a copy of `data` (NULL when there is none). */
+static eg_tensor *tensor_from_values(eg_dtype dtype, int n_dims, const int64_t *shape,
+                                     const void *data) {
+    eg_tensor *t = eg__tensor_alloc(dtype, n_dims, shape, eg_device_cpu());
+    int64_t count = 1;
+    for (int i = 0; i < n_dims; i++) count *= shape[i];
+    if (t && count > 0) memcpy(eg__data(t), data, (size_t)count * eg_dtype_size(dtype));
+    return t;
+}
+
+static void fill_info(eg__csv_table *table, eg_csv_info *info) {
+    if (!info) return;
+    *info = (eg_csv_info){.rows = table->rows,
+                          .columns = table->columns,
+                          .skipped_rows = table->skipped_rows,
+                          .first_skipped_line = table->first_skipped_line,
+                          .column_names = table->column_names};
+    table->column_names = NULL; /* handed over */
+}
+
+eg_status eg__csv_read_tensors(const char *caller, const char *path, const eg_csv_options *options,
+                               eg_tensor **features, eg_tensor **labels, eg_csv_info *info) {
+    if (info) memset(info, 0, sizeof *info);
+    *features = NULL;
+    if (labels) *labels = NULL;
+    if (!path) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: path is NULL", caller);
     eg_csv_options o = options ? *options : eg_csv_options_default();
-    o.label_column = -1; /* not this function's business */
     if (!o.delimiter) o.delimiter = ',';
-    if (eg__csv_check_options(&o, path) != EG_OK) return NULL;
+    eg_status status = eg__csv_check_options(&o, path);
+    if (status != EG_OK) return status;
+    EG_ASSERT(labels || o.label_column < 0, return EG_ERR_INTERNAL);
     char *bytes;
     size_t n;
-    if (read_file(path, &bytes, &n) != EG_OK) return NULL;
+    if ((status = read_file(path, &bytes, &n)) != EG_OK) return status;
     eg__csv_table table;
-    eg_status status = eg__csv_parse(bytes, n, &o, path, &table);
+    status = eg__csv_parse(bytes, n, &o, path, &table);
     free(bytes);
-    if (status != EG_OK) return NULL;
-    int64_t shape[2] = {table.rows, table.columns};
-    eg_tensor *t = eg__tensor_alloc(o.dtype, 2, shape, eg_device_cpu());
-    if (t && table.rows * table.columns > 0)
-        memcpy(eg__data(t), table.values,
-               (size_t)(table.rows * table.columns) * eg_dtype_size(o.dtype));
-    free(table.values);
+    if (status != EG_OK) return status;
+    bool has_labels = o.label_column >= 0;
+    int64_t shape[2] = {table.rows, table.columns - (has_labels ? 1 : 0)};
+    *features = tensor_from_values(o.dtype, 2, shape, table.values);
+    if (*features && has_labels) {
+        *labels = tensor_from_values(o.label_dtype, 1, &table.rows, table.labels);
+        if (!*labels) {
+            eg_release(*features);
+            *features = NULL;
+        }
+    }
+    if (*features) fill_info(&table, info);
+    eg__csv_table_free(&table);
+    return *features ? EG_OK : eg_last_status();
+}
+
+eg_tensor *eg_csv_read_with_info(const char *path, const eg_csv_options *options,
+                                 eg_csv_info *info) {
+    eg_csv_options o = options ? *options : eg_csv_options_default();
+    o.label_column = -1; /* not this function's business */
+    eg_tensor *t;
+    eg__csv_read_tensors("csv_read", path, &o, &t, NULL, info);
     return t;
+}
+
+eg_tensor *eg_csv_read(const char *path, const eg_csv_options *options) {
+    return eg_csv_read_with_info(path, options, NULL);
+}
+
+void eg_csv_info_free(eg_csv_info *info) {
+    if (!info) return;
+    free(info->column_names);
+    memset(info, 0, sizeof *info);
 }

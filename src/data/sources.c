@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/csv.h"
 #include "data/internal.h"
 #include "eagle/checkpoint.h"
 #include "eagle/io.h"
@@ -197,55 +198,25 @@ eg_dataset *eg_dataset_from_mnist(const char *directory, bool train) {
     return ds;
 }
 
-eg_dataset *eg_dataset_from_csv(const char *path, const eg_csv_options *options) {
-    eg_csv_options o = options ? *options : eg_csv_options_default();
+eg_dataset *eg_dataset_from_csv_with_info(const char *path, const eg_csv_options *options,
+                                          eg_csv_info *info) {
+    eg_tensor *tensors[2] = {NULL, NULL};
     eg__scope_suspend();
-    eg_tensor *table = eg_csv_read(path, &o);
+    eg_status status =
+        eg__csv_read_tensors("dataset_from_csv", path, options, &tensors[0], &tensors[1], info);
     eg__scope_resume();
-    if (!table) return NULL;
-    int64_t rows = table->shape[0], columns = table->shape[1];
-    eg_tensor *tensors[2];
-    int n = 1;
-    if (o.label_column < 0) {
-        tensors[0] = table;
-    } else {
-        if (o.label_column >= columns) {
-            eg__error(EG_ERR_INVALID_ARGUMENT,
-                      "dataset_from_csv: %s: label_column is %d but the file has %lld columns",
-                      path, o.label_column, (long long)columns);
-            eg__unref(table);
-            return NULL;
-        }
-        /* Split into features (rows, columns - 1) and labels (rows,) of their own dtypes. */
-        int64_t feature_shape[2] = {rows, columns - 1};
-        eg__scope_suspend();
-        tensors[0] = eg__tensor_alloc(o.dtype, 2, feature_shape, eg_device_cpu());
-        tensors[1] = tensors[0] ? eg__tensor_alloc(o.label_dtype, 1, &rows, eg_device_cpu()) : NULL;
-        eg__scope_resume();
-        if (!tensors[1]) {
-            eg__unref(tensors[0]);
-            eg__unref(table);
-            return NULL;
-        }
-        const void *src = eg__data(table);
-        void *features = eg__data(tensors[0]), *labels = eg__data(tensors[1]);
-        size_t size = eg_dtype_size(o.dtype);
-        for (int64_t r = 0; r < rows; r++) {
-            const char *row = (const char *)src + (size_t)(r * columns) * size;
-            char *dst = (char *)features + (size_t)(r * (columns - 1)) * size;
-            memcpy(dst, row, (size_t)o.label_column * size);
-            memcpy(dst + (size_t)o.label_column * size, row + (size_t)(o.label_column + 1) * size,
-                   (size_t)(columns - 1 - o.label_column) * size);
-            double label = eg__load_as_double(table->storage->data, o.dtype,
-                                              table->offset + r * columns + o.label_column);
-            eg__store_from_double(labels, o.label_dtype, r, label);
-        }
-        eg__unref(table);
-        n = 2;
-    }
-    eg_dataset *ds = slices_new(n, tensors, "dataset_from_csv", "tensor");
-    if (ds) snprintf(ds->name, sizeof ds->name, "csv(%lld)", (long long)rows);
+    if (status != EG_OK) return NULL;
+    int64_t rows = tensors[0]->shape[0];
+    eg_dataset *ds = slices_new(tensors[1] ? 2 : 1, tensors, "dataset_from_csv", "tensor");
+    if (ds)
+        snprintf(ds->name, sizeof ds->name, "csv(%lld)", (long long)rows);
+    else
+        eg_csv_info_free(info);
     return ds;
+}
+
+eg_dataset *eg_dataset_from_csv(const char *path, const eg_csv_options *options) {
+    return eg_dataset_from_csv_with_info(path, options, NULL);
 }
 
 /* ---- range ---- */
