@@ -75,6 +75,62 @@ void eg_tape_free(eg_tape *tape);
 void eg_no_grad_begin(void);
 void eg_no_grad_end(void);
 
+/* ---- custom gradients: a function with its own backward rule (tf.custom_gradient) ----
+ * eg_custom_gradient runs `forward` with no tape recording its ops, then records one node for the
+ * whole function on every recording tape that tracks one of its inputs. A gradient reaching the
+ * node's outputs calls `backward` with those outputs' gradients instead of differentiating the
+ * forward's ops: what gives a numerically stable gradient (log(1 + exp(x)) through sigmoid), a
+ * clipped one, or a cheaper one. backward builds its result from ordinary ops, which the tapes
+ * outside the one computing the gradient record as they record any op: gradients of gradients
+ * (nested tapes) differentiate backward's ops, and a backward whose ops read the outputs meets
+ * the node again there. The callbacks work alike in the three modes: eager ops run at once; in
+ * lazy mode (eg_lazy_begin) their ops stay pending like any others; in a traced function
+ * (eg_function) both run while it is traced (again at each retrace) and replays run their ops
+ * without calling them, so they must not read values there (as no traced code may).
+ * A tensor the forward reads gets a gradient from the node only if it is one of the inputs:
+ * pass variables the forward uses as inputs (TF's `variables`). */
+
+/* Writes n_outputs new tensors into outputs (every entry, each a new reference as an op's result
+ * is: the current scope owns what its ops make) from the borrowed inputs. Runs in a no-grad
+ * region. A failing status stops eg_custom_gradient with that status and the error the forward
+ * left (an op's failure), or a message naming the callback when it left none. */
+typedef eg_status (*eg_custom_forward_fn)(int n_inputs, const eg_tensor *const *inputs,
+                                          int n_outputs, eg_tensor **outputs, void *ctx);
+/* Writes into input_grads[i] the gradient for inputs[i], a new reference with that input's shape,
+ * dtype and device, or leaves it NULL for none (entries start NULL). inputs and outputs are those
+ * of the forward; output_grads[k] is the gradient reaching outputs[k] (zeros shaped like it when
+ * none does); all borrowed. Called inside eg_tape_gradient while scopes are suspended: every
+ * tensor it makes is a plain reference, so it releases its temporaries with eg_release. Errors
+ * as for the forward, raised by eg_tape_gradient; a gradient of the wrong shape, dtype or device
+ * is an error naming the input's index. */
+typedef eg_status (*eg_custom_backward_fn)(int n_inputs, const eg_tensor *const *inputs,
+                                           int n_outputs, const eg_tensor *const *outputs,
+                                           const eg_tensor *const *output_grads,
+                                           eg_tensor **input_grads, void *ctx);
+typedef struct eg_custom_gradient_def {
+    const char *name; /* in error messages (copied, up to 63 bytes); NULL: "custom_gradient" */
+    eg_custom_forward_fn forward;
+    eg_custom_backward_fn backward;
+    /* Optional. Called with ctx exactly once for every eg_custom_gradient call given this def,
+     * whatever its outcome, when nothing needs ctx any more: as the call returns when no tape
+     * recorded the node (or the call failed), else when the last tape holding the node lets it
+     * go (a non-persistent tape after its gradient, any tape at eg_tape_free). */
+    void (*free_ctx)(void *ctx);
+} eg_custom_gradient_def;
+
+/* Runs def->forward(n_inputs, inputs, n_outputs, outputs, ctx) and records the custom node (see
+ * above). ctx is the caller's and is passed to both callbacks: it must stay valid until free_ctx
+ * is called with it, or, without free_ctx, until every tape that recorded the node has been
+ * freed (or, non-persistent, has computed its gradient). def is read during the call only.
+ * outputs receive new references (scope rules as for ops); an output the forward returns that is
+ * also held elsewhere (an input passed through, a tensor made before) is handed out as a new view
+ * of it, so that the node is its only producer. On failure every outputs[k] is NULL.
+ * EG_ERR_NULL_ARGUMENT for a NULL def, callback, array or input; EG_ERR_INVALID_ARGUMENT for
+ * n_inputs < 0 or n_outputs < 1; a forward that returns EG_OK with an output left NULL is
+ * EG_ERR_STATE naming its index. */
+eg_status eg_custom_gradient(const eg_custom_gradient_def *def, void *ctx, int n_inputs,
+                             const eg_tensor *const *inputs, int n_outputs, eg_tensor **outputs);
+
 /* ---- variables: trainable state that outlives scopes; watched by every tape ----
  * A variable is an eg_tensor: use it in ops like any other. It is never owned by a scope: the
  * creator releases it with eg_release. */
@@ -99,6 +155,7 @@ eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);
 #define eg_tape_gradient_ex(...) EG_CALLSITE_(eg_tape_gradient_ex(__VA_ARGS__))
 #define eg_tape_gradients(...) EG_CALLSITE_(eg_tape_gradients(__VA_ARGS__))
 #define eg_tape_gradient_notify(...) EG_CALLSITE_(eg_tape_gradient_notify(__VA_ARGS__))
+#define eg_custom_gradient(...)      EG_CALLSITE_(eg_custom_gradient(__VA_ARGS__))
 #define eg_variable(...) EG_CALLSITE_(eg_variable(__VA_ARGS__))
 #define eg_assign(...) EG_CALLSITE_(eg_assign(__VA_ARGS__))
 #define eg_assign_add(...) EG_CALLSITE_(eg_assign_add(__VA_ARGS__))

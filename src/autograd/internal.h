@@ -2,6 +2,7 @@
 #ifndef EAGLE_SRC_AUTOGRAD_INTERNAL_H
 #define EAGLE_SRC_AUTOGRAD_INTERNAL_H
 
+#include "base/idmap.h"
 #include "eagle/autograd.h"
 #include "ops/internal.h"
 
@@ -41,5 +42,23 @@ void eg__tape_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
 /* Whether an op with these inputs would be recorded now (by a tape that is not paused): backward
  * rules use it to pick a fused no-grad kernel when nothing records their own computation. */
 bool eg__tapes_would_record(int n_inputs, const eg_tensor *const *inputs);
+
+/* ---- custom gradients (src/autograd/custom_gradient.c) ----
+ * An eg_custom_gradient call's node: its callbacks, ctx and outputs, shared by its records. A tape
+ * records a node as one record per output, in output order, each reading all the inputs: every
+ * tape mechanism (tracking, reachability, dropping a used gradient) then treats it as ops. The
+ * last output's record, which a backward pass meets first, runs the user's backward for all. */
+typedef struct eg__custom_node eg__custom_node;
+void eg__custom_node_retain(eg__custom_node *node);
+/* Drops a reference; the last one calls the def's free_ctx and frees the node. NULL ignored. */
+void eg__custom_node_release(eg__custom_node *node);
+/* The backward rule of the node's record whose output is call->output (call->grad_output may be
+ * NULL there): grads maps tensor ids to the gradients accumulated so far in this pass. */
+eg_status eg__custom_backward(eg__custom_node *node, const eg__backward_call *call,
+                              const eg__idmap *grads);
+/* Records the node on every recording tape tracking one of the inputs (tape.c); each record
+ * retains the node. An out-of-memory error is raised, not returned. */
+void eg__tape_record_custom(eg__custom_node *node, int n_inputs, const eg_tensor *const *inputs,
+                            int n_outputs, eg_tensor *const *outputs);
 
 #endif

@@ -14,6 +14,7 @@ typedef struct record {
     const eg_tensor *inline_inputs[3];
     eg_tensor *output; /* retained */
     eg__attrs attrs;
+    eg__custom_node *custom; /* retained; an eg_custom_gradient node's record, NULL for an op's */
 } record;
 
 struct eg_tape {
@@ -159,6 +160,7 @@ static void record_one(eg_tape *tape, eg__op op, int n_inputs, const eg_tensor *
     }
     r->output = output;
     eg__ref(output);
+    r->custom = NULL;
     if (attrs)
         r->attrs = *attrs;
     else
@@ -179,6 +181,23 @@ void eg__tape_record(eg__op op, int n_inputs, const eg_tensor *const *inputs,
     }
 }
 
+void eg__tape_record_custom(eg__custom_node *node, int n_inputs, const eg_tensor *const *inputs,
+                            int n_outputs, eg_tensor *const *outputs) {
+    if (!eg__tapes_active()) return;
+    for (eg_tape *tape = eg__recording_tapes; tape; tape = tape->outer) {
+        bool tracks = false;
+        for (int i = 0; i < n_inputs && !tape->paused && !tracks; i++)
+            tracks = is_tracked(tape, inputs[i]);
+        for (int k = 0; tracks && k < n_outputs; k++) {
+            size_t before = tape->n_records;
+            record_one(tape, EG__OP_COUNT, n_inputs, inputs, NULL, outputs[k]);
+            if (tape->n_records == before) return; /* out of memory, raised */
+            tape->records[before].custom = node;
+            eg__custom_node_retain(node);
+        }
+    }
+}
+
 bool eg__tapes_would_record(int n_inputs, const eg_tensor *const *inputs) {
     if (!eg__tapes_active()) return false;
     for (eg_tape *tape = eg__recording_tapes; tape; tape = tape->outer) {
@@ -195,6 +214,7 @@ static void release_records(eg_tape *tape) {
         for (int j = 0; j < r->n_inputs; j++) eg__unref(r->inputs[j]);
         if (r->inputs != r->inline_inputs) free(r->inputs);
         eg__unref(r->output);
+        eg__custom_node_release(r->custom);
     }
     free(tape->records);
     tape->records = NULL;
@@ -283,7 +303,7 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
         for (size_t i = tape->n_records; i-- > 0;) {
             record *r = &tape->records[i];
             eg_tensor *g = eg__idmap_get(&grads, r->output->id);
-            if (!g) continue;
+            if (!g && !r->custom) continue; /* a node's last record runs for all its outputs */
             bool needs[EG_MAX_DIMS * 4] = {0};
             eg_tensor *inline_grads[8] = {0};
             eg_tensor **input_grads = inline_grads;
@@ -306,7 +326,8 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
             if (any) {
                 eg__backward_call call = {r->op, r->n_inputs, r->inputs,  r->output,
                                           g,     &r->attrs,   needs_grad, input_grads};
-                status = eg__backward_rules[r->op](&call);
+                status = r->custom ? eg__custom_backward(r->custom, &call, &grads)
+                                   : eg__backward_rules[r->op](&call);
                 for (int j = 0; j < r->n_inputs; j++) {
                     if (!input_grads[j]) continue;
                     if (status == EG_OK)
@@ -326,7 +347,7 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
             /* This output's gradient is complete and used; drop it unless a source wants it. */
             bool is_source = false;
             for (int s = 0; s < n_sources; s++) is_source |= sources[s]->id == r->output->id;
-            if (!is_source) {
+            if (!is_source && g) {
                 void **slot = eg__idmap_find(&grads, r->output->id);
                 eg__unref(*slot);
                 *slot = NULL;
