@@ -433,6 +433,24 @@ static void test_bad_graphs_get_clear_errors(void **state) {
     assert_null(eg_layer_apply(eg_dense_new(2, EG_ACTIVATION_NONE), scalar));
     expect_error(EG_ERR_SHAPE);
     eg_layer_free(eg_symbol_layer(scalar));
+    /* merging layers check their inputs' shapes */
+    eg_symbol *wide = eg_input(1, (int64_t[]){4}, EG_DTYPE_F32, "wide");
+    assert_null(eg_layer_apply_multi(eg_add_layer_new(NULL), 2, (const eg_symbol *[]){a, wide}));
+    expect_error_containing(EG_ERR_SHAPE, "Add: 'add' needs inputs of one shape",
+                            "(-1, 3), (-1, 4)", NULL);
+    eg_symbol *joined =
+        eg_layer_apply_multi(eg_concatenate_new(-1, NULL), 2, (const eg_symbol *[]){a, wide});
+    int n_dims;
+    assert_int_equal(eg_symbol_shape(joined, &n_dims)[1], 7);
+    eg_layer_free(eg_symbol_layer(joined));
+    eg_symbol *tall = eg_input(2, (int64_t[]){2, 3}, EG_DTYPE_F32, "tall");
+    assert_null(
+        eg_layer_apply_multi(eg_concatenate_new(-1, NULL), 2, (const eg_symbol *[]){a, tall}));
+    expect_error_containing(EG_ERR_SHAPE, "of one rank", NULL);
+    assert_null(eg_layer_apply_multi(eg_concatenate_new(0, NULL), 2, (const eg_symbol *[]){a, a}));
+    expect_error_containing(EG_ERR_INVALID_ARGUMENT, "is the batch", NULL);
+    eg_layer_free(eg_symbol_layer(wide));
+    eg_layer_free(eg_symbol_layer(tall));
     /* two layers of one name */
     eg_dense_options o = eg_dense_options_default();
     o.name = "twin";

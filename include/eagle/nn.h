@@ -1,12 +1,15 @@
 /* Eagle — neural-network building blocks in the shape of Keras: initializers, layers (Dense,
- * Flatten, Activation), the Sequential model with its summary, losses and metrics.
+ * Flatten, Activation, the convolutional ones, Add, Concatenate, and your own: eg_layer_class),
+ * models (Sequential, and the functional API's graphs of layers applied to symbols) with their
+ * summary, losses and metrics.
  *
  * Ownership follows tensor.h: every function returning an eg_tensor * returns a NEW reference
  * (owned by the innermost open scope, if any; otherwise released by the caller); tensor arguments
  * are borrowed. Layers and models are plain heap objects, not tensors: the creator frees a layer
- * with eg_layer_free() unless it handed it to a model with eg_sequential_add(), which then owns
- * it. The variables a layer creates (its kernel and bias) are owned by the layer: they live
- * until the layer is freed, outlive every scope, and are watched by every tape.
+ * with eg_layer_free() unless it handed it to a model with eg_sequential_add() or
+ * eg_functional_model_new(), which then owns it. The variables a layer creates (its kernel and
+ * bias) are owned by the layer: they live until the layer is freed, outlive every scope, and are
+ * watched by every tape.
  *
  * Errors follow status.h: functions returning a pointer return NULL on failure, the others an
  * eg_status; eg_last_error() says why (with the caller's file:line). */
@@ -341,9 +344,9 @@ typedef struct eg_layer_class {
     /* The default layer name, made unique by its model ("scale", "scale_1"); NULL: the type in
      * snake_case ("MyDense" -> "my_dense"). */
     const char *name_prefix;
-    /* How many inputs a call takes: min_inputs..max_inputs; 0, 0 means exactly one. A layer that
-     * takes more than one is applied with eg_layer_apply_multi / called with eg_layer_call_multi
-     * and cannot go into a Sequential model. */
+    /* How many inputs a call takes: min_inputs..max_inputs (at most 16); 0, 0 means exactly one.
+     * A layer that takes more than one is applied with eg_layer_apply_multi / called with
+     * eg_layer_call_multi and cannot go into a Sequential model. */
     int min_inputs, max_inputs;
     /* Creates the weights (eg_layer_add_weight) for inputs of these shapes (the batch size
      * unknown: -1). Called once, before the first call. NULL: the layer has no weights. */
