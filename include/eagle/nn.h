@@ -1,12 +1,15 @@
 /* Eagle — neural-network building blocks in the shape of Keras: initializers, layers (Dense,
- * Flatten, Activation), the Sequential model with its summary, losses and metrics.
+ * Flatten, Activation, the convolutional ones, Add, Concatenate, and your own: eg_layer_class),
+ * models (Sequential, and the functional API's graphs of layers applied to symbols) with their
+ * summary, losses and metrics.
  *
  * Ownership follows tensor.h: every function returning an eg_tensor * returns a NEW reference
  * (owned by the innermost open scope, if any; otherwise released by the caller); tensor arguments
  * are borrowed. Layers and models are plain heap objects, not tensors: the creator frees a layer
- * with eg_layer_free() unless it handed it to a model with eg_sequential_add(), which then owns
- * it. The variables a layer creates (its kernel and bias) are owned by the layer: they live
- * until the layer is freed, outlive every scope, and are watched by every tape.
+ * with eg_layer_free() unless it handed it to a model with eg_sequential_add() or
+ * eg_functional_model_new(), which then owns it. The variables a layer creates (its kernel and
+ * bias) are owned by the layer: they live until the layer is freed, outlive every scope, and are
+ * watched by every tape.
  *
  * Errors follow status.h: functions returning a pointer return NULL on failure, the others an
  * eg_status; eg_last_error() says why (with the caller's file:line). */
@@ -275,7 +278,8 @@ bool eg_layer_built(const eg_layer *layer);
 const char *eg_layer_name(const eg_layer *layer);
 /* The layer's class name ("Dense", "Flatten", "Activation", "Conv2D", "MaxPooling2D",
  * "AveragePooling2D", "GlobalAveragePooling2D", "BatchNormalization", "LayerNormalization",
- * "Dropout"). Static storage. */
+ * "Dropout", "Add", "Concatenate", "InputLayer", or a custom class's type). Static storage (a
+ * custom class's: the class's). */
 const char *eg_layer_type(const eg_layer *layer);
 /* Number of scalars in the layer's variables (0 when unbuilt or NULL). */
 int64_t eg_layer_count_params(const eg_layer *layer);
@@ -297,6 +301,108 @@ eg_policy eg_layer_policy(const eg_layer *layer);
  * NULL is ignored. Freeing a layer a model owns is refused (the model frees it). */
 void eg_layer_free(eg_layer *layer);
 
+/* ---- your own layers: Keras' Layer subclass, in C ----
+ *
+ * A layer class is a table of callbacks; a layer made from it (eg_layer_new_custom) goes into a
+ * Sequential model or a functional graph like a built-in one: it is built from its input shapes
+ * at the first call (or by eg_model_build, or when applied to symbols), creates its weights with
+ * eg_layer_add_weight, is recorded on tapes (its call is made of ops), runs in eager, lazy and
+ * graph mode, is listed by the summary with its type, and its weights are the model's variables
+ * (saved, loaded, trained). Under a mixed policy its float inputs and its variables reach `call`
+ * cast to the compute dtype, as Keras autocasts them.
+ *
+ *     static eg_status scale_build(eg_layer *layer, void *state, int n_inputs,
+ *                                  const eg_layer_shape *shapes) {
+ *         int64_t units = shapes[0].dims[shapes[0].n_dims - 1];
+ *         eg_initializer ones = eg_initializer_of(EG_INITIALIZER_ONES);
+ *         return eg_layer_add_weight(layer, "scale", 1, &units, EG_DTYPE_F32, &ones, true)
+ *                    ? EG_OK : eg_last_status();
+ *     }
+ *     static eg_tensor *scale_call(eg_layer *layer, void *state, int n_inputs,
+ *                                  const eg_tensor *const *inputs,
+ *                                  const eg_tensor *const *variables, bool training) {
+ *         return eg_mul(inputs[0], variables[0]);
+ *     }
+ *     static const eg_layer_class scale_class = {
+ *         .type = "Scale", .build = scale_build, .call = scale_call};
+ *     eg_sequential_add(model, eg_layer_new_custom(&scale_class, NULL, NULL));
+ */
+
+/* A shape as layers see it: n_dims sizes, -1 where unknown (the batch dimension). */
+typedef struct eg_layer_shape {
+    int n_dims;
+    int64_t dims[EG_MAX_DIMS];
+} eg_layer_shape;
+
+/* What a custom layer does. Only `type` and `call` are required. The callbacks get the layer and
+ * the state given to eg_layer_new_custom; a callback that fails raises its error (eg_last_error)
+ * and returns a non-OK status or NULL. */
+typedef struct eg_layer_class {
+    /* The class name the summary shows ("Scale"). Borrowed, like the whole table: it must
+     * outlive every layer made from it (a static const table does). */
+    const char *type;
+    /* The default layer name, made unique by its model ("scale", "scale_1"); NULL: the type in
+     * snake_case ("MyDense" -> "my_dense"). */
+    const char *name_prefix;
+    /* How many inputs a call takes: min_inputs..max_inputs (at most 16); 0, 0 means exactly one.
+     * A layer that takes more than one is applied with eg_layer_apply_multi / called with
+     * eg_layer_call_multi and cannot go into a Sequential model. */
+    int min_inputs, max_inputs;
+    /* Creates the weights (eg_layer_add_weight) for inputs of these shapes (the batch size
+     * unknown: -1). Called once, before the first call. NULL: the layer has no weights. */
+    eg_status (*build)(eg_layer *layer, void *state, int n_inputs,
+                       const eg_layer_shape *input_shapes);
+    /* The output's shape for inputs of these shapes (-1 passes on as unknown), into *output
+     * (zeroed before the call). Called after build. NULL: the first input's shape (layers that
+     * keep the shape, as Keras' default). The summary and the layers after it rely on it. */
+    eg_status (*compute_output_shape)(eg_layer *layer, void *state, int n_inputs,
+                                      const eg_layer_shape *input_shapes, eg_layer_shape *output);
+    /* The layer's output: a new reference (ops return one). inputs and variables are borrowed;
+     * variables are the layer's weights in eg_layer_add_weight order, cast to the compute dtype
+     * under a mixed policy (to assign to a weight, take it from eg_layer_variables). `training`
+     * is the model's (fit passes true while training, false when evaluating). */
+    eg_tensor *(*call)(eg_layer *layer, void *state, int n_inputs, const eg_tensor *const *inputs,
+                       const eg_tensor *const *variables, bool training);
+    /* Frees the state when the layer is freed (NULL: the state is not the layer's to free). */
+    void (*free_state)(void *state);
+} eg_layer_class;
+
+/* A new, unbuilt layer of layer_class (borrowed: it must outlive the layer) holding `state`
+ * (the layer owns it from now on: free_state is called when the layer is freed, and at once when
+ * this call fails, so a failed construction leaks nothing). name NULL: the class's prefix, made
+ * unique by the model. Caller owns the result (eg_layer_free, or hand it to a model). NULL with
+ * EG_ERR_NULL_ARGUMENT when layer_class, its type or its call is NULL, EG_ERR_INVALID_ARGUMENT for
+ * an impossible input count, or out of host memory. */
+eg_layer *eg_layer_new_custom(const eg_layer_class *layer_class, void *state, const char *name);
+/* The state given to eg_layer_new_custom (NULL for built-in layers). Borrowed. */
+void *eg_layer_state(const eg_layer *layer);
+/* Keras' add_weight: a new variable "<layer>/<name>" of `dtype` (f32 or f64) and shape, filled
+ * by `initializer` (NULL: zeros) from the default generator, appended to the layer's variables
+ * (at most 16) and owned by the layer. A non-trainable weight is a variable the model lists but
+ * fit never updates (like BatchNormalization's moving statistics). Returns it, borrowed: it lives
+ * as long as the layer, unless the layer is renamed by the model it joins (an unnamed layer
+ * built before it was added): read the weights in `call` from its `variables` argument or with
+ * eg_layer_variables. The layer computes in the dtype of its first weight. NULL with an error
+ * for a NULL layer or name, a built-in layer, a name already used by the layer, more than 16
+ * weights, or a bad shape, dtype or initializer. */
+eg_tensor *eg_layer_add_weight(eg_layer *layer, const char *name, int n_dims, const int64_t *shape,
+                               eg_dtype dtype, const eg_initializer *initializer, bool trainable);
+/* Runs a layer on n_inputs inputs (Add, Concatenate or a custom layer that takes several), as
+ * eg_layer_call does on one; builds it first from their shapes. NULL with an error when the
+ * count is not the layer's, or as eg_layer_call. */
+eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
+                               bool training);
+
+/* ---- merging layers (Keras' Add and Concatenate), for the functional API ---- */
+
+/* Add: the element-wise sum of 2 or more inputs of one shape (unknown sizes match any). No
+ * variables. name NULL: "add". Caller owns the result. */
+eg_layer *eg_add_layer_new(const char *name);
+/* Concatenate: 2 or more inputs joined along `axis` (negative counts from the end; Keras'
+ * default is -1); their other sizes must agree. No variables. name NULL: "concatenate". NULL with
+ * an error for an axis that is 0 (the batch) once the rank is known (at build). */
+eg_layer *eg_concatenate_new(int axis, const char *name);
+
 /* ======================================================================================
  * Models: a Sequential stack of layers
  * ====================================================================================== */
@@ -316,15 +422,30 @@ eg_model *eg_sequential_new(const char *name);
  * in this model (EG_ERR_STATE), a built model whose output does not fit the layer (EG_ERR_SHAPE),
  * out of host memory. */
 eg_status eg_sequential_add(eg_model *model, eg_layer *layer);
-/* Builds every layer for inputs of shape input_shape (-1 for unknown sizes, e.g. the batch), so
- * that variables exist and the summary knows every output shape. */
+/* Builds every layer for inputs of shape input_shape (-1 for unknown sizes), so that variables
+ * exist and the summary knows every output shape. The first of two or more dims is the batch:
+ * a model serves every batch size, so it is built (and summarized) as unknown, "None", whatever
+ * size is given. A functional model is built when made: the shape must fit its input. */
 eg_status eg_model_build(eg_model *model, int n_dims, const int64_t *input_shape);
 /* Runs the layers in order on x and returns the last one's output (new reference); builds the
  * model from x's shape (batch dim unknown) on the first call. The intermediates are released
  * (tapes keep what they need). `training` is passed to every layer. An empty model returns a
- * new reference to x's values (a view). NULL with an error on any failure. */
+ * new reference to x's values (a view). A functional model runs its graph; it must have one
+ * input and one output (else eg_model_call_multi). NULL with an error on any failure. */
 eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training);
-/* Number of layers; the i-th (borrowed, owned by the model), NULL when out of range. */
+/* The model on n_inputs tensors (borrowed; a functional model's inputs in the order given to
+ * eg_functional_model_new, each with its Input's dtype, rank and known sizes), writing its
+ * n_outputs outputs (new references) to outputs[]. A Sequential model has one of each. On
+ * failure every outputs[i] is NULL: EG_ERR_NULL_ARGUMENT, EG_ERR_INVALID_ARGUMENT for counts that
+ * are not the model's, EG_ERR_SHAPE / EG_ERR_DTYPE for an input that does not fit, or the error
+ * of the layer that failed. */
+eg_status eg_model_call_multi(eg_model *model, int n_inputs, const eg_tensor *const *inputs,
+                              bool training, int n_outputs, eg_tensor **outputs);
+/* How many inputs and outputs the model takes and gives (1 and 1 for a Sequential one). */
+int eg_model_n_inputs(const eg_model *model);
+int eg_model_n_outputs(const eg_model *model);
+/* Number of layers; the i-th (borrowed, owned by the model), NULL when out of range. A
+ * functional model's are in topological order, InputLayers included, each shared layer once. */
 int eg_model_n_layers(const eg_model *model);
 eg_layer *eg_model_layer(const eg_model *model, int index);
 /* The model's name ("sequential"); valid while it lives. */
@@ -380,6 +501,64 @@ eg_status eg_model_set_policy(eg_model *model, eg_policy policy);
 eg_policy eg_model_policy(const eg_model *model);
 /* Frees the model, its layers and their variables. NULL is ignored. */
 void eg_model_free(eg_model *model);
+
+/* ======================================================================================
+ * Models beyond a stack: Keras' functional API
+ *
+ *     eg_symbol *x = eg_input(3, (int64_t[]){28, 28, 1}, EG_DTYPE_F32, NULL);
+ *     eg_symbol *h = eg_layer_apply(eg_conv2d_new(16, 3, EG_PADDING_SAME, EG_ACTIVATION_RELU), x);
+ *     eg_symbol *y = eg_layer_apply(eg_conv2d_new(16, 3, EG_PADDING_SAME, EG_ACTIVATION_NONE), h);
+ *     eg_symbol *sum = eg_layer_apply_multi(eg_add_layer_new(NULL), 2, (const eg_symbol *[]){h,
+ * y});
+ *     ...
+ *     eg_model *model = eg_functional_model_new(1, &x, 1, &logits, "resnet");
+ *
+ * A symbol stands for a tensor the model will compute: its shape (the batch unknown) and the
+ * layer application that makes it. Applying a layer to symbols builds the layer for their shapes
+ * and records the application (Keras' node) on it; applying one layer object twice shares it
+ * (one set of weights, listed once, whose gradient sums both uses). eg_functional_model_new
+ * gathers every application between the outputs and the inputs into a graph run in topological
+ * order. The model is an eg_model like a Sequential one: the same call (eg_model_call with one
+ * input and output, eg_model_call_multi otherwise), variables, summary (with Keras' "Connected
+ * to" column), save/load weights, policies, and the training loop of eagle/fit.h in each of its
+ * execution modes.
+ *
+ * OWNERSHIP: a symbol belongs to the layer that made it (eg_input's to its InputLayer): it is
+ * valid while that layer lives and is never freed on its own. eg_functional_model_new takes every
+ * layer of the graph (InputLayers too): the model frees them. Layers applied but left out of
+ * every model stay the caller's (eg_layer_free; eg_symbol_layer gives an Input's layer). A
+ * layer belongs to at most one model.
+ * ====================================================================================== */
+
+typedef struct eg_symbol eg_symbol;
+
+/* Keras' Input: a symbol of shape (batch, shape...) with the batch unknown, for inputs of
+ * `dtype` (n_dims >= 0 sizes, each >= 1 or -1 for unknown). Made by a new InputLayer, named
+ * `name` (NULL: "input_layer", made unique by the model). NULL with an error for a bad shape or
+ * dtype, or out of host memory. */
+eg_symbol *eg_input(int n_dims, const int64_t *shape, eg_dtype dtype, const char *name);
+/* Applies `layer` to x: builds the layer for x's shape when it is unbuilt (a built layer must
+ * fit it) and returns the symbol of its output, owned by the layer. A NULL x returns NULL
+ * without a new error (chains check once at the end). On failure (NULL with an error: a shape
+ * the layer does not take, a layer of another model or with more inputs) a layer applied for the
+ * first time is freed, so that a chain eg_layer_apply(eg_dense_new(...), x) leaks nothing; a
+ * layer applied before is left alone. */
+eg_symbol *eg_layer_apply(eg_layer *layer, const eg_symbol *x);
+/* The same for a layer that takes n_inputs symbols (Add, Concatenate, a custom class). */
+eg_symbol *eg_layer_apply_multi(eg_layer *layer, int n_inputs, const eg_symbol *const *inputs);
+/* The symbol's shape (*n_dims sizes, -1 where unknown; the array is the symbol's), the layer
+ * that made it (borrowed). NULL / 0 for NULL. */
+const int64_t *eg_symbol_shape(const eg_symbol *symbol, int *n_dims);
+eg_layer *eg_symbol_layer(const eg_symbol *symbol);
+/* A functional model named `name` (NULL: "model") computing the outputs (n_outputs >= 1) from
+ * the inputs (n_inputs >= 1, each made by eg_input), built. Unnamed layers get Keras' unique
+ * names ("dense", "dense_1", ...; see eg_sequential_add). Takes ownership of every layer of the
+ * graph. NULL with an error (nothing is taken) for NULL arguments, an input that is not an
+ * eg_input symbol or is given twice, an output that needs an input not among `inputs`
+ * ("graph disconnected"), a layer of another model, two layers of one name, or out of host
+ * memory. */
+eg_model *eg_functional_model_new(int n_inputs, const eg_symbol *const *inputs, int n_outputs,
+                                  const eg_symbol *const *outputs, const char *name);
 
 /* ======================================================================================
  * Losses: Keras' formulas. Arguments are (y_true, y_pred) like Keras. The per-sample loss has
@@ -491,6 +670,16 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_sequential_add(...)        EG_CALLSITE_(eg_sequential_add(__VA_ARGS__))
 #define eg_model_build(...)           EG_CALLSITE_(eg_model_build(__VA_ARGS__))
 #define eg_model_call(...)            EG_CALLSITE_(eg_model_call(__VA_ARGS__))
+#define eg_model_call_multi(...)      EG_CALLSITE_(eg_model_call_multi(__VA_ARGS__))
+#define eg_layer_new_custom(...)      EG_CALLSITE_(eg_layer_new_custom(__VA_ARGS__))
+#define eg_layer_add_weight(...)      EG_CALLSITE_(eg_layer_add_weight(__VA_ARGS__))
+#define eg_layer_call_multi(...)      EG_CALLSITE_(eg_layer_call_multi(__VA_ARGS__))
+#define eg_add_layer_new(...)         EG_CALLSITE_(eg_add_layer_new(__VA_ARGS__))
+#define eg_concatenate_new(...)       EG_CALLSITE_(eg_concatenate_new(__VA_ARGS__))
+#define eg_input(...)                 EG_CALLSITE_(eg_input(__VA_ARGS__))
+#define eg_layer_apply(...)           EG_CALLSITE_(eg_layer_apply(__VA_ARGS__))
+#define eg_layer_apply_multi(...)     EG_CALLSITE_(eg_layer_apply_multi(__VA_ARGS__))
+#define eg_functional_model_new(...)  EG_CALLSITE_(eg_functional_model_new(__VA_ARGS__))
 #define eg_model_summary(...)         EG_CALLSITE_(eg_model_summary(__VA_ARGS__))
 #define eg_model_variables(...)       EG_CALLSITE_(eg_model_variables(__VA_ARGS__))
 #define eg_loss_sparse_categorical_crossentropy(...)                                               \

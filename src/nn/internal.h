@@ -21,10 +21,27 @@ typedef enum eg__layer_kind {
     EG__LAYER_BATCH_NORM,
     EG__LAYER_LAYER_NORM,
     EG__LAYER_DROPOUT,
+    EG__LAYER_CUSTOM, /* a user's eg_layer_class (custom_layers.c); Add and Concatenate too */
+    EG__LAYER_INPUT,  /* the functional API's InputLayer (functional.c) */
     EG__LAYER_KIND_COUNT
 } eg__layer_kind;
 
-#define EG__LAYER_MAX_VARIABLES 4
+/* Custom layers add weights freely; the built-in ones use at most 4. */
+#define EG__LAYER_MAX_VARIABLES 16
+/* The most inputs one call of a layer takes (a custom class's max_inputs). */
+#define EG__LAYER_MAX_INPUTS 16
+
+/* One application of a layer to symbols (Keras' Node): the symbol it outputs. Allocated one by
+ * one, so that the pointers handed out stay valid while the layer's node list grows. */
+struct eg_symbol {
+    eg_layer *layer; /* the layer applied; it owns this node */
+    int node_index;  /* in layer->nodes */
+    int n_inputs;
+    const struct eg_symbol **inputs; /* borrowed: other layers' nodes */
+    int n_dims;
+    int64_t shape[EG_MAX_DIMS]; /* -1: unknown (the batch) */
+    eg_dtype dtype;             /* InputLayer's: what the model checks its input against */
+};
 
 struct eg_layer {
     eg__layer_kind kind;
@@ -57,7 +74,27 @@ struct eg_layer {
     int norm_axis;
     /* DROPOUT */
     double rate;
+    /* CUSTOM: the class (borrowed), the user's state (owned: free_state at destruction) and the
+     * default name prefix (owned: the class's, or its type in snake_case) */
+    const eg_layer_class *layer_class;
+    void *state;
+    char *prefix;
+    /* Applications to symbols (functional API), owned */
+    struct eg_symbol **nodes;
+    int n_nodes, nodes_capacity;
 };
+
+/* How many inputs a call of the layer takes: [*min, *max] (1, 1 for the built-in kinds). */
+void eg__layer_arity(const eg_layer *layer, int *min_inputs, int *max_inputs);
+/* Builds the layer for n inputs (n == 1 for the built-in kinds: eg_layer_build). */
+eg_status eg__layer_build_multi(eg_layer *layer, int n_inputs, const eg_layer_shape *shapes);
+/* CUSTOM's build and output shape (custom_layers.c): layer->output_shape from the class. */
+eg_status eg__custom_layer_build(eg_layer *layer, int n_inputs, const eg_layer_shape *shapes);
+/* CUSTOM's call with the variables already cast for its policy. */
+eg_tensor *eg__custom_layer_call(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
+                                 const eg_tensor *const *variables, bool training);
+/* Frees the nodes of a layer (functional.c). */
+void eg__layer_free_nodes(eg_layer *layer);
 
 /* The dtype the layer computes in: its policy's, or its variables' under FLOAT32. */
 eg_dtype eg__layer_compute_dtype(const eg_layer *layer);
@@ -114,6 +151,44 @@ static inline void eg__temps_release(eg__temps *temps) {
     for (int i = temps->n; i-- > 0;) eg_release(temps->items[i]);
     temps->n = 0;
 }
+
+/* ---- models (model.c: Sequential; functional.c: the functional API) ---- */
+
+struct eg_model {
+    char *name;
+    bool functional;   /* built by eg_functional_model_new */
+    eg_layer **layers; /* owned; a functional model's in topological order, inputs first */
+    int n_layers, capacity;
+    bool built;
+    int input_n_dims;
+    int64_t input_shape[EG_MAX_DIMS];
+    eg_tensor **trainable; /* cache returned by eg_model_trainable_variables */
+    int trainable_capacity;
+    eg_tensor **all; /* cache returned by eg_model_variables */
+    int all_capacity;
+    eg_policy policy; /* eg_model_set_policy's, else the global policy when made */
+    bool policy_set;  /* layers added later get it */
+    /* What a layer above attached (the training loop's compiled configuration), and how it
+     * frees it: the model frees it without naming that layer. */
+    void *attachment;
+    void (*attachment_free)(void *attachment);
+    /* Functional: the nodes to run in order (borrowed from their layers), the model's inputs
+     * (InputLayer nodes) and outputs, and for each node how many later nodes (or outputs) read
+     * it, so that a call releases each intermediate after its last reader. */
+    const struct eg_symbol **nodes;
+    int n_nodes;
+    const struct eg_symbol **inputs, **outputs;
+    int n_inputs, n_outputs;
+    int *n_readers;
+    /* node i reads the nodes at input_positions[input_offsets[i] .. input_offsets[i + 1]) */
+    int *input_offsets, *input_positions;
+};
+
+/* A functional model's call (functional.c). */
+eg_status eg__functional_call(eg_model *model, int n_inputs, const eg_tensor *const *inputs,
+                              bool training, int n_outputs, eg_tensor **outputs);
+/* The index of node in the model's node order, -1 when it is not the model's. */
+int eg__model_node_position(const eg_model *model, const struct eg_symbol *node);
 
 /* ---- what layers above attach to a model (model.c) ---- */
 /* The attachment (NULL: none). */

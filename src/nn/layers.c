@@ -18,6 +18,7 @@ static const char *const layer_types[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_BATCH_NORM] = "BatchNormalization",
     [EG__LAYER_LAYER_NORM] = "LayerNormalization",
     [EG__LAYER_DROPOUT] = "Dropout",
+    [EG__LAYER_INPUT] = "InputLayer",
 };
 static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_DENSE] = "dense",
@@ -30,13 +31,22 @@ static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_BATCH_NORM] = "batch_normalization",
     [EG__LAYER_LAYER_NORM] = "layer_normalization",
     [EG__LAYER_DROPOUT] = "dropout",
+    [EG__LAYER_INPUT] = "input_layer",
 };
 
 const char *eg__layer_prefix(const eg_layer *layer) {
-    return layer_prefixes[layer->kind];
+    return layer->kind == EG__LAYER_CUSTOM ? layer->prefix : layer_prefixes[layer->kind];
 }
 const char *eg_layer_type(const eg_layer *layer) {
-    return layer ? layer_types[layer->kind] : "";
+    if (!layer) return "";
+    return layer->kind == EG__LAYER_CUSTOM ? layer->layer_class->type : layer_types[layer->kind];
+}
+
+void eg__layer_arity(const eg_layer *layer, int *min_inputs, int *max_inputs) {
+    *min_inputs = *max_inputs = 1;
+    if (layer->kind != EG__LAYER_CUSTOM || layer->layer_class->max_inputs == 0) return;
+    *min_inputs = layer->layer_class->min_inputs;
+    *max_inputs = layer->layer_class->max_inputs;
 }
 const char *eg_layer_name(const eg_layer *layer) {
     if (!layer) return "";
@@ -261,10 +271,39 @@ eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape
             if (n_dims) memcpy(layer->output_shape, input_shape, (size_t)n_dims * sizeof(int64_t));
         }
         break;
+    case EG__LAYER_CUSTOM: {
+        eg_layer_shape shape = {.n_dims = n_dims};
+        if (n_dims) memcpy(shape.dims, input_shape, (size_t)n_dims * sizeof(int64_t));
+        status = eg__layer_build_multi(layer, 1, &shape);
+        break;
+    }
+    case EG__LAYER_INPUT:
+        break;
     default:
         status = eg__conv_layer_build(layer, n_dims, input_shape);
         break;
     }
+    if (status == EG_OK) layer->built = true;
+    return status;
+}
+
+eg_status eg__layer_build_multi(eg_layer *layer, int n_inputs, const eg_layer_shape *shapes) {
+    int min_inputs, max_inputs;
+    eg__layer_arity(layer, &min_inputs, &max_inputs);
+    if (n_inputs < min_inputs || n_inputs > max_inputs)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "layer '%s' (%s) takes %d to %d inputs, got %d",
+                         eg_layer_name(layer), eg_layer_type(layer), min_inputs, max_inputs,
+                         n_inputs);
+    if (layer->kind != EG__LAYER_CUSTOM)
+        return eg_layer_build(layer, shapes[0].n_dims, shapes[0].dims);
+    for (int i = 0; i < n_inputs; i++)
+        if (shapes[i].n_dims < 0 || shapes[i].n_dims > EG_MAX_DIMS)
+            return eg__error(EG_ERR_SHAPE, "layer_build: invalid input shape (%d dims)",
+                             shapes[i].n_dims);
+    if (layer->built) return EG_OK;
+    if (!layer->name && !eg__layer_set_name(layer, eg__layer_prefix(layer)))
+        return eg_last_status();
+    eg_status status = eg__custom_layer_build(layer, n_inputs, shapes);
     if (status == EG_OK) layer->built = true;
     return status;
 }
@@ -319,13 +358,43 @@ static bool runs_in_full_precision(const eg_layer *layer) {
     return layer->kind == EG__LAYER_LAYER_NORM;
 }
 
-eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
+/* Builds a custom layer from its inputs' shapes (batch unknown) at its first call. */
+static eg_status build_for_inputs(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs) {
+    eg_layer_shape shapes[EG__LAYER_MAX_INPUTS];
+    for (int i = 0; i < n_inputs; i++) {
+        shapes[i].n_dims = inputs[i]->n_dims;
+        if (inputs[i]->n_dims)
+            memcpy(shapes[i].dims, inputs[i]->shape, (size_t)inputs[i]->n_dims * sizeof(int64_t));
+        if (inputs[i]->n_dims >= 2) shapes[i].dims[0] = -1;
+    }
+    return eg__layer_build_multi(layer, n_inputs, shapes);
+}
+
+eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
+                               bool training) {
     if (!layer) {
         if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
         return NULL;
     }
-    if (!eg__check_arg(x, "layer_call", 1)) return NULL;
-    if (layer->n_variables || layer->kind == EG__LAYER_DENSE || !layer->built) {
+    int min_inputs, max_inputs;
+    eg__layer_arity(layer, &min_inputs, &max_inputs);
+    if (n_inputs < min_inputs || n_inputs > max_inputs || (n_inputs && !inputs)) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "layer_call: '%s' (%s) takes %d to %d inputs, got %d",
+                  eg_layer_name(layer), eg_layer_type(layer), min_inputs, max_inputs, n_inputs);
+        return NULL;
+    }
+    for (int i = 0; i < n_inputs; i++)
+        if (!eg__check_arg(inputs[i], "layer_call", i + 1)) return NULL;
+    if (layer->kind == EG__LAYER_CUSTOM) {
+        if (!layer->built && build_for_inputs(layer, n_inputs, inputs) != EG_OK) return NULL;
+    } else if (n_inputs != 1 || layer->kind == EG__LAYER_INPUT) {
+        eg__error(EG_ERR_INVALID_ARGUMENT, "layer_call: '%s' (%s) cannot be called",
+                  eg_layer_name(layer), eg_layer_type(layer));
+        return NULL;
+    }
+    const eg_tensor *x = inputs[0];
+    if (layer->kind != EG__LAYER_CUSTOM &&
+        (layer->n_variables || layer->kind == EG__LAYER_DENSE || !layer->built)) {
         /* Build from x's shape with the batch dim unknown (when there is one). */
         int64_t shape[EG_MAX_DIMS];
         if (x->n_dims) memcpy(shape, x->shape, (size_t)x->n_dims * sizeof *shape);
@@ -341,10 +410,17 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
      * are: a layer without variables keeps their dtype, one with variables refuses another. */
     bool reads_f32 = layer->kind == EG__LAYER_DENSE && runs_in != layer->dtype &&
                      layer->dtype == EG_DTYPE_F32;
-    const eg_tensor *input = x;
-    if (layer->policy != EG_POLICY_FLOAT32 && eg_dtype_is_float(x->dtype) && x->dtype != runs_in &&
-        !(reads_f32 && x->dtype == EG_DTYPE_F32))
-        input = eg__temp(&temps, eg_cast(x, runs_in));
+    const eg_tensor *cast_inputs[EG__LAYER_MAX_INPUTS] = {0};
+    bool inputs_ok = true;
+    for (int i = 0; i < n_inputs; i++) {
+        const eg_tensor *in = inputs[i];
+        cast_inputs[i] = in;
+        if (layer->policy != EG_POLICY_FLOAT32 && eg_dtype_is_float(in->dtype) &&
+            in->dtype != runs_in && !(reads_f32 && in->dtype == EG_DTYPE_F32))
+            inputs_ok =
+                (cast_inputs[i] = eg__temp(&temps, eg_cast(in, runs_in))) != NULL && inputs_ok;
+    }
+    const eg_tensor *input = inputs_ok ? cast_inputs[0] : NULL;
     /* Under a mixed policy the f32 variables are cast at each call (Keras' AutoCastVariable):
      * the gradient flows back through the cast to the f32 master weights. Dense and batch
      * normalization keep theirs: their low-precision ops read f32 variables as they are. */
@@ -371,6 +447,9 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
         case EG__LAYER_ACTIVATION:
             y = eg_activation_apply(layer->activation, input);
             break;
+        case EG__LAYER_CUSTOM:
+            y = eg__custom_layer_call(layer, n_inputs, cast_inputs, variables, training);
+            break;
         default:
             y = eg__conv_layer_call(layer, input, variables, training);
             break;
@@ -383,6 +462,10 @@ eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
     }
     eg__temps_release(&temps);
     return y;
+}
+
+eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
+    return eg_layer_call_multi(layer, 1, &x, training);
 }
 
 eg_status eg__layer_rename_variables(eg_layer *layer) {
@@ -430,6 +513,10 @@ void eg_layer_set_trainable(eg_layer *layer, bool trainable) {
 
 void eg__layer_destroy(eg_layer *layer) {
     for (int i = 0; i < layer->n_variables; i++) eg_release(layer->variables[i]);
+    eg__layer_free_nodes(layer);
+    if (layer->layer_class && layer->layer_class->free_state)
+        layer->layer_class->free_state(layer->state);
+    free(layer->prefix);
     free(layer->name);
     free(layer);
 }

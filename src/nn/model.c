@@ -7,25 +7,6 @@
 #include "core/random.h"
 #include "nn/internal.h"
 
-struct eg_model {
-    char *name;
-    eg_layer **layers; /* owned */
-    int n_layers, capacity;
-    bool built;
-    int input_n_dims;
-    int64_t input_shape[EG_MAX_DIMS];
-    eg_tensor **trainable; /* cache returned by eg_model_trainable_variables */
-    int trainable_capacity;
-    eg_tensor **all; /* cache returned by eg_model_variables */
-    int all_capacity;
-    eg_policy policy; /* eg_model_set_policy's, else the global policy when made */
-    bool policy_set;  /* layers added later get it */
-    /* What a layer above attached (the training loop's compiled configuration), and how it
-     * frees it: the model frees it without naming that layer. */
-    void *attachment;
-    void (*attachment_free)(void *attachment);
-};
-
 void *eg__model_attachment(const eg_model *model) {
     return model ? model->attachment : NULL;
 }
@@ -108,8 +89,26 @@ eg_status eg_sequential_add(eg_model *model, eg_layer *layer) {
                          "sequential_add: layer '%s' already belongs to model '%s'",
                          eg_layer_name(layer), layer->owner->name);
     eg_status status = EG_OK;
+    int min_inputs, max_inputs;
+    eg__layer_arity(layer, &min_inputs, &max_inputs);
     if (!model) {
         status = eg__error(EG_ERR_NULL_ARGUMENT, "sequential_add: model is NULL");
+        goto fail;
+    }
+    if (model->functional) {
+        status = eg__error(EG_ERR_INVALID_ARGUMENT,
+                           "sequential_add: model '%s' is functional: its layers come from "
+                           "eg_functional_model_new",
+                           model->name);
+        goto fail;
+    }
+    if (min_inputs != 1 || layer->kind == EG__LAYER_INPUT || layer->n_nodes) {
+        status = eg__error(EG_ERR_INVALID_ARGUMENT,
+                           "sequential_add: layer '%s' (%s) %s; a Sequential model holds "
+                           "layers of one input",
+                           eg_layer_name(layer), eg_layer_type(layer),
+                           layer->n_nodes ? "was applied to symbols (functional API)"
+                                          : "takes several inputs or none");
         goto fail;
     }
     if (layer->name_fixed) {
@@ -166,6 +165,24 @@ eg_status eg_model_build(eg_model *model, int n_dims, const int64_t *input_shape
     if (!model) return eg__error(EG_ERR_NULL_ARGUMENT, "model_build: model is NULL");
     if (n_dims < 0 || n_dims > EG_MAX_DIMS || (n_dims > 0 && !input_shape))
         return eg__error(EG_ERR_SHAPE, "model_build: invalid input shape (%d dims)", n_dims);
+    /* the batch dim is unknown, as eg_model_call builds it: a model serves every batch size,
+     * and its summary says None there as Keras' does */
+    int64_t batchless[EG_MAX_DIMS];
+    if (n_dims) memcpy(batchless, input_shape, (size_t)n_dims * sizeof *batchless);
+    if (n_dims >= 2) batchless[0] = -1;
+    input_shape = batchless;
+    if (model->functional) {
+        bool fits = n_dims == model->input_n_dims && model->n_inputs == 1;
+        for (int d = 0; fits && d < n_dims; d++)
+            fits = model->input_shape[d] < 0 || model->input_shape[d] == input_shape[d];
+        if (fits) return EG_OK;
+        char wanted[160], got[160];
+        eg__shape_format(model->input_n_dims, model->input_shape, wanted, sizeof wanted);
+        eg__shape_format(n_dims, input_shape, got, sizeof got);
+        return eg__error(EG_ERR_SHAPE,
+                         "model_build: functional model '%s' is built for input %s%s, not %s",
+                         model->name, wanted, model->n_inputs > 1 ? " (and more inputs)" : "", got);
+    }
     /* A build that fails part way (out of memory at the third layer, say) is undone: the layers
      * it built lose their variables again and every generator goes back to where it was, so that
      * a retry draws the same initial weights as a build that succeeded the first time. */
@@ -209,6 +226,10 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
         return NULL;
     }
     if (!eg__check_arg(x, "model_call", 1)) return NULL;
+    if (model->functional) {
+        eg_tensor *y = NULL;
+        return eg__functional_call(model, 1, &x, training, 1, &y) == EG_OK ? y : NULL;
+    }
     if (!model->built) {
         int64_t shape[EG_MAX_DIMS];
         if (x->n_dims) memcpy(shape, x->shape, (size_t)x->n_dims * sizeof *shape);
@@ -224,6 +245,36 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
         if (!h) return NULL;
     }
     return h;
+}
+
+eg_status eg_model_call_multi(eg_model *model, int n_inputs, const eg_tensor *const *inputs,
+                              bool training, int n_outputs, eg_tensor **outputs) {
+    if (outputs)
+        for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+    if (!model || !outputs || (n_inputs > 0 && !inputs)) {
+        if (eg__error_pending()) return eg_last_status();
+        return eg__error(EG_ERR_NULL_ARGUMENT, "model_call_multi: %s is NULL",
+                         !model     ? "model"
+                         : !outputs ? "outputs"
+                                    : "inputs");
+    }
+    if (model->functional)
+        return eg__functional_call(model, n_inputs, inputs, training, n_outputs, outputs);
+    if (n_inputs != 1 || n_outputs != 1)
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "model_call_multi: Sequential model '%s' takes 1 input and gives 1 "
+                         "output, asked for %d and %d",
+                         model->name, n_inputs, n_outputs);
+    outputs[0] = eg_model_call(model, inputs[0], training);
+    return outputs[0] ? EG_OK : eg_last_status();
+}
+
+int eg_model_n_inputs(const eg_model *model) {
+    return !model ? 0 : model->functional ? model->n_inputs : 1;
+}
+
+int eg_model_n_outputs(const eg_model *model) {
+    return !model ? 0 : model->functional ? model->n_outputs : 1;
 }
 
 /* Fills *array (grown as needed) with the layers' variables, trainable ones only or all. */
@@ -274,108 +325,17 @@ int64_t eg_model_count_params(const eg_model *model) {
     return n;
 }
 
-/* ---- summary ---- */
-
-/* "50,890" */
-static char *format_count(int64_t n, char *buf, size_t size) {
-    char digits[32];
-    int len = snprintf(digits, sizeof digits, "%lld", (long long)(n < 0 ? -n : n));
-    size_t used = 0;
-    if (n < 0 && used + 1 < size) buf[used++] = '-';
-    for (int i = 0; i < len && used + 1 < size; i++) {
-        buf[used++] = digits[i];
-        int left = len - 1 - i;
-        if (left > 0 && left % 3 == 0 && used + 1 < size) buf[used++] = ',';
-    }
-    buf[used] = '\0';
-    return buf;
-}
-
-/* "(None, 64)" */
-static char *format_shape(const eg_layer *layer, char *buf, size_t size) {
-    if (!layer->built) {
-        snprintf(buf, size, "?");
-        return buf;
-    }
-    size_t used = (size_t)snprintf(buf, size, "(");
-    for (int d = 0; d < layer->output_n_dims && used < size; d++) {
-        int64_t v = layer->output_shape[d];
-        const char *sep = d ? ", " : "";
-        if (v < 0)
-            used += (size_t)snprintf(buf + used, size - used, "%sNone", sep);
-        else
-            used += (size_t)snprintf(buf + used, size - used, "%s%lld", sep, (long long)v);
-    }
-    if (used < size) snprintf(buf + used, size - used, layer->output_n_dims == 1 ? ",)" : ")");
-    return buf;
-}
-
-#define SUMMARY_WIDTH         65
-#define SUMMARY_COLUMN_SHAPE  29
-#define SUMMARY_COLUMN_PARAMS 55
-
-/* One row: three fields starting at columns 0, 29 and 55 (each at least one space apart). */
-static void print_row(FILE *out, const char *a, const char *b, const char *c) {
-    int col = fprintf(out, " %s", a);
-    do fputc(' ', out);
-    while (++col < SUMMARY_COLUMN_SHAPE);
-    col += fprintf(out, "%s", b);
-    do fputc(' ', out);
-    while (++col < SUMMARY_COLUMN_PARAMS);
-    fprintf(out, "%s\n", c);
-}
-
-static void print_line(FILE *out, char c) {
-    for (int i = 0; i < SUMMARY_WIDTH; i++) fputc(c, out);
-    fputc('\n', out);
-}
-
-eg_status eg_model_summary(const eg_model *model, FILE *out) {
-    if (!model || !out)
-        return eg__error(EG_ERR_NULL_ARGUMENT, "model_summary: %s is NULL",
-                         model ? "out" : "model");
-    int64_t total = 0, trainable = 0;
-    fprintf(out, "Model: \"%s\"\n", model->name);
-    /* Keras prints no policy; a mixed one changes what every layer computes in, so it is named,
-     * and a layer whose own policy differs says so after its type. */
-    if (model->policy != EG_POLICY_FLOAT32)
-        fprintf(out, "Policy: %s (variables f32, compute %s)\n", eg_policy_name(model->policy),
-                eg_dtype_name(eg_policy_compute_dtype(model->policy)));
-    print_line(out, '_');
-    print_row(out, "Layer (type)", "Output Shape", "Param #");
-    print_line(out, '=');
-    for (int i = 0; i < model->n_layers; i++) {
-        const eg_layer *layer = model->layers[i];
-        char name[192], shape[160], count[40];
-        if (layer->policy == model->policy)
-            snprintf(name, sizeof name, "%s (%s)", eg_layer_name(layer), eg_layer_type(layer));
-        else
-            snprintf(name, sizeof name, "%s (%s, %s)", eg_layer_name(layer), eg_layer_type(layer),
-                     eg_policy_name(layer->policy));
-        int64_t params = eg_layer_count_params(layer);
-        total += params;
-        for (int j = 0; j < layer->n_variables; j++)
-            if (eg_variable_trainable(layer->variables[j]))
-                trainable += layer->variables[j]->n_elems;
-        print_row(out, name, format_shape(layer, shape, sizeof shape),
-                  format_count(params, count, sizeof count));
-        if (i + 1 < model->n_layers) print_line(out, '_');
-    }
-    print_line(out, '=');
-    char count[40];
-    fprintf(out, "Total params: %s\n", format_count(total, count, sizeof count));
-    fprintf(out, "Trainable params: %s\n", format_count(trainable, count, sizeof count));
-    fprintf(out, "Non-trainable params: %s\n",
-            format_count(total - trainable, count, sizeof count));
-    print_line(out, '_');
-    return ferror(out) ? eg__error(EG_ERR_IO, "model_summary: write failed") : EG_OK;
-}
-
 void eg_model_free(eg_model *model) {
     if (!model) return;
     if (model->attachment && model->attachment_free) model->attachment_free(model->attachment);
     for (int i = 0; i < model->n_layers; i++) eg__layer_destroy(model->layers[i]);
     free(model->layers);
+    free(model->nodes);
+    free(model->inputs);
+    free(model->outputs);
+    free(model->n_readers);
+    free(model->input_offsets);
+    free(model->input_positions);
     free(model->trainable);
     free(model->all);
     free(model->name);

@@ -125,7 +125,7 @@ eg_model *mlp_build(const mlp_config *config) {
         if (eg_sequential_add(model, eg_dense_new(config->hidden[i], EG_ACTIVATION_RELU)) != EG_OK)
             goto fail;
     if (eg_sequential_add(model, eg_dense_new(10, EG_ACTIVATION_NONE)) != EG_OK) goto fail;
-    int64_t input_shape[2] = {1, 784};
+    int64_t input_shape[2] = {-1, 784};
     if (eg_model_build(model, 2, input_shape) != EG_OK) goto fail;
     return model;
 fail:
