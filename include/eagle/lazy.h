@@ -85,7 +85,10 @@ eg_status eg_function_set_memory_budget(eg_function *function, size_t bytes);
 
 typedef struct eg_function_stats {
     int n_traces;
-    /* Why the last trace happened: "first call" or e.g. "input 0: shape (32, 784) -> (16, 784)". */
+    /* Why the last trace happened: "first call", or what differs input by input from the traced
+     * signature nearest to the call (fewest differing dtypes, shapes and devices), e.g.
+     * "input 0: shape (32, 784) -> (16, 784)" or "input 1: dtype i32 -> i64 (nearest of 2
+     * traced signatures)". */
     char last_trace_reason[160];
     /* Non-empty once n_traces passes the limit, like TensorFlow's retracing warning. */
     char retrace_warning[256];
