@@ -21,6 +21,22 @@ static uint64_t tensor_id_new(void) {
     return thread_next_id++;
 }
 
+uint64_t eg__tensor_id_watermark(void) {
+    /* With the batch used up the next tensor takes a new one from the global counter, at or
+     * beyond where the counter stands now, and every earlier id of this thread lies below it. */
+    if (thread_next_id == thread_id_end)
+        return atomic_load_explicit(&next_tensor_id, memory_order_relaxed);
+    return thread_next_id;
+}
+
+char *eg__tensor_made_at(const eg_tensor *t, char *buf, size_t size) {
+    if (t->created_file)
+        snprintf(buf, size, "%s:%d", eg__file_base_name(t->created_file), t->created_line);
+    else
+        snprintf(buf, size, "an unknown place");
+    return buf;
+}
+
 int64_t eg__shape_n_elems(int n_dims, const int64_t *shape) {
     int64_t n = 1;
     for (int i = 0; i < n_dims; i++) {

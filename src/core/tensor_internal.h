@@ -200,6 +200,14 @@ static inline void eg__debug_track(eg_tensor *t) {
 }
 void eg__debug_untrack(eg_tensor *t);
 
+/* An id that no tensor this thread has made so far reached and every tensor it makes later
+ * will: whether this thread made a tensor before or after a moment (ids from different threads
+ * are not ordered). */
+uint64_t eg__tensor_id_watermark(void);
+/* "train.c:41" (or "an unknown place" when no public call was recorded): where t was made, i.e.
+ * the public call that made it, into buf; returns buf. */
+char *eg__tensor_made_at(const eg_tensor *t, char *buf, size_t size);
+
 /* The NULL-argument rule of the public API: true when t is usable; otherwise raises
  * EG_ERR_NULL_ARGUMENT unless an error is already pending. */
 bool eg__check_arg(const eg_tensor *t, const char *op, int index);
