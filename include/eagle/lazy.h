@@ -7,6 +7,9 @@
  * what the requested tensors do not need is never computed, chains of elementwise ops run as one
  * fused loop, and intermediates nobody else holds get memory only while they are needed.
  * A tensor whose value was fused away or freed is recomputed if it is read later.
+ * Values are eager's even when inputs change after an op was recorded: an assign, an optimizer
+ * update or a write through eg_tensor_data's pointer (fetched after the op was recorded) gives
+ * the pending ops that read the tensor a snapshot of its old value first.
  *
  * Graph mode (eg_function): a C function traced once per input signature into a graph whose
  * inputs are placeholders; planned once and replayed on later calls without per-op allocation.

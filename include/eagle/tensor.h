@@ -86,7 +86,12 @@ char *eg_tensor_shape_string(const eg_tensor *t, char *buf, size_t buf_size);
 
 /* ---- host data ---- */
 /* Pointer to the first element in host memory (follow eg_tensor_strides for views). Realizes a
- * lazy tensor. NULL with an error if t is NULL or not on the CPU. Valid while t lives. */
+ * lazy tensor. NULL with an error if t is NULL or not on the CPU. Valid while t lives. The
+ * memory may be written. Lazy mode keeps eager semantics for such writes: ops recorded on t
+ * before this call and still pending are given a snapshot of t first (one copy, only when there
+ * are such ops), so they compute with the value t had when they were called, while ops recorded
+ * later see what was written. A pointer kept from before recording such ops must be fetched again
+ * before writing through it (the snapshot is taken here, not at the write). */
 void *eg_tensor_data(const eg_tensor *t);
 /* Copies t's elements in row-major order into dst (n_elems * dtype size bytes needed). */
 eg_status eg_tensor_copy_to_host(const eg_tensor *t, void *dst, size_t dst_bytes);

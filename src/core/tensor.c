@@ -653,12 +653,20 @@ eg_tensor *eg_eye(int64_t n, eg_dtype dtype) {
 
 /* ---- host access ---- */
 
+_Atomic(eg__host_write_hook) eg__before_host_write;
+
 void *eg_tensor_data(const eg_tensor *t) {
     if (!eg__check_arg(t, "tensor_data", 0) || eg__realize(t) != EG_OK) return NULL;
     if (!eg__device_is_host(t->device)) {
         eg__error(EG_ERR_DEVICE, "tensor_data: tensor is on %s; copy it to the CPU first",
                   t->device->name);
         return NULL;
+    }
+    /* The pointer may be written: lazy ops already recorded on t must not see that. */
+    if (atomic_load_explicit(&t->lazy_consumers, memory_order_relaxed) > 0) {
+        eg__host_write_hook hook =
+            atomic_load_explicit(&eg__before_host_write, memory_order_acquire);
+        if (hook && hook((eg_tensor *)t) != EG_OK) return NULL;
     }
     return eg__data(t);
 }

@@ -155,6 +155,12 @@ static inline eg_status eg__realize(const eg_tensor *t) {
     return !t || t->storage ? EG_OK : eg__realize_deferred(t);
 }
 
+/* Set by lazy mode (which core cannot name) when it starts: called before eg_tensor_data hands
+ * out a writable pointer to a tensor that pending lazy ops read, so that they keep the value
+ * they were called with, as in eager mode. NULL until lazy mode is first used. */
+typedef eg_status (*eg__host_write_hook)(eg_tensor *t);
+extern _Atomic(eg__host_write_hook) eg__before_host_write;
+
 /* Pointer to element 0 of t (storage data + offset), typed. */
 
 static inline void *eg__data(const eg_tensor *t) {
