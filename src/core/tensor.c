@@ -72,9 +72,14 @@ bool eg__normalize_axis(int *axis, int n_dims) {
     return true;
 }
 
-bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
-    if (t) return true;
-    if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
+bool eg__check_arg_failed(const eg_tensor *t, const char *op, int index) {
+    if (t) {
+        char what[96];
+        snprintf(what, sizeof what, "%s (argument %d)", op, index);
+        eg__debug_released_error(t, what, false);
+    } else if (!eg__error_pending()) {
+        eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
+    }
     return false;
 }
 
@@ -149,6 +154,46 @@ static inline void block_free(void *memory) {
         return;
     }
     block_free_slow(memory);
+}
+
+/* Debug mode's quarantine: the blocks of the last QUARANTINE_MAX tensors it retired, never
+ * reused while here, so that a released tensor's header keeps saying so (a pointer to it cannot
+ * meet a new tensor). The oldest goes back to malloc when a new one arrives: the bound keeps a
+ * long run's memory in check (QUARANTINE_MAX blocks of 320 bytes: 20 MiB). */
+#define QUARANTINE_MAX 65536
+static pthread_mutex_t quarantine_mutex = PTHREAD_MUTEX_INITIALIZER;
+static tensor_block **quarantine_ring; /* reachable, so leak checkers do not report the blocks */
+static size_t quarantine_next, quarantine_count;
+
+static void quarantine(tensor_block *block) {
+    tensor_block *evicted = NULL;
+    pthread_mutex_lock(&quarantine_mutex);
+    if (!quarantine_ring) quarantine_ring = calloc(QUARANTINE_MAX, sizeof *quarantine_ring);
+    if (quarantine_ring) {
+        if (quarantine_count == QUARANTINE_MAX)
+            evicted = quarantine_ring[quarantine_next];
+        else
+            quarantine_count++;
+        quarantine_ring[quarantine_next] = block;
+        quarantine_next = (quarantine_next + 1) % QUARANTINE_MAX;
+    } else {
+        evicted = block; /* no memory for the ring: the block cannot be kept aside */
+    }
+    pthread_mutex_unlock(&quarantine_mutex);
+    if (evicted) {
+        EG_UNPOISON(evicted, sizeof *evicted);
+        free(evicted);
+    }
+}
+
+/* A storage block whose tensor debug mode retired goes to the quarantine, not back to use. */
+static inline void container_free(tensor_block *block) {
+    if (__builtin_expect(block->tensor.debug_released, 0)) {
+        EG_POISON(&block->storage, sizeof block->storage);
+        quarantine(block);
+    } else {
+        block_free(block);
+    }
 }
 
 /* The allocator of the device this thread used last: a device's allocator never changes once
@@ -382,6 +427,8 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
 }
 
 eg_status eg__realize_deferred(const eg_tensor *t) {
+    /* a retired tensor has no storage: every read of a value comes here */
+    if (__builtin_expect(t->debug_released, 0)) return eg__debug_released_error(t, NULL, false);
     EG_ASSERT(t->lazy, return EG_ERR_INTERNAL);
     return eg__attachment_ops_of(t->lazy)->realize(t);
 }
@@ -404,7 +451,7 @@ void eg__storage_unref(eg__storage *storage) {
     if (storage->allocation) eg__allocator_free(allocator_of(storage->device), storage->allocation);
     if (storage->release) storage->release(storage->release_context);
     if (storage->container)
-        block_free(storage->container);
+        container_free(storage->container);
     else
         free(storage); /* a storage made alone (eg__tensor_attach_storage, graph arenas) */
 }
@@ -413,22 +460,76 @@ void eg__ref(const eg_tensor *t) {
     if (t) atomic_fetch_add_explicit(&((eg_tensor *)t)->refcount, 1, memory_order_relaxed);
 }
 
-void eg__unref(const eg_tensor *ct) {
-    eg_tensor *t = (eg_tensor *)ct;
-    if (!t) return;
-    if (!drop_reference(&t->refcount)) return;
-    if (t->scope) eg__scope_forget(t);
+/* A second release of a tensor debug mode retired (its count is 0: the decrement found no
+ * reference to drop). Without debug mode the header may already be another tensor's: nothing
+ * can be said. */
+static __attribute__((noinline)) void released_again(eg_tensor *t) {
+    if (!t->debug_released) return;
+    atomic_store_explicit(&t->refcount, 0, memory_order_relaxed);
+    eg__debug_released_error(t, "release", true);
+}
+
+/* Debug mode's end of a tensor: its header is kept aside and poisoned instead of reused, so
+ * that a later use or release of it is an error naming where it was made and released. */
+static __attribute__((noinline)) void tensor_retire(eg_tensor *t, bool in_storage_block,
+                                                    eg__release_cause cause) {
+    if (t->debug_released) { /* referenced after its release (eg__ref), then released: kept */
+        atomic_store_explicit(&t->refcount, 0, memory_order_relaxed);
+        eg__debug_released_error(t, NULL, false);
+        return;
+    }
     eg__debug_untrack(t);
+    eg__callsite_get(&t->released_file, &t->released_line);
+    t->released_cause = (unsigned char)cause;
+    t->debug_released = true;
+    atomic_store_explicit(&t->refcount, 0, memory_order_relaxed);
+    eg__storage *storage = t->storage;
+    /* no storage and no lazy node: every op and every read takes its slow path and meets the
+     * mark (eg__realize_deferred, eg__check_arg, eg__execute) */
+    t->storage = NULL;
+    t->lazy = NULL;
+    t->variable = NULL;
+    /* A block that holds the storage too goes to the quarantine when the storage's last view
+     * does (container_free); that may be now. */
+    if (storage) eg__storage_unref(storage);
+    if (!in_storage_block) quarantine((tensor_block *)t);
+}
+
+static inline __attribute__((always_inline)) void unref(eg_tensor *t, eg__release_cause cause) {
+    if (!t) return;
+    /* drop_reference, with the check for a count already at 0 on its slow path only */
+    if (atomic_load_explicit(&t->refcount, memory_order_acquire) != 1) {
+        long before = atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel);
+        if (__builtin_expect(before <= 0, 0)) released_again(t);
+        if (before != 1) return;
+    }
+    if (t->scope) eg__scope_forget(t);
     if (t->variable) eg__attachment_ops_of(t->variable)->free(t->variable);
     if (t->lazy) eg__attachment_ops_of(t->lazy)->free(t->lazy);
     /* A tensor allocated with its storage lives in the storage's block: the block goes when
      * the last view of the storage does. */
     bool in_storage_block = t->storage && t->storage->container == (void *)t;
+    if (__builtin_expect(t->debug_tracked, 0)) {
+        tensor_retire(t, in_storage_block, cause);
+        return;
+    }
     if (t->storage) eg__storage_unref(t->storage);
     if (!in_storage_block) block_free(t);
 }
 
+void eg__unref(const eg_tensor *t) {
+    unref((eg_tensor *)t, EG__RELEASED_BY_LIBRARY);
+}
+
+void eg__unref_because(const eg_tensor *t, eg__release_cause cause) {
+    unref((eg_tensor *)t, cause);
+}
+
 eg_tensor *eg_retain(eg_tensor *t) {
+    if (t && __builtin_expect(t->debug_released, 0)) {
+        eg__debug_released_error(t, "retain", false);
+        return t; /* no reference: the header stays kept aside */
+    }
     eg__ref(t);
     return t;
 }
@@ -436,7 +537,7 @@ eg_tensor *eg_retain(eg_tensor *t) {
 void eg_release(eg_tensor *t) {
     if (!t) return;
     if (t->scope) eg__scope_forget(t);
-    eg__unref(t);
+    unref(t, EG__RELEASED_BY_USER);
 }
 
 /* ---- queries ---- */
