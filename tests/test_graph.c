@@ -51,7 +51,7 @@ static void test_retrace_exactly_when_the_signature_changes(void **state) {
         {EG_DTYPE_F32, a, 1, "first call"},
         {EG_DTYPE_F32, b, 2, "input 0: shape (4, 3) -> (5, 3)"},
         {EG_DTYPE_F32, a, 2, "input 0: shape (4, 3) -> (5, 3)"}, /* seen before: no trace */
-        {EG_DTYPE_F64, b, 3, "input 0: dtype f32 -> f64"},
+        {EG_DTYPE_F64, b, 3, "input 0: dtype f32 -> f64 (nearest of 2 traced signatures)"},
     };
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         eg_scope_begin();
@@ -67,6 +67,51 @@ static void test_retrace_exactly_when_the_signature_changes(void **state) {
     }
     assert_true(s.retrace_warning[0] != '\0'); /* 3 traces > limit 2 */
     assert_non_null(strstr(s.retrace_warning, "scaled_sum"));
+    eg_function_free(f);
+}
+
+/* x plus the labels cast to x's dtype: a step that reads two inputs of different dtypes. */
+static eg_status add_labels(const eg_tensor *const *in, eg_tensor **out, void *user) {
+    (void)user;
+    out[0] = eg_add(in[0], eg_cast(in[1], eg_tensor_dtype(in[0])));
+    return out[0] ? EG_OK : eg_last_status();
+}
+
+static void call_with_labels(eg_function *f, const int64_t *x_shape, eg_dtype labels_dtype) {
+    eg_scope_begin();
+    const eg_tensor *in[2] = {random_tensor(EG_DTYPE_F32, 2, x_shape, 3),
+                              eg_zeros(labels_dtype, 2, x_shape)};
+    eg_tensor *y = NULL;
+    assert_int_equal(eg_function_call(f, in, &y), EG_OK);
+    assert_non_null(y);
+    eg_scope_end();
+}
+
+/* The reason names what differs from the traced signature nearest to the call, not from the
+ * last one traced: after a smaller last batch, changing only the labels' dtype is a dtype change
+ * of input 1, not a shape change of input 0. */
+static void test_retrace_reason_compares_with_the_nearest_traced_signature(void **state) {
+    (void)state;
+    eg_function *f = eg_function_new("add_labels", add_labels, 2, 1, NULL);
+    int64_t full[2] = {4, 3}, last[2] = {2, 3};
+    call_with_labels(f, full, EG_DTYPE_I32);
+    call_with_labels(f, last, EG_DTYPE_I32);
+    eg_function_stats s;
+    assert_int_equal(eg_function_stats_get(f, &s), EG_OK);
+    assert_string_equal(s.last_trace_reason,
+                        "input 0: shape (4, 3) -> (2, 3); input 1: shape (4, 3) -> (2, 3)");
+    call_with_labels(f, full, EG_DTYPE_I64);
+    assert_int_equal(eg_function_stats_get(f, &s), EG_OK);
+    assert_int_equal(s.n_traces, 3);
+    assert_string_equal(s.last_trace_reason,
+                        "input 1: dtype i32 -> i64 (nearest of 2 traced signatures)");
+    /* With both a dtype and a shape changed against every trace, each difference is named. */
+    int64_t other[2] = {6, 3};
+    call_with_labels(f, other, EG_DTYPE_U8);
+    assert_int_equal(eg_function_stats_get(f, &s), EG_OK);
+    assert_non_null(strstr(s.last_trace_reason, "input 0: shape"));
+    assert_non_null(
+        strstr(s.last_trace_reason, "input 1: dtype i64 -> u8, shape (4, 3) -> (6, 3)"));
     eg_function_free(f);
 }
 
@@ -366,6 +411,8 @@ static void test_planner_on_random_graphs(void **state) {
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_retrace_exactly_when_the_signature_changes, setup),
+        cmocka_unit_test_setup(test_retrace_reason_compares_with_the_nearest_traced_signature,
+                               setup),
         cmocka_unit_test_setup(test_errors_point_at_the_traced_line, setup),
         cmocka_unit_test_setup(test_seed_model_step_in_three_modes, setup),
         cmocka_unit_test_setup(test_wide_model_step_in_three_modes, setup),

@@ -316,6 +316,38 @@ static void test_pending_readers_keep_a_variables_old_value(void **state) {
     eg_scope_end();
 }
 
+/* b = a * 2 recorded, then a written through eg_tensor_data: b is what eager mode gives (a's old
+ * value doubled), also through a fused chain and a view, while ops recorded after the write see
+ * the new value. */
+static void test_host_write_after_recording_keeps_eager_values(void **state) {
+    (void)state;
+    int64_t shape[2] = {3, 4};
+    eg_tensor *results[2][4];
+    for (int lazy = 0; lazy < 2; lazy++) {
+        eg_scope_begin();
+        eg_tensor *a = uniform_tensor(2, shape, 50);
+        eg_tensor *bias = uniform_tensor(2, shape, 51);
+        if (lazy) eg_lazy_begin();
+        eg_tensor *doubled = eg_mul_scalar(a, 2.0);
+        eg_tensor *chained = chain(a, bias);
+        eg_tensor *row = eg_add_scalar(eg_transpose(a, 0, 1), 1.0); /* through a view */
+        if (lazy) assert_false(eg_tensor_is_realized(doubled));
+        float *memory = eg_tensor_data(a);
+        assert_non_null(memory);
+        for (int i = 0; i < 12; i++) memory[i] = (float)(i + 1);
+        eg_tensor *after = eg_add(a, bias); /* recorded after the write: sees it */
+        if (lazy) assert_int_equal(eg_lazy_end(), EG_OK);
+        eg_tensor *four[4] = {doubled, chained, row, after};
+        for (int i = 0; i < 4; i++) results[lazy][i] = eg_scope_keep(four[i]);
+        eg_scope_end();
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_bitwise_equal(results[1][i], results[0][i]);
+        eg_release(results[0][i]);
+        eg_release(results[1][i]);
+    }
+}
+
 /* The two-layer step the next test runs; returns the hidden activations, fills grads. */
 static eg_tensor *mlp_grads(const eg_tensor *x, eg_tensor *const *vars, eg_tensor **grads) {
     eg_tape *tape = eg_tape_begin(false);
@@ -405,6 +437,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup(test_gradients_in_lazy_mode, setup),
         cmocka_unit_test_setup(test_pending_readers_keep_a_variables_old_value, setup),
         cmocka_unit_test_setup(test_lazy_training_step_does_not_copy_variables, setup),
+        cmocka_unit_test_setup(test_host_write_after_recording_keeps_eager_values, setup),
         cmocka_unit_test_setup(test_nothing_leaks, setup),
     };
     if (argc > 1) cmocka_set_test_filter(argv[1]);

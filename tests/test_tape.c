@@ -201,6 +201,90 @@ static void test_persistent(void **state) {
     eg_tape_free(tape);
 }
 
+/* TensorFlow's rule: a non-persistent tape is done after its one gradient and records nothing
+ * more (its records are gone; recording would only cost time and hold tensors). */
+static void test_non_persistent_tape_stops_after_its_gradient(void **state) {
+    (void)state;
+    eg_tensor *x = eg_scalar(EG_DTYPE_F64, 3.0);
+    eg_tape *tape = eg_tape_begin(false);
+    assert_int_equal(eg_tape_watch(tape, x), EG_OK);
+    eg_tensor *y = eg_mul(x, x);
+    assert_int_equal(eg_tape_n_records(tape), 1);
+    assert_true(eg_item(grad1(tape, y, x, EG_UNCONNECTED_NULL)) == 6.0);
+    eg_tensor *later = eg_sin(eg_mul(y, x));
+    assert_non_null(later);
+    assert_int_equal(eg_tape_n_records(tape), 0);
+    eg_tape_free(tape);
+    /* an outer tape goes on recording, and so the inner gradient's ops reach it */
+    eg_tape *outer = eg_tape_begin(true);
+    eg_tape_watch(outer, x);
+    eg_tape *inner = eg_tape_begin(false);
+    eg_tape_watch(inner, x);
+    eg_tensor *dy = grad1(inner, eg_mul(eg_mul(x, x), x), x, EG_UNCONNECTED_NULL); /* 3x^2 */
+    size_t outer_records = eg_tape_n_records(outer);
+    eg_tensor *z = eg_mul(dy, x);
+    assert_int_equal(eg_tape_n_records(inner), 0);
+    assert_int_equal(eg_tape_n_records(outer), outer_records + 1);
+    assert_true(eg_item(grad1(outer, z, x, EG_UNCONNECTED_NULL)) == 9 * 9.0); /* d 3x^3 */
+    eg_tape_free(inner);
+    eg_tape_free(outer);
+    /* a persistent tape keeps recording after a gradient */
+    tape = eg_tape_begin(true);
+    eg_tape_watch(tape, x);
+    y = eg_mul(x, x);
+    assert_non_null(grad1(tape, y, x, EG_UNCONNECTED_NULL));
+    assert_non_null(eg_sin(y));
+    assert_int_equal(eg_tape_n_records(tape), 2);
+    eg_tape_free(tape);
+}
+
+/* A target made before the tape began cannot be one it recorded: an error naming where it was
+ * made, not a silent "no gradient". One watched by the tape is fine. */
+static void test_target_from_before_the_tape_rejected(void **state) {
+    (void)state;
+    eg_tensor *x = eg_scalar(EG_DTYPE_F64, 3.0);
+    int made_line = __LINE__ + 1;
+    eg_tensor *early = eg_mul(x, x);
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    eg_tensor *g = (eg_tensor *)1;
+    const eg_tensor *source = x;
+    assert_int_equal(eg_tape_gradient(tape, early, 1, &source, &g, EG_UNCONNECTED_ZERO),
+                     EG_ERR_INVALID_ARGUMENT);
+    assert_null(g);
+    char made_at[64];
+    snprintf(made_at, sizeof made_at, "made at test_tape.c:%d", made_line);
+    expect_error_containing(EG_ERR_INVALID_ARGUMENT, "before the tape began", made_at, NULL);
+    /* the refused call did not use the tape up */
+    assert_true(eg_item(grad1(tape, eg_mul(x, x), x, EG_UNCONNECTED_NULL)) == 6.0);
+    eg_tape_free(tape);
+    /* watched, the early tensor is a valid target: d early / d early = 1 */
+    tape = eg_tape_begin(false);
+    eg_tape_watch(tape, early);
+    assert_true(eg_item(grad1(tape, early, early, EG_UNCONNECTED_NULL)) == 1.0);
+    eg_tape_free(tape);
+    /* made while the tape recorded, from nothing it tracks: no gradient, as before */
+    tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    assert_null(grad1(tape, eg_mul(early, early), x, EG_UNCONNECTED_NULL));
+    eg_tape_free(tape);
+}
+
+static void test_watching_an_integer_tensor_rejected(void **state) {
+    (void)state;
+    eg_tape *tape = eg_tape_begin(false);
+    int64_t n = 3;
+    eg_tensor *labels = eg_zeros(EG_DTYPE_I32, 1, &n), *mask = eg_zeros(EG_DTYPE_BOOL, 1, &n);
+    assert_int_equal(eg_tape_watch(tape, labels), EG_ERR_DTYPE);
+    expect_error_containing(EG_ERR_DTYPE, "tape_watch", "i32", NULL);
+    assert_int_equal(eg_tape_watch(tape, mask), EG_ERR_DTYPE);
+    expect_error_containing(EG_ERR_DTYPE, "bool", NULL);
+    /* nothing was watched: ops on them are not recorded */
+    assert_non_null(eg_add(labels, labels));
+    assert_int_equal(eg_tape_n_records(tape), 0);
+    eg_tape_free(tape);
+}
+
 static void test_nested_second_derivative(void **state) {
     (void)state;
     eg_tensor *x = eg_scalar(EG_DTYPE_F64, 1.5);
@@ -848,6 +932,12 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_several_sources, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_persistent, fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_non_persistent_tape_stops_after_its_gradient,
+                                        fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_target_from_before_the_tape_rejected,
+                                        fresh_scope_setup, strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_watching_an_integer_tensor_rejected, fresh_scope_setup,
+                                        strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_nested_second_derivative, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_no_grad, fresh_scope_setup, strict_scope_teardown),

@@ -23,17 +23,23 @@ typedef enum eg_unconnected {
 } eg_unconnected;
 
 /* Starts a tape recording on this thread. A persistent tape allows several eg_tape_gradient
- * calls; a non-persistent one allows one. Free with eg_tape_free. NULL only on out of memory. */
+ * calls; a non-persistent one allows one, and stops recording when it has computed it (as
+ * TensorFlow's does: its records are gone, nothing later could use what it recorded). Free with
+ * eg_tape_free. NULL only on out of memory. */
 eg_tape *eg_tape_begin(bool persistent);
 /* Stops recording (recorded ops are kept for eg_tape_gradient). Idempotent. */
 eg_status eg_tape_end(eg_tape *tape);
-/* Makes the tape track t (ops on t get recorded). t is retained until the tape is freed. */
+/* Makes the tape track t (ops on t get recorded). t is retained until the tape is freed. t must
+ * be a float tensor: watching an integer or bool one is EG_ERR_DTYPE (it has no gradient). */
 eg_status eg_tape_watch(eg_tape *tape, const eg_tensor *t);
 /* d(sum of target)/d(source_i) for n_sources sources, written as new references into grads.
- * target must be a float tensor recorded by (or watched on) this tape. May be called while the
- * tape still records (the backward ops are then not recorded on this tape, but are on any outer
- * tape, which is how higher-order gradients are taken). EG_ERR_STATE for a second call on a
- * non-persistent tape. */
+ * target must be a float tensor (EG_ERR_DTYPE otherwise) recorded by (or watched on) this tape:
+ * a target this thread computed before the tape began, and that the tape does not watch, is
+ * EG_ERR_INVALID_ARGUMENT naming where it was made (one computed while the tape recorded, from
+ * tensors the tape does not track, just has no gradient: see eg_unconnected). May be called
+ * while the tape still records (the backward ops are then not recorded on this tape, but are on
+ * any outer tape, which is how higher-order gradients are taken). EG_ERR_STATE for a second call
+ * on a non-persistent tape. A refused call does not use a non-persistent tape up. */
 eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
                            const eg_tensor *const *sources, eg_tensor **grads,
                            eg_unconnected unconnected);

@@ -7,6 +7,9 @@
  * what the requested tensors do not need is never computed, chains of elementwise ops run as one
  * fused loop, and intermediates nobody else holds get memory only while they are needed.
  * A tensor whose value was fused away or freed is recomputed if it is read later.
+ * Values are eager's even when inputs change after an op was recorded: an assign, an optimizer
+ * update or a write through eg_tensor_data's pointer (fetched after the op was recorded) gives
+ * the pending ops that read the tensor a snapshot of its old value first.
  *
  * Graph mode (eg_function): a C function traced once per input signature into a graph whose
  * inputs are placeholders; planned once and replayed on later calls without per-op allocation.
@@ -85,7 +88,10 @@ eg_status eg_function_set_memory_budget(eg_function *function, size_t bytes);
 
 typedef struct eg_function_stats {
     int n_traces;
-    /* Why the last trace happened: "first call" or e.g. "input 0: shape (32, 784) -> (16, 784)". */
+    /* Why the last trace happened: "first call", or what differs input by input from the traced
+     * signature nearest to the call (fewest differing dtypes, shapes and devices), e.g.
+     * "input 0: shape (32, 784) -> (16, 784)" or "input 1: dtype i32 -> i64 (nearest of 2
+     * traced signatures)". */
     char last_trace_reason[160];
     /* Non-empty once n_traces passes the limit, like TensorFlow's retracing warning. */
     char retrace_warning[256];

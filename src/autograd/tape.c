@@ -22,6 +22,9 @@ struct eg_tape {
     bool recording;
     bool paused; /* while computing its own gradient */
     bool used;
+    /* Tensors this thread makes while the tape exists have ids from here on: a target below it
+     * was computed before the tape began. */
+    uint64_t first_id;
     record *records;
     size_t n_records, capacity;
     eg__idmap tracked; /* ids of watched tensors and recorded outputs */
@@ -74,6 +77,7 @@ eg_tape *eg_tape_begin(bool persistent) {
     }
     tape->persistent = persistent;
     tape->recording = true;
+    tape->first_id = eg__tensor_id_watermark();
     tape->outer = eg__recording_tapes;
     eg__recording_tapes = tape;
     observe_if_active();
@@ -108,6 +112,13 @@ static bool is_tracked(eg_tape *tape, const eg_tensor *t) {
 eg_status eg_tape_watch(eg_tape *tape, const eg_tensor *t) {
     if (!tape) return eg__error(EG_ERR_NULL_ARGUMENT, "tape_watch: tape is NULL");
     if (!eg__check_arg(t, "tape_watch", 1)) return eg_last_status();
+    if (!eg_dtype_is_float(t->dtype)) {
+        char made_at[160];
+        return eg__error(EG_ERR_DTYPE,
+                         "tape_watch: a %s tensor (made at %s) has no gradient; watch float "
+                         "tensors only",
+                         eg_dtype_name(t->dtype), eg__tensor_made_at(t, made_at, sizeof made_at));
+    }
     if (eg__idmap_contains(&tape->tracked, t->id)) return EG_OK;
     if (tape->n_watched == tape->watched_capacity) {
         size_t capacity = tape->watched_capacity ? tape->watched_capacity * 2 : 16;
@@ -407,6 +418,13 @@ static eg_status tape_gradient(eg_tape *tape, const eg_tensor *target,
     if (tape->used && !tape->persistent)
         return eg__error(EG_ERR_STATE, "tape_gradient: a non-persistent tape can compute one "
                                        "gradient only; use eg_tape_begin(true) for several");
+    if (target->id < tape->first_id && !is_tracked(tape, target)) {
+        char made_at[160];
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "tape_gradient: the target (made at %s) was computed before the tape "
+                         "began and is not watched by it; compute it while the tape records",
+                         eg__tensor_made_at(target, made_at, sizeof made_at));
+    }
     tape->used = true;
     tape->paused = true;
     eg__scope_suspend();
@@ -439,7 +457,12 @@ static eg_status tape_gradient(eg_tape *tape, const eg_tensor *target,
     tape->paused = false;
     for (int i = 0; i < n_sources; i++)
         if (grads[i]) eg__scope_register(grads[i]);
-    if (!tape->persistent) release_records(tape);
+    /* A non-persistent tape is done with its one gradient: it stops recording, as TensorFlow's
+     * does, instead of recording ops nothing can differentiate any more. */
+    if (!tape->persistent) {
+        release_records(tape);
+        eg_tape_end(tape);
+    }
     return status;
 }
 

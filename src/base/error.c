@@ -61,8 +61,7 @@ void eg__callsite_get(const char **file, int *line) {
     *line = thread_error.callsite_line;
 }
 
-/* Only the base name of the file: build paths are noise in a message. */
-static const char *base_name(const char *path) {
+const char *eg__file_base_name(const char *path) {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
 }
@@ -79,6 +78,6 @@ eg_status eg__error(eg_status status, const char *fmt, ...) {
         (size_t)n < sizeof thread_error.message ? (size_t)n : sizeof thread_error.message - 1;
     if (thread_error.callsite_file)
         snprintf(thread_error.message + used, sizeof thread_error.message - used, " at %s:%d",
-                 base_name(thread_error.callsite_file), thread_error.callsite_line);
+                 eg__file_base_name(thread_error.callsite_file), thread_error.callsite_line);
     return status;
 }

@@ -25,6 +25,8 @@ void eg__error_restore(const eg__saved_error *saved);
 
 /* The call site last recorded by a public macro on this thread (file may be NULL). */
 void eg__callsite_get(const char **file, int *line);
+/* Only the part of path after its last '/': build paths are noise in a message. */
+const char *eg__file_base_name(const char *path);
 
 /* For broken internal invariants only — never for user input. Reports through the error state
  * (EG_ERR_INTERNAL) instead of aborting; `action` runs afterwards (usually a return). */

@@ -79,7 +79,7 @@ eg_status eg_scope_end(void) {
         eg_tensor *t = scope->items[i];
         if (!t) continue;
         t->scope = NULL;
-        eg__unref(t);
+        eg__unref_because(t, EG__RELEASED_BY_SCOPE);
     }
     free(scope->items);
     free(scope);
@@ -110,10 +110,20 @@ static void debug_report_at_exit(void) {
     }
 }
 
+/* Debug builds check every tensor unless EG_DEBUG_TENSORS=0 says otherwise (without the exit
+ * report, which only the variable asks for). */
+#ifdef EG_DEBUG_TENSORS_BY_DEFAULT
+#define DEBUG_TENSORS_DEFAULT true
+#else
+#define DEBUG_TENSORS_DEFAULT false
+#endif
+
 static void debug_read_environment(void) {
     if (eg__setting_on("EG_DEBUG_TENSORS")) {
         atomic_store(&debug_enabled, true);
         atexit(debug_report_at_exit);
+    } else if (!getenv("EG_DEBUG_TENSORS")) {
+        atomic_store(&debug_enabled, DEBUG_TENSORS_DEFAULT);
     }
     atomic_store(&eg__debug_maybe_on, atomic_load(&debug_enabled));
 }
@@ -136,15 +146,28 @@ void eg__debug_track_slow(eg_tensor *t) {
 }
 
 void eg__debug_untrack(eg_tensor *t) {
-    if (!t->debug_tracked) return;
     pthread_mutex_lock(&debug_mutex);
     if (t->debug_prev)
         t->debug_prev->debug_next = t->debug_next;
     else
         debug_head = t->debug_next;
     if (t->debug_next) t->debug_next->debug_prev = t->debug_prev;
-    t->debug_tracked = false;
     pthread_mutex_unlock(&debug_mutex);
+}
+
+eg_status eg__debug_released_error(const eg_tensor *t, const char *what, bool again) {
+    static const char *const by[] = {
+        [EG__RELEASED_BY_LIBRARY] = "inside the call",
+        [EG__RELEASED_BY_USER] = "by eg_release",
+        [EG__RELEASED_BY_SCOPE] = "by eg_scope_end",
+    };
+    char made_at[160];
+    const char *problem = again ? "tensor released twice" : "tensor used after release";
+    return eg__error(EG_ERR_STATE, "%s%s%s: made at %s, released %s at %s:%d", what ? what : "",
+                     what ? ": " : "", problem, eg__tensor_made_at(t, made_at, sizeof made_at),
+                     by[t->released_cause],
+                     t->released_file ? eg__file_base_name(t->released_file) : "?",
+                     t->released_line);
 }
 
 size_t eg_debug_live_tensors(FILE *out) {

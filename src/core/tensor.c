@@ -21,6 +21,22 @@ static uint64_t tensor_id_new(void) {
     return thread_next_id++;
 }
 
+uint64_t eg__tensor_id_watermark(void) {
+    /* With the batch used up the next tensor takes a new one from the global counter, at or
+     * beyond where the counter stands now, and every earlier id of this thread lies below it. */
+    if (thread_next_id == thread_id_end)
+        return atomic_load_explicit(&next_tensor_id, memory_order_relaxed);
+    return thread_next_id;
+}
+
+char *eg__tensor_made_at(const eg_tensor *t, char *buf, size_t size) {
+    if (t->created_file)
+        snprintf(buf, size, "%s:%d", eg__file_base_name(t->created_file), t->created_line);
+    else
+        snprintf(buf, size, "an unknown place");
+    return buf;
+}
+
 int64_t eg__shape_n_elems(int n_dims, const int64_t *shape) {
     int64_t n = 1;
     for (int i = 0; i < n_dims; i++) {
@@ -56,9 +72,14 @@ bool eg__normalize_axis(int *axis, int n_dims) {
     return true;
 }
 
-bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
-    if (t) return true;
-    if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
+bool eg__check_arg_failed(const eg_tensor *t, const char *op, int index) {
+    if (t) {
+        char what[96];
+        snprintf(what, sizeof what, "%s (argument %d)", op, index);
+        eg__debug_released_error(t, what, false);
+    } else if (!eg__error_pending()) {
+        eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
+    }
     return false;
 }
 
@@ -137,6 +158,46 @@ static inline void block_free(void *memory) {
         return;
     }
     block_free_slow(memory);
+}
+
+/* Debug mode's quarantine: the blocks of the last QUARANTINE_MAX tensors it retired, never
+ * reused while here, so that a released tensor's header keeps saying so (a pointer to it cannot
+ * meet a new tensor). The oldest goes back to malloc when a new one arrives: the bound keeps a
+ * long run's memory in check (QUARANTINE_MAX blocks of 320 bytes: 20 MiB). */
+#define QUARANTINE_MAX 65536
+static pthread_mutex_t quarantine_mutex = PTHREAD_MUTEX_INITIALIZER;
+static tensor_block **quarantine_ring; /* reachable, so leak checkers do not report the blocks */
+static size_t quarantine_next, quarantine_count;
+
+static void quarantine(tensor_block *block) {
+    tensor_block *evicted = NULL;
+    pthread_mutex_lock(&quarantine_mutex);
+    if (!quarantine_ring) quarantine_ring = calloc(QUARANTINE_MAX, sizeof *quarantine_ring);
+    if (quarantine_ring) {
+        if (quarantine_count == QUARANTINE_MAX)
+            evicted = quarantine_ring[quarantine_next];
+        else
+            quarantine_count++;
+        quarantine_ring[quarantine_next] = block;
+        quarantine_next = (quarantine_next + 1) % QUARANTINE_MAX;
+    } else {
+        evicted = block; /* no memory for the ring: the block cannot be kept aside */
+    }
+    pthread_mutex_unlock(&quarantine_mutex);
+    if (evicted) {
+        EG_UNPOISON(evicted, sizeof *evicted);
+        free(evicted);
+    }
+}
+
+/* A storage block whose tensor debug mode retired goes to the quarantine, not back to use. */
+static inline void container_free(tensor_block *block) {
+    if (__builtin_expect(block->tensor.debug_released, 0)) {
+        EG_POISON(&block->storage, sizeof block->storage);
+        quarantine(block);
+    } else {
+        block_free(block);
+    }
 }
 
 /* The allocator of the device this thread used last: a device's allocator never changes once
@@ -370,6 +431,8 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
 }
 
 eg_status eg__realize_deferred(const eg_tensor *t) {
+    /* a retired tensor has no storage: every read of a value comes here */
+    if (__builtin_expect(t->debug_released, 0)) return eg__debug_released_error(t, NULL, false);
     EG_ASSERT(t->lazy, return EG_ERR_INTERNAL);
     return eg__attachment_ops_of(t->lazy)->realize(t);
 }
@@ -392,7 +455,7 @@ void eg__storage_unref(eg__storage *storage) {
     if (storage->allocation) eg__allocator_free(allocator_of(storage->device), storage->allocation);
     if (storage->release) storage->release(storage->release_context);
     if (storage->container)
-        block_free(storage->container);
+        container_free(storage->container);
     else
         free(storage); /* a storage made alone (eg__tensor_attach_storage, graph arenas) */
 }
@@ -401,22 +464,76 @@ void eg__ref(const eg_tensor *t) {
     if (t) atomic_fetch_add_explicit(&((eg_tensor *)t)->refcount, 1, memory_order_relaxed);
 }
 
-void eg__unref(const eg_tensor *ct) {
-    eg_tensor *t = (eg_tensor *)ct;
-    if (!t) return;
-    if (!drop_reference(&t->refcount)) return;
-    if (t->scope) eg__scope_forget(t);
+/* A second release of a tensor debug mode retired (its count is 0: the decrement found no
+ * reference to drop). Without debug mode the header may already be another tensor's: nothing
+ * can be said. */
+static __attribute__((noinline)) void released_again(eg_tensor *t) {
+    if (!t->debug_released) return;
+    atomic_store_explicit(&t->refcount, 0, memory_order_relaxed);
+    eg__debug_released_error(t, "release", true);
+}
+
+/* Debug mode's end of a tensor: its header is kept aside and poisoned instead of reused, so
+ * that a later use or release of it is an error naming where it was made and released. */
+static __attribute__((noinline)) void tensor_retire(eg_tensor *t, bool in_storage_block,
+                                                    eg__release_cause cause) {
+    if (t->debug_released) { /* referenced after its release (eg__ref), then released: kept */
+        atomic_store_explicit(&t->refcount, 0, memory_order_relaxed);
+        eg__debug_released_error(t, NULL, false);
+        return;
+    }
     eg__debug_untrack(t);
+    eg__callsite_get(&t->released_file, &t->released_line);
+    t->released_cause = (unsigned char)cause;
+    t->debug_released = true;
+    atomic_store_explicit(&t->refcount, 0, memory_order_relaxed);
+    eg__storage *storage = t->storage;
+    /* no storage and no lazy node: every op and every read takes its slow path and meets the
+     * mark (eg__realize_deferred, eg__check_arg, eg__execute) */
+    t->storage = NULL;
+    t->lazy = NULL;
+    t->variable = NULL;
+    /* A block that holds the storage too goes to the quarantine when the storage's last view
+     * does (container_free); that may be now. */
+    if (storage) eg__storage_unref(storage);
+    if (!in_storage_block) quarantine((tensor_block *)t);
+}
+
+static inline __attribute__((always_inline)) void unref(eg_tensor *t, eg__release_cause cause) {
+    if (!t) return;
+    /* drop_reference, with the check for a count already at 0 on its slow path only */
+    if (atomic_load_explicit(&t->refcount, memory_order_acquire) != 1) {
+        long before = atomic_fetch_sub_explicit(&t->refcount, 1, memory_order_acq_rel);
+        if (__builtin_expect(before <= 0, 0)) released_again(t);
+        if (before != 1) return;
+    }
+    if (t->scope) eg__scope_forget(t);
     if (t->variable) eg__attachment_ops_of(t->variable)->free(t->variable);
     if (t->lazy) eg__attachment_ops_of(t->lazy)->free(t->lazy);
     /* A tensor allocated with its storage lives in the storage's block: the block goes when
      * the last view of the storage does. */
     bool in_storage_block = t->storage && t->storage->container == (void *)t;
+    if (__builtin_expect(t->debug_tracked, 0)) {
+        tensor_retire(t, in_storage_block, cause);
+        return;
+    }
     if (t->storage) eg__storage_unref(t->storage);
     if (!in_storage_block) block_free(t);
 }
 
+void eg__unref(const eg_tensor *t) {
+    unref((eg_tensor *)t, EG__RELEASED_BY_LIBRARY);
+}
+
+void eg__unref_because(const eg_tensor *t, eg__release_cause cause) {
+    unref((eg_tensor *)t, cause);
+}
+
 eg_tensor *eg_retain(eg_tensor *t) {
+    if (t && __builtin_expect(t->debug_released, 0)) {
+        eg__debug_released_error(t, "retain", false);
+        return t; /* no reference: the header stays kept aside */
+    }
     eg__ref(t);
     return t;
 }
@@ -424,7 +541,7 @@ eg_tensor *eg_retain(eg_tensor *t) {
 void eg_release(eg_tensor *t) {
     if (!t) return;
     if (t->scope) eg__scope_forget(t);
-    eg__unref(t);
+    unref(t, EG__RELEASED_BY_USER);
 }
 
 /* ---- queries ---- */
@@ -641,12 +758,20 @@ eg_tensor *eg_eye(int64_t n, eg_dtype dtype) {
 
 /* ---- host access ---- */
 
+_Atomic(eg__host_write_hook) eg__before_host_write;
+
 void *eg_tensor_data(const eg_tensor *t) {
     if (!eg__check_arg(t, "tensor_data", 0) || eg__realize(t) != EG_OK) return NULL;
     if (!eg__device_is_host(t->device)) {
         eg__error(EG_ERR_DEVICE, "tensor_data: tensor is on %s; copy it to the CPU first",
                   t->device->name);
         return NULL;
+    }
+    /* The pointer may be written: lazy ops already recorded on t must not see that. */
+    if (atomic_load_explicit(&t->lazy_consumers, memory_order_relaxed) > 0) {
+        eg__host_write_hook hook =
+            atomic_load_explicit(&eg__before_host_write, memory_order_acquire);
+        if (hook && hook((eg_tensor *)t) != EG_OK) return NULL;
     }
     return eg__data(t);
 }

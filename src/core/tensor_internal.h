@@ -86,8 +86,18 @@ struct eg_tensor {
     struct eg__variable_info *variable; /* NULL unless a variable */
     const char *created_file;
     int created_line;
-    bool debug_tracked;
-    struct eg_tensor *debug_prev, *debug_next;
+    bool debug_tracked;  /* made while debug tracking was on: listed while alive, retired after */
+    bool debug_released; /* debug mode: released, kept aside and poisoned (eg__tensor_retire) */
+    union {
+        struct { /* while tracked: the list of live tensors */
+            struct eg_tensor *debug_prev, *debug_next;
+        };
+        struct { /* once released: where (the public call then running) and how */
+            const char *released_file;
+            int released_line;
+            unsigned char released_cause; /* an eg__release_cause */
+        };
+    };
     /* Lazy and graph modes: how to compute this tensor while it has no storage (NULL once it
      * is realized, and always in eager mode). */
     struct eg__lazy_node *lazy;
@@ -143,6 +153,14 @@ eg_status eg__tensor_attach_storage(eg_tensor *t);
 void eg__tensor_detach_storage(eg_tensor *t);
 void eg__ref(const eg_tensor *t);
 void eg__unref(const eg_tensor *t);
+/* What dropped a tensor's last reference, for debug mode's messages. */
+typedef enum eg__release_cause {
+    EG__RELEASED_BY_LIBRARY, /* a reference the library held, inside some public call */
+    EG__RELEASED_BY_USER,    /* eg_release */
+    EG__RELEASED_BY_SCOPE,   /* eg_scope_end */
+} eg__release_cause;
+/* eg__unref telling debug mode who released t. */
+void eg__unref_because(const eg_tensor *t, eg__release_cause cause);
 /* References to a storage alone (an exported view such as a DLPack tensor keeps the memory alive
  * without a tensor); the last unref frees it like the last tensor would. */
 void eg__storage_ref(eg__storage *storage);
@@ -154,6 +172,12 @@ eg_status eg__realize_deferred(const eg_tensor *t);
 static inline eg_status eg__realize(const eg_tensor *t) {
     return !t || t->storage ? EG_OK : eg__realize_deferred(t);
 }
+
+/* Set by lazy mode (which core cannot name) when it starts: called before eg_tensor_data hands
+ * out a writable pointer to a tensor that pending lazy ops read, so that they keep the value
+ * they were called with, as in eager mode. NULL until lazy mode is first used. */
+typedef eg_status (*eg__host_write_hook)(eg_tensor *t);
+extern _Atomic(eg__host_write_hook) eg__before_host_write;
 
 /* Pointer to element 0 of t (storage data + offset), typed. */
 
@@ -195,18 +219,39 @@ void eg__scope_resume(void);
  * when they exit). */
 void eg__tensor_release_thread_cache(void);
 
-/* Debug tracking of live tensors. eg__debug_track is a no-op unless EG_DEBUG_TENSORS or
- * eg_debug_track_tensors turned tracking on; the inline check spares every tensor the call. */
+/* Debug tracking of live tensors. eg__debug_track is a no-op unless EG_DEBUG_TENSORS,
+ * eg_debug_track_tensors or a Debug build turned tracking on; the inline check spares every
+ * tensor the call. A tracked tensor is retired when released (eg__tensor_retire), which is what
+ * lets the checks below name a use after release. */
 extern atomic_bool eg__debug_maybe_on; /* false once tracking is known to be off */
 void eg__debug_track_slow(eg_tensor *t);
 static inline void eg__debug_track(eg_tensor *t) {
     if (atomic_load_explicit(&eg__debug_maybe_on, memory_order_relaxed)) eg__debug_track_slow(t);
 }
+/* Takes a tracked tensor out of the live list, once, when it is released (debug_tracked stays
+ * set: its header is debug mode's to retire). */
 void eg__debug_untrack(eg_tensor *t);
+/* Raises EG_ERR_STATE "<what>: tensor used after release: made at a.c:12, released by
+ * eg_release at a.c:20" for a retired t (debug_released set), or "... tensor released twice ..."
+ * when `again`; what may be NULL. Returns the status. */
+eg_status eg__debug_released_error(const eg_tensor *t, const char *what, bool again);
+
+/* An id that no tensor this thread has made so far reached and every tensor it makes later
+ * will: whether this thread made a tensor before or after a moment (ids from different threads
+ * are not ordered). */
+uint64_t eg__tensor_id_watermark(void);
+/* "train.c:41" (or "an unknown place" when no public call was recorded): where t was made, i.e.
+ * the public call that made it, into buf; returns buf. */
+char *eg__tensor_made_at(const eg_tensor *t, char *buf, size_t size);
 
 /* The NULL-argument rule of the public API: true when t is usable; otherwise raises
- * EG_ERR_NULL_ARGUMENT unless an error is already pending. */
-bool eg__check_arg(const eg_tensor *t, const char *op, int index);
+ * EG_ERR_NULL_ARGUMENT unless an error is already pending, or, for a tensor that debug mode
+ * retired, names the use after release. */
+bool eg__check_arg_failed(const eg_tensor *t, const char *op, int index);
+static inline bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
+    if (__builtin_expect(t && !t->debug_released, 1)) return true;
+    return eg__check_arg_failed(t, op, index);
+}
 
 /* Copies a contiguous buffer of dtype values into double / from double (for printing, item,
  * generic casts). */

@@ -259,34 +259,69 @@ eg_status eg_function_stats_get(const eg_function *f, eg_function_stats *out) {
 
 /* ---- tracing ---- */
 
-static void describe_signature_change(const eg_function *f, const trace *old,
-                                      const eg_tensor *const *inputs, char *out, size_t size) {
-    if (!old) {
+/* How many of (dtype, shape, device) differ between input x and its traced signature s; into
+ * out (when not NULL) the differences, e.g. "dtype i32 -> i64, shape (4,) -> (5,)". */
+static int signature_differences(const input_signature *s, const eg_tensor *x, char *out,
+                                 size_t size) {
+    int n = 0;
+    size_t used = 0;
+    char a[96], b[96];
+    const char *separator = "";
+    if (s->dtype != x->dtype) {
+        if (out)
+            used += (size_t)snprintf(out + used, size - used, "dtype %s -> %s",
+                                     eg_dtype_name(s->dtype), eg_dtype_name(x->dtype));
+        n++;
+        separator = ", ";
+    }
+    if (s->n_dims != x->n_dims || memcmp(s->shape, x->shape, sizeof(int64_t) * (size_t)s->n_dims)) {
+        if (out && used < size)
+            used += (size_t)snprintf(out + used, size - used, "%sshape %s -> %s", separator,
+                                     eg__shape_format(s->n_dims, s->shape, a, sizeof a),
+                                     eg__shape_format(x->n_dims, x->shape, b, sizeof b));
+        n++;
+        separator = ", ";
+    }
+    if (s->device != x->device) {
+        if (out && used < size)
+            snprintf(out + used, size - used, "%sdevice %s -> %s", separator, s->device->name,
+                     x->device->name);
+        n++;
+    }
+    return n;
+}
+
+/* Why a call needs a new trace: what differs, input by input, between it and the nearest traced
+ * signature (fewest differences; the newest among equals), not merely the last one traced. */
+static void describe_signature_change(const eg_function *f, const eg_tensor *const *inputs,
+                                      char *out, size_t size) {
+    if (f->n_traces == 0) {
         snprintf(out, size, "first call");
         return;
     }
-    for (int i = 0; i < f->n_inputs; i++) {
-        const input_signature *s = &old->signature[i];
-        const eg_tensor *x = inputs[i];
-        char a[96], b[96];
-        if (s->dtype != x->dtype) {
-            snprintf(out, size, "input %d: dtype %s -> %s", i, eg_dtype_name(s->dtype),
-                     eg_dtype_name(x->dtype));
-            return;
-        }
-        if (s->n_dims != x->n_dims ||
-            memcmp(s->shape, x->shape, sizeof(int64_t) * (size_t)s->n_dims)) {
-            snprintf(out, size, "input %d: shape %s -> %s", i,
-                     eg__shape_format(s->n_dims, s->shape, a, sizeof a),
-                     eg__shape_format(x->n_dims, x->shape, b, sizeof b));
-            return;
-        }
-        if (s->device != x->device) {
-            snprintf(out, size, "input %d: device %s -> %s", i, s->device->name, x->device->name);
-            return;
+    const trace *nearest = NULL;
+    int fewest = 0;
+    for (int t = f->n_traces; t-- > 0;) {
+        int n = 0;
+        for (int i = 0; i < f->n_inputs; i++)
+            n += signature_differences(&f->traces[t]->signature[i], inputs[i], NULL, 0);
+        if (!nearest || n < fewest) {
+            nearest = f->traces[t];
+            fewest = n;
         }
     }
-    snprintf(out, size, "unknown change");
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < f->n_inputs && used < size; i++) {
+        char what[256];
+        if (!signature_differences(&nearest->signature[i], inputs[i], what, sizeof what)) continue;
+        used +=
+            (size_t)snprintf(out + used, size - used, "%sinput %d: %s", used ? "; " : "", i, what);
+    }
+    if (used == 0)
+        snprintf(out, size, "unknown change");
+    else if (f->n_traces > 1 && used < size)
+        snprintf(out + used, size - used, " (nearest of %d traced signatures)", f->n_traces);
 }
 
 static bool signature_matches(const eg_function *f, const trace *t,
@@ -669,8 +704,7 @@ eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_te
         if (signature_matches(f, f->traces[i], inputs)) t = f->traces[i];
     if (!t) {
         char reason[160];
-        describe_signature_change(f, f->n_traces ? f->traces[f->n_traces - 1] : NULL, inputs,
-                                  reason, sizeof reason);
+        describe_signature_change(f, inputs, reason, sizeof reason);
         trace **traces = realloc(f->traces, sizeof *traces * (size_t)(f->n_traces + 1));
         if (!traces) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
         f->traces = traces;

@@ -23,7 +23,16 @@
 _Thread_local int eg__lazy_depth;
 static _Thread_local eg_lazy_stats thread_stats;
 
+/* A write through eg_tensor_data's pointer is a write in place like an assign: readers that are
+ * still pending get a snapshot. A traced graph instead reads the tensor live at every replay,
+ * so while tracing nothing is redirected. */
+static eg_status before_host_write(eg_tensor *t) {
+    return eg__graph_tracing() ? EG_OK : eg__lazy_before_write(t);
+}
+
 void eg_lazy_begin(void) {
+    /* before any op is recorded, hence before any tensor has a lazy reader */
+    atomic_store_explicit(&eg__before_host_write, before_host_write, memory_order_release);
     eg__lazy_depth++;
 }
 
