@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fashion_mnist_data.h"
+
 /* What one Linear layer is: its state, owned by the layer (freed by free_state). */
 typedef struct linear {
     int64_t units;
@@ -71,28 +73,11 @@ static eg_layer *linear_new(int64_t units, bool relu) {
     return eg_layer_new_custom(&linear_class, l, NULL); /* named "linear", "linear_1", ... */
 }
 
-/* (image f32 (28, 28) in [0, 1], label) batches of the first `limit` examples of a split. */
-static eg_dataset *batches(const char *dir, bool train, int64_t limit) {
-    eg_tensor *images, *labels; /* u8 (N, 28, 28) and u8 (N,) */
-    if (eg_mnist_load(dir, train, &images, &labels) != EG_OK) return NULL;
-    int64_t n = eg_tensor_dim(images, 0);
-    if (limit > 0 && limit < n) n = limit;
-    eg_scope_begin(); /* the intermediates below are released at its end */
-    eg_tensor *x = eg_mul_scalar(eg_cast(eg_slice(images, 0, 0, n, 1), EG_DTYPE_F32), 1.0 / 255);
-    eg_tensor *y = eg_slice(labels, 0, 0, n, 1);
-    eg_dataset *ds = x && y ? eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}) : NULL;
-    eg_scope_end();
-    eg_release(images);
-    eg_release(labels);
-    if (train) ds = eg_dataset_shuffle(ds, n, 42, true);
-    return eg_dataset_batch(ds, 32, false);
-}
-
 int main(int argc, char **argv) {
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL;
     int64_t limit = argc > 2 ? atoll(argv[2]) : 0;
-    eg_dataset *train = batches(dir, true, limit);
-    eg_dataset *test = batches(dir, false, limit > 0 ? limit / 4 : 0);
+    eg_dataset *train = fashion_mnist_batches(dir, true, limit, 32, false);
+    eg_dataset *test = fashion_mnist_batches(dir, false, limit > 0 ? limit / 4 : 0, 32, false);
     if (!train || !test) {
         fprintf(stderr, "%s\n", eg_last_error());
         return 1;
