@@ -1,12 +1,19 @@
-/* TensorFlow's eager training example, in C with Eagle: Dense(64, relu) -> Dense(10),
- * sparse categorical cross-entropy from logits, Adam, a gradient tape over batches of 32.
- * Build: see examples/CMakeLists.txt. Run: ./fashion_mnist [data directory] */
+/* TensorFlow's eager training example, a custom training loop in C with Eagle: Dense(64, relu)
+ * -> Dense(10), sparse categorical cross-entropy from logits, Adam, a gradient tape over batches
+ * of 32 (TensorFlow's GradientTape: record the forward pass, ask for the gradients of the loss,
+ * apply them).
+ * Build: see examples/CMakeLists.txt. Run: ./fashion_mnist [data directory] [examples]
+ * (data directory "" or none: the Debian package dataset-fashion-mnist's; examples: how many
+ * training images to use, default all 60,000). */
 #include <eagle.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 int main(int argc, char **argv) {
     eg_tensor *images, *labels; /* u8 (60000, 28, 28) and u8 (60000,) */
-    if (eg_mnist_load(argc > 1 ? argv[1] : NULL, true, &images, &labels) != EG_OK) {
+    const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL;
+    int64_t limit = argc > 2 ? atoll(argv[2]) : 0;
+    if (eg_mnist_load(dir, true, &images, &labels) != EG_OK) {
         fprintf(stderr, "%s\n", eg_last_error());
         return 1;
     }
@@ -18,7 +25,10 @@ int main(int argc, char **argv) {
     eg_adam_options adam_options = eg_adam_options_default();
     eg_optimizer *adam = eg_adam_new(&adam_options);
 
-    const int64_t batch = 32, n = eg_tensor_dim(images, 0);
+    const int64_t batch = 32;
+    int64_t n = eg_tensor_dim(images, 0);
+    if (limit > 0 && limit < n) n = limit;
+    double last_loss = 0;
     for (int64_t start = 0; start + batch <= n; start += batch) {
         eg_scope_begin(); /* everything made in this step is released at its end */
         eg_tensor *x = eg_mul_scalar(
@@ -37,13 +47,17 @@ int main(int argc, char **argv) {
         eg_tape_free(tape);
         eg_optimizer_apply_gradients(adam, n_vars, grads, vars);
 
+        last_loss = eg_item(loss);
         if (start / batch % 200 == 0)
-            printf("step %5lld  loss %.4f\n", (long long)(start / batch), eg_item(loss));
+            printf("step %5lld  loss %.4f\n", (long long)(start / batch), last_loss);
         eg_scope_end();
         if (eg_last_status() != EG_OK) break; /* one check covers the whole step */
     }
     int status = eg_last_status() == EG_OK ? 0 : 1;
-    if (status) fprintf(stderr, "error: %s\n", eg_last_error());
+    if (status)
+        fprintf(stderr, "error: %s\n", eg_last_error());
+    else
+        printf("%lld steps; last loss %.4f\n", (long long)(n / batch), last_loss);
     eg_optimizer_free(adam);
     eg_model_free(model);
     eg_release(images);

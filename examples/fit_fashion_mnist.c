@@ -7,28 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* (image f32 in [0, 1], label) batches of the first `limit` examples of a split, shuffled. */
-static eg_dataset *batches(const char *dir, bool train, int64_t limit) {
-    eg_tensor *images, *labels; /* u8 (N, 28, 28) and u8 (N,) */
-    if (eg_mnist_load(dir, train, &images, &labels) != EG_OK) return NULL;
-    int64_t n = eg_tensor_dim(images, 0);
-    if (limit > 0 && limit < n) n = limit;
-    eg_tensor *x = eg_mul_scalar(eg_cast(eg_slice(images, 0, 0, n, 1), EG_DTYPE_F32), 1.0 / 255);
-    eg_tensor *y = eg_slice(labels, 0, 0, n, 1);
-    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y});
-    eg_release(x);
-    eg_release(y);
-    eg_release(images);
-    eg_release(labels);
-    if (train) ds = eg_dataset_shuffle(ds, n, 42, true);
-    return eg_dataset_batch(ds, 32, false);
-}
+#include "fashion_mnist_data.h"
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "": the Debian package's */
     int64_t limit = argc > 2 ? atoll(argv[2]) : 0;
-    eg_dataset *train = batches(dir, true, limit);
-    eg_dataset *test = batches(dir, false, limit > 0 ? limit / 6 : 0);
+    eg_dataset *train = fashion_mnist_batches(dir, true, limit, 32, false);
+    eg_dataset *test = fashion_mnist_batches(dir, false, limit > 0 ? limit / 6 : 0, 32, false);
     if (!train || !test) {
         fprintf(stderr, "%s\n", eg_last_error());
         return 1;

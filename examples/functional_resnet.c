@@ -8,25 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* (image f32 (28, 28, 1) in [0, 1], label) batches of the first `limit` examples of a split. */
-static eg_dataset *batches(const char *dir, bool train, int64_t limit) {
-    eg_tensor *images, *labels; /* u8 (N, 28, 28) and u8 (N,) */
-    if (eg_mnist_load(dir, train, &images, &labels) != EG_OK) return NULL;
-    int64_t n = eg_tensor_dim(images, 0);
-    if (limit > 0 && limit < n) n = limit;
-    eg_tensor *pixels =
-        eg_mul_scalar(eg_cast(eg_slice(images, 0, 0, n, 1), EG_DTYPE_F32), 1.0 / 255);
-    eg_tensor *x = eg_reshape(pixels, 4, (int64_t[]){n, 28, 28, 1});
-    eg_tensor *y = eg_slice(labels, 0, 0, n, 1);
-    eg_dataset *ds = x && y ? eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}) : NULL;
-    eg_release(pixels);
-    eg_release(x);
-    eg_release(y);
-    eg_release(images);
-    eg_release(labels);
-    if (train) ds = eg_dataset_shuffle(ds, n, 42, true);
-    return eg_dataset_batch(ds, 32, false);
-}
+#include "fashion_mnist_data.h"
 
 static eg_symbol *conv(eg_symbol *x, int64_t filters, eg_activation activation) {
     return eg_layer_apply(eg_conv2d_new(filters, 3, EG_PADDING_SAME, activation), x);
@@ -62,8 +44,8 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "": the Debian package's */
     int64_t limit = argc > 2 ? atoll(argv[2]) : 0;
     int epochs = argc > 3 ? atoi(argv[3]) : 3;
-    eg_dataset *train = batches(dir, true, limit);
-    eg_dataset *test = batches(dir, false, limit > 0 ? limit / 6 : 0);
+    eg_dataset *train = fashion_mnist_batches(dir, true, limit, 32, true);
+    eg_dataset *test = fashion_mnist_batches(dir, false, limit > 0 ? limit / 6 : 0, 32, true);
     if (!train || !test) {
         fprintf(stderr, "%s\n", eg_last_error());
         return 1;
