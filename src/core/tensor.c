@@ -58,7 +58,7 @@ bool eg__normalize_axis(int *axis, int n_dims) {
 
 bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
     if (t) return true;
-    if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
+    eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
     return false;
 }
 

@@ -321,7 +321,7 @@ static bool runs_in_full_precision(const eg_layer *layer) {
 
 eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
     if (!layer) {
-        if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
+        eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
         return NULL;
     }
     if (!eg__check_arg(x, "layer_call", 1)) return NULL;
