@@ -2,7 +2,9 @@
  * reports its own error even when an earlier one was never cleared; a NULL handed on along a
  * chain keeps the first cause; inside one call (and the callbacks it runs) the first error wins;
  * a stale error never makes a later valid call fail. Also the call sites of the functions whose
- * macros were missing. */
+ * macros were missing, and the memory limit: eg_memory_set_limit below what is held, and
+ * EG_MEMORY_LIMIT values that are not sizes (tests/CMakeLists.txt runs the environment cases in
+ * processes of their own). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -15,7 +17,10 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/settings.h"
 #include "eagle.h"
+
+#define MIB ((size_t)1 << 20)
 
 static int case_setup(void **state) {
     (void)state;
@@ -312,10 +317,131 @@ static void test_call_sites_of_newly_wrapped_functions(void **state) {
     eg_release(t);
 }
 
+/* ---- the memory limit --------------------------------------------------------------------- */
+
+static eg_memory_stats stats_now(void) {
+    eg_memory_stats stats;
+    assert_int_equal(eg_memory_stats_get(NULL, &stats), EG_OK);
+    return stats;
+}
+
+static void test_limit_below_what_is_held(void **state) {
+    (void)state;
+    if (getenv("EG_MEMORY_LIMIT")) skip(); /* the environment cases below run this binary */
+    const size_t previous = 1024 * MIB;
+    assert_int_equal(eg_memory_set_limit(NULL, previous), EG_OK);
+    int64_t n = (int64_t)(8 * MIB / sizeof(float));
+    eg_tensor *held = eg_ones(EG_DTYPE_F32, 1, &n);
+    eg_tensor *freed = eg_ones(EG_DTYPE_F32, 1, &n);
+    assert_non_null(held);
+    assert_non_null(freed);
+    eg_release(freed); /* cached, not in use */
+    eg_memory_stats before = stats_now();
+    assert_true(before.bytes_cached >= 8 * MIB);
+    assert_true(before.bytes_in_use >= 8 * MIB);
+    /* far below the tensor still held: refused, with the numbers; the cache was trimmed */
+    int line = __LINE__ + 1;
+    assert_int_equal(eg_memory_set_limit(NULL, MIB), EG_ERR_INVALID_ARGUMENT);
+    const char *message = eg_last_error();
+    assert_non_null(strstr(message, "limit of 1.00 MiB"));
+    assert_non_null(strstr(message, "in use"));
+    assert_non_null(strstr(message, "the limit stays 1.00 GiB"));
+    check_error(EG_ERR_INVALID_ARGUMENT, "memory_set_limit", line);
+    eg_memory_stats after = stats_now();
+    assert_int_equal(after.limit, previous);
+    assert_true(after.bytes_reserved < before.bytes_reserved);
+    assert_true(after.bytes_reserved >= after.bytes_in_use);
+    /* at what is still reserved it holds, and requests past it fail */
+    assert_int_equal(eg_memory_set_limit(NULL, after.bytes_reserved), EG_OK);
+    line = __LINE__ + 1;
+    assert_null(eg_ones(EG_DTYPE_F32, 1, &n));
+    check_error(EG_ERR_OUT_OF_MEMORY, "limit", line);
+    eg_release(held);
+    assert_int_equal(eg_memory_set_limit(NULL, 0), EG_OK);
+    assert_int_equal(stats_now().limit, 0);
+}
+
+static void test_size_settings_parse_strictly(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } good[] = {{"0", 0},
+                {"1048576", 1048576},
+                {"512M", 512 * MIB},
+                {"512m", 512 * MIB},
+                {"2G", (uint64_t)2 << 30},
+                {"1.5K", 1536},
+                {"9k", 9216},
+                {"0.5M", MIB / 2}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t bytes = 7;
+        assert_true(eg__parse_bytes(good[i].text, &bytes));
+        assert_int_equal(bytes, good[i].bytes);
+    }
+    static const char *const bad[] = {"",
+                                      "abc",
+                                      "-1",
+                                      "+5",
+                                      " 5",
+                                      "5 ",
+                                      "512MB",
+                                      "1e9",
+                                      "0x10",
+                                      "inf",
+                                      "nan",
+                                      "1.",
+                                      ".5",
+                                      "5KK",
+                                      "1T",
+                                      "99999999999999999999",
+                                      "17179869184G",
+                                      NULL};
+    for (int i = 0; bad[i]; i++) {
+        uint64_t bytes = 7;
+        if (eg__parse_bytes(bad[i], &bytes)) {
+            print_error("'%s' parsed as %llu\n", bad[i], (unsigned long long)bytes);
+            fail();
+        }
+        assert_int_equal(bytes, 7);
+    }
+    assert_false(eg__parse_bytes(NULL, &(uint64_t){0}));
+}
+
+/* Run with EG_MEMORY_LIMIT set (tests/CMakeLists.txt); EG_TEST_MEMORY_LIMIT_BYTES is the limit
+ * expected, or "invalid" when the value must be refused. */
+static void test_limit_from_the_environment(void **state) {
+    (void)state;
+    const char *value = getenv("EG_MEMORY_LIMIT"), *expected = getenv("EG_TEST_MEMORY_LIMIT_BYTES");
+    if (!value || !expected) skip();
+    if (strcmp(expected, "invalid") != 0) {
+        assert_int_equal(stats_now().limit, strtoull(expected, NULL, 10));
+        return;
+    }
+    char quoted[128];
+    snprintf(quoted, sizeof quoted, "EG_MEMORY_LIMIT='%s' is not a size", value);
+    for (int attempt = 0; attempt < 2; attempt++) { /* refused at every use, not once */
+        int line = __LINE__ + 1;
+        assert_null(eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){4}));
+        check_error(EG_ERR_INVALID_ARGUMENT, quoted, line);
+    }
+    eg_memory_stats stats;
+    int line = __LINE__ + 1;
+    assert_int_equal(eg_memory_stats_get(NULL, &stats), EG_ERR_INVALID_ARGUMENT);
+    check_error(EG_ERR_INVALID_ARGUMENT, quoted, line);
+    /* fixed in the environment: the next use reads it again and works */
+    assert_int_equal(unsetenv("EG_MEMORY_LIMIT"), 0);
+    eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){4});
+    assert_non_null(t);
+    eg_release(t);
+    assert_int_equal(stats_now().limit, 0);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
 #define CASE_(name) cmocka_unit_test_setup_teardown(name, case_setup, case_teardown)
+        CASE_(test_limit_from_the_environment), /* first: before anything allocates */
         CASE_(test_valid_call_reports_its_own_error),
         CASE_(test_chain_keeps_the_first_cause),
         CASE_(test_callback_error_becomes_the_calls),
@@ -324,6 +450,8 @@ int main(int argc, char **argv) {
         CASE_(test_callback_error_survives_its_later_calls),
         CASE_(test_calls_without_the_macros),
         CASE_(test_call_sites_of_newly_wrapped_functions),
+        CASE_(test_limit_below_what_is_held),
+        CASE_(test_size_settings_parse_strictly),
 #undef CASE_
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
