@@ -67,6 +67,9 @@ const char *eg_memory_allocator_name(const eg_device *device);
 eg_status eg_memory_format_stats(const eg_device *device, char *buf, size_t buf_size);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_memory_allocator_name(...) EG_CALLSITE_(eg_memory_allocator_name(__VA_ARGS__))
+#define eg_memory_reset_peak(...)     EG_CALLSITE_(eg_memory_reset_peak(__VA_ARGS__))
+
 #define eg_memory_stats_get(...) EG_CALLSITE_(eg_memory_stats_get(__VA_ARGS__))
 #define eg_memory_reserve(...) EG_CALLSITE_(eg_memory_reserve(__VA_ARGS__))
 #define eg_memory_trim(...) EG_CALLSITE_(eg_memory_trim(__VA_ARGS__))
