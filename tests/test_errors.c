@@ -19,24 +19,9 @@
 #include "base/error.h"
 #include "base/settings.h"
 #include "eagle.h"
+#include "test_util.h"
 
 #define MIB ((size_t)1 << 20)
-
-static int case_setup(void **state) {
-    (void)state;
-    while (eg_scope_depth() > 0) eg_scope_end();
-    eg_clear_error();
-    return 0;
-}
-
-static int case_teardown(void **state) {
-    (void)state;
-    if (eg_last_status() != EG_OK) {
-        print_error("unexpected pending error: %s\n", eg_last_error());
-        return -1;
-    }
-    return eg_scope_depth() == 0 ? 0 : -1;
-}
 
 /* "test_errors.c:<line>" */
 static const char *here(char *buf, size_t size, int line) {
@@ -440,7 +425,7 @@ static void test_limit_from_the_environment(void **state) {
 int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-#define CASE_(name) cmocka_unit_test_setup_teardown(name, case_setup, case_teardown)
+#define CASE_(name) cmocka_unit_test_setup_teardown(name, fresh_scope_setup, strict_scope_teardown)
         CASE_(test_limit_from_the_environment), /* first: before anything allocates */
         CASE_(test_valid_call_reports_its_own_error),
         CASE_(test_chain_keeps_the_first_cause),
