@@ -540,17 +540,23 @@ static void test_limit_out_of_memory(void **state) {
     alloc_ok(f, 64 * KIB, &h64k);
     assert_int_equal(stats_of(f).bytes_reserved, 62 * MIB + 64 * KIB);
 
-    /* Lowering the limit below what is reserved trims what it can; nothing in use is lost. */
+    /* Lowering the limit below what is reserved trims what it can; nothing in use is lost. What
+     * is still reserved is above the new limit: refused, the previous limit stays. */
     eg__allocator_free(f->allocator, h45);
     eg__allocator_free(f->allocator, h1a);
     eg__allocator_free(f->allocator, h1b);
     eg__allocator_free(f->allocator, h64k);
-    eg__allocator_set_limit(f->allocator, 8 * MIB);
+    assert_int_equal(eg__allocator_set_limit(f->allocator, 8 * MIB), EG_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(eg_last_error(), "below the 16.0 MiB still reserved"));
+    eg_clear_error();
     stats = stats_of(f);
     assert_int_equal(stats.bytes_reserved, 16 * MIB);
     assert_int_equal(stats.bytes_in_use, 15 * MIB);
+    assert_int_equal(stats.limit, 63 * MIB);
+    /* at what is reserved it is taken, and holds: a request past it fails */
+    assert_int_equal(eg__allocator_set_limit(f->allocator, 16 * MIB), EG_OK);
     void *refused;
-    assert_null(eg__allocator_alloc(f->allocator, 2 * MIB, &refused)); /* still over the limit */
+    assert_null(eg__allocator_alloc(f->allocator, 2 * MIB, &refused));
     assert_int_equal(eg_last_status(), EG_ERR_OUT_OF_MEMORY);
     eg_clear_error();
     eg__allocator_set_limit(f->allocator, 0);

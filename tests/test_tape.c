@@ -608,7 +608,12 @@ static void test_gradient_out_of_memory(void **state) {
         eg_scope_begin();
         eg_tensor *x = eg_ones(EG_DTYPE_F32, 2, (int64_t[]){512, 512});
         assert_non_null(x);
-        assert_int_equal(eg_memory_set_limit(NULL, limit), EG_OK);
+        if (eg_memory_set_limit(NULL, limit) != EG_OK) { /* below what w and x hold already */
+            assert_int_equal(eg_last_status(), EG_ERR_INVALID_ARGUMENT);
+            eg_clear_error();
+            assert_int_equal(eg_scope_end(), EG_OK);
+            continue;
+        }
         eg_tape *tape = eg_tape_begin(false);
         eg_tensor *loss = eg_sum(eg_tanh(eg_matmul(x, w)), 0, NULL, false);
         eg_tensor *g = NULL;

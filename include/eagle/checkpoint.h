@@ -161,6 +161,11 @@ eg_tensor *eg_npy_read(const char *path);
 eg_status eg_npy_write(const char *path, const eg_tensor *t);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_safetensors_contains(...) EG_CALLSITE_(eg_safetensors_contains(__VA_ARGS__))
+#define eg_safetensors_metadata(...) EG_CALLSITE_(eg_safetensors_metadata(__VA_ARGS__))
+#define eg_safetensors_count(...)          EG_CALLSITE_(eg_safetensors_count(__VA_ARGS__))
+#define eg_safetensors_metadata_count(...) EG_CALLSITE_(eg_safetensors_metadata_count(__VA_ARGS__))
+
 #define eg_safetensors_save(...)         EG_CALLSITE_(eg_safetensors_save(__VA_ARGS__))
 #define eg_safetensors_open(...)         EG_CALLSITE_(eg_safetensors_open(__VA_ARGS__))
 #define eg_safetensors_info(...)         EG_CALLSITE_(eg_safetensors_info(__VA_ARGS__))

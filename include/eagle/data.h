@@ -461,6 +461,10 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
                              const eg_dataset_call_info *info, void *options);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_image_random_flip(...) EG_CALLSITE_(eg_image_random_flip(__VA_ARGS__))
+#define eg_image_random_crop(...) EG_CALLSITE_(eg_image_random_crop(__VA_ARGS__))
+#define eg_image_normalize(...)   EG_CALLSITE_(eg_image_normalize(__VA_ARGS__))
+
 #define eg_dataset_from_tensor_slices(...) EG_CALLSITE_(eg_dataset_from_tensor_slices(__VA_ARGS__))
 #define eg_dataset_range(...)              EG_CALLSITE_(eg_dataset_range(__VA_ARGS__))
 #define eg_dataset_from_generator(...)     EG_CALLSITE_(eg_dataset_from_generator(__VA_ARGS__))

@@ -134,6 +134,11 @@ typedef struct eg_function_stats {
 eg_status eg_function_stats_get(const eg_function *function, eg_function_stats *out);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_lazy_end(...)                   EG_CALLSITE_(eg_lazy_end(__VA_ARGS__))
+#define eg_function_new(...)               EG_CALLSITE_(eg_function_new(__VA_ARGS__))
+#define eg_function_set_memory_budget(...) EG_CALLSITE_(eg_function_set_memory_budget(__VA_ARGS__))
+#define eg_function_stats_get(...)         EG_CALLSITE_(eg_function_stats_get(__VA_ARGS__))
+
 #define eg_realize(...)       EG_CALLSITE_(eg_realize(__VA_ARGS__))
 #define eg_function_call(...) EG_CALLSITE_(eg_function_call(__VA_ARGS__))
 #endif

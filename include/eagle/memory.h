@@ -3,7 +3,11 @@
  * Each device has one caching allocator (best fit over size-class bins, blocks split and
  * coalesced, 64-byte aligned). EG_ALLOCATOR=system in the environment (read once, at first use)
  * replaces it with plain aligned malloc/free so the two can be compared; the statistics are kept
- * either way. EG_MEMORY_LIMIT=<bytes>[K|M|G] sets a limit at first use. Host memory the CPU
+ * either way. EG_MEMORY_LIMIT=<bytes>[K|M|G] (1048576, 512M, 1.5G; 0 or empty for none) sets a
+ * limit on each host device when it is first used. A value that is not such a size (abc, -1,
+ * 512MB, 1e9) is an error, never ignored: the host device then allocates nothing, and every call
+ * that needs its memory fails with EG_ERR_INVALID_ARGUMENT naming the value, until it is fixed
+ * or unset (the environment is read again at the next use). Host memory the CPU
  * allocator takes from the system in blocks of 2 MiB or more is advised onto transparent huge
  * pages (madvise MADV_HUGEPAGE; fewer TLB misses on large tensors); EG_HUGEPAGES=0 turns that off.
  *
@@ -49,7 +53,11 @@ eg_status eg_memory_reserve(const eg_device *device, size_t bytes);
 eg_status eg_memory_trim(const eg_device *device);
 /* Caps bytes_reserved; 0 removes the cap. When a request would pass it, cached free segments are
  * trimmed first; if that is not enough the request fails with EG_ERR_OUT_OF_MEMORY and a message
- * giving requested, in use, cached, limit and largest free block. The program can go on. */
+ * giving requested, in use, cached, limit and largest free block. The program can go on.
+ * A limit below what is reserved now trims the cache first (as eg_memory_trim); if the memory
+ * still reserved (segments holding live tensors) is above the limit, the call fails with
+ * EG_ERR_INVALID_ARGUMENT naming the limit, what is reserved and in use, and the previous limit
+ * stays: a limit that succeeded always holds. */
 eg_status eg_memory_set_limit(const eg_device *device, size_t bytes);
 /* Sets peak_bytes_in_use to the current bytes_in_use. */
 void eg_memory_reset_peak(const eg_device *device);
@@ -59,6 +67,9 @@ const char *eg_memory_allocator_name(const eg_device *device);
 eg_status eg_memory_format_stats(const eg_device *device, char *buf, size_t buf_size);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_memory_allocator_name(...) EG_CALLSITE_(eg_memory_allocator_name(__VA_ARGS__))
+#define eg_memory_reset_peak(...)     EG_CALLSITE_(eg_memory_reset_peak(__VA_ARGS__))
+
 #define eg_memory_stats_get(...) EG_CALLSITE_(eg_memory_stats_get(__VA_ARGS__))
 #define eg_memory_reserve(...) EG_CALLSITE_(eg_memory_reserve(__VA_ARGS__))
 #define eg_memory_trim(...) EG_CALLSITE_(eg_memory_trim(__VA_ARGS__))

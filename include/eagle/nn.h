@@ -650,6 +650,17 @@ eg_status eg_metric_mean_update(eg_metric_mean *metric, const eg_tensor *values)
 double eg_metric_mean_result(const eg_metric_mean *metric);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_policy_from_name(...)          EG_CALLSITE_(eg_policy_from_name(__VA_ARGS__))
+#define eg_set_global_policy(...)         EG_CALLSITE_(eg_set_global_policy(__VA_ARGS__))
+#define eg_flatten_new(...)               EG_CALLSITE_(eg_flatten_new(__VA_ARGS__))
+#define eg_activation_new(...)            EG_CALLSITE_(eg_activation_new(__VA_ARGS__))
+#define eg_layer_set_policy(...)          EG_CALLSITE_(eg_layer_set_policy(__VA_ARGS__))
+#define eg_layer_free(...)                EG_CALLSITE_(eg_layer_free(__VA_ARGS__))
+#define eg_sequential_new(...)            EG_CALLSITE_(eg_sequential_new(__VA_ARGS__))
+#define eg_model_trainable_variables(...) EG_CALLSITE_(eg_model_trainable_variables(__VA_ARGS__))
+#define eg_model_set_policy(...)          EG_CALLSITE_(eg_model_set_policy(__VA_ARGS__))
+#define eg_metric_mean_add(...)           EG_CALLSITE_(eg_metric_mean_add(__VA_ARGS__))
+
 #define eg_initializer_generate(...)  EG_CALLSITE_(eg_initializer_generate(__VA_ARGS__))
 #define eg_model_save_weights(...)    EG_CALLSITE_(eg_model_save_weights(__VA_ARGS__))
 #define eg_model_load_weights(...)    EG_CALLSITE_(eg_model_load_weights(__VA_ARGS__))

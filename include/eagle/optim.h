@@ -223,6 +223,8 @@ eg_status eg_optimizer_set_loss_scale_state(eg_optimizer *optimizer, double scal
 void eg_optimizer_free(eg_optimizer *optimizer);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_optimizer_learning_rate(...) EG_CALLSITE_(eg_optimizer_learning_rate(__VA_ARGS__))
+
 #define eg_schedule_value(...)            EG_CALLSITE_(eg_schedule_value(__VA_ARGS__))
 #define eg_sgd_new(...)                   EG_CALLSITE_(eg_sgd_new(__VA_ARGS__))
 #define eg_adam_new(...)                  EG_CALLSITE_(eg_adam_new(__VA_ARGS__))

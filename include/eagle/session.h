@@ -71,6 +71,12 @@ eg_status eg_session_run(eg_session *session, int n_feeds, eg_tensor *const *pla
 eg_status eg_session_stats_get(const eg_session *session, eg_function_stats *out);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_graph_new(...)         EG_CALLSITE_(eg_graph_new(__VA_ARGS__))
+#define eg_graph_begin(...)       EG_CALLSITE_(eg_graph_begin(__VA_ARGS__))
+#define eg_graph_end(...)         EG_CALLSITE_(eg_graph_end(__VA_ARGS__))
+#define eg_session_new(...)       EG_CALLSITE_(eg_session_new(__VA_ARGS__))
+#define eg_session_stats_get(...) EG_CALLSITE_(eg_session_stats_get(__VA_ARGS__))
+
 #define eg_placeholder(...) EG_CALLSITE_(eg_placeholder(__VA_ARGS__))
 #define eg_session_run(...) EG_CALLSITE_(eg_session_run(__VA_ARGS__))
 #endif

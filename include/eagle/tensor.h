@@ -142,6 +142,9 @@ void eg_debug_track_tensors(bool on);
 size_t eg_debug_live_tensors(FILE *out);
 
 #if !defined(EG_NO_CALLSITE)
+#define eg_scope_begin(...) EG_CALLSITE_(eg_scope_begin(__VA_ARGS__))
+#define eg_scope_keep(...)  EG_CALLSITE_(eg_scope_keep(__VA_ARGS__))
+
 #define eg_tensor_from_data(...)    EG_CALLSITE_(eg_tensor_from_data(__VA_ARGS__))
 #define eg_empty(...)               EG_CALLSITE_(eg_empty(__VA_ARGS__))
 #define eg_zeros(...)               EG_CALLSITE_(eg_zeros(__VA_ARGS__))

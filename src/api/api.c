@@ -110,8 +110,7 @@ eg_tensor *eg_cast(const eg_tensor *x, eg_dtype dtype) {
 
 eg_tensor *eg_clip(const eg_tensor *x, double low, double high) {
     if (!(low <= high)) {
-        if (!eg__error_pending())
-            eg__error(EG_ERR_INVALID_ARGUMENT, "clip: low (%g) must be <= high (%g)", low, high);
+        eg__error(EG_ERR_INVALID_ARGUMENT, "clip: low (%g) must be <= high (%g)", low, high);
         return NULL;
     }
     eg__attrs attrs = {.scalars = {low, high}};

@@ -258,13 +258,21 @@ typedef struct ready_listener {
     int64_t *last_contribution;
 } ready_listener;
 
+static eg_status call_listener(const ready_listener *listener, int source, eg_tensor *gradient) {
+    eg__callback_frame frame;
+    eg__callback_begin(&frame);
+    eg_status status = listener->fn(source, gradient, listener->user);
+    eg__callback_end(&frame);
+    return status;
+}
+
 /* Tells the listener of every source whose last contribution is record `index`. */
 static eg_status tell_ready(const ready_listener *listener, const eg__idmap *grads, size_t index,
                             int n_sources, const eg_tensor *const *sources) {
     for (int s = 0; s < n_sources; s++) {
         if (listener->last_contribution[s] != (int64_t)index) continue;
         eg_tensor *g = eg__idmap_get(grads, sources[s]->id);
-        eg_status status = listener->fn(s, g, listener->user);
+        eg_status status = call_listener(listener, s, g);
         if (status != EG_OK) return status;
     }
     return EG_OK;
@@ -380,8 +388,7 @@ static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
         grads_out[i] = g;
     }
     for (int s = 0; listener && s < n_sources && status == EG_OK; s++)
-        if (listener->last_contribution[s] < 0)
-            status = listener->fn(s, grads_out[s], listener->user);
+        if (listener->last_contribution[s] < 0) status = call_listener(listener, s, grads_out[s]);
     goto done;
 out_of_memory:
     status = eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradient: out of host memory");

@@ -77,7 +77,7 @@ bool eg__check_arg_failed(const eg_tensor *t, const char *op, int index) {
         char what[96];
         snprintf(what, sizeof what, "%s (argument %d)", op, index);
         eg__debug_released_error(t, what, false);
-    } else if (!eg__error_pending()) {
+    } else {
         eg__error(EG_ERR_NULL_ARGUMENT, "%s: argument %d is NULL", op, index);
     }
     return false;

@@ -206,8 +206,7 @@ static bool check_inputs(int n, eg_dataset *const *inputs, const char *what) {
     }
     for (int i = 0; i < n; i++)
         if (!inputs[i]) {
-            if (!eg__error_pending())
-                eg__error(EG_ERR_NULL_ARGUMENT, "%s: input %d is NULL", what, i);
+            eg__error(EG_ERR_NULL_ARGUMENT, "%s: input %d is NULL", what, i);
             eg__dataset_unref_all(n, inputs);
             return false;
         }

@@ -160,10 +160,8 @@ void eg_dataset_call_random(uint64_t seed, const eg_dataset_call_info *info, uin
 eg__saved_error *eg__error_take(eg_status status) {
     eg__saved_error *saved = malloc(sizeof *saved);
     if (saved) {
-        if (eg__error_pending()) {
-            saved->status = eg_last_status();
-            snprintf(saved->message, sizeof saved->message, "%s", eg_last_error());
-        } else {
+        eg__error_save(saved);
+        if (saved->status == EG_OK) {
             saved->status = status;
             snprintf(saved->message, sizeof saved->message, "dataset: %s",
                      eg_status_string(status));
@@ -174,13 +172,9 @@ eg__saved_error *eg__error_take(eg_status status) {
 }
 
 eg_status eg__error_raise_saved(const eg__saved_error *saved, eg_status status) {
-    if (saved) status = saved->status;
-    if (eg__error_pending()) return status;
-    if (saved)
-        eg__error_restore(saved);
-    else
-        eg__error(status, "dataset: %s (the details were lost: out of host memory)",
-                  eg_status_string(status));
+    if (saved) return eg__error_raise_copy(saved);
+    eg__error(status, "dataset: %s (the details were lost: out of host memory)",
+              eg_status_string(status));
     return status;
 }
 
@@ -197,13 +191,14 @@ void eg__user_begin(eg__user_frame *frame) {
     bool timed = last_timed_ns > 50000 || (timing_tick++ & 7) == 0;
     frame->cpu_ns = -1;
     frame->cpu_start = timed ? eg__thread_cpu_ns() : -1;
+    eg__callback_begin(&frame->errors);
 }
 
-/* Replaces the pending error (or, when none, a generic one for `status`) by the same status with
- * "<what>: element <index>: " in front. */
-static eg_status prefix_error(eg_status status, const char *what, int64_t index) {
-    eg__saved_error saved;
-    if (eg__error_pending()) {
+/* Replaces the error the callback raised (or, when it raised none, a generic one for `status`)
+ * by the same status with "<what>: element <index>: " in front. */
+static eg_status prefix_error(eg_status status, bool raised, const char *what, int64_t index) {
+    eg__saved_error saved = {0};
+    if (raised) {
         status = eg_last_status();
         snprintf(saved.message, sizeof saved.message, "%s: element %lld: %s", what,
                  (long long)index, eg_last_error());
@@ -213,8 +208,8 @@ static eg_status prefix_error(eg_status status, const char *what, int64_t index)
                  (long long)index, eg_status_string(status));
     }
     saved.status = status;
-    eg_clear_error();
-    eg__error_restore(&saved);
+    if (raised) eg_clear_error();
+    eg__error_raise_copy(&saved);
     return status;
 }
 
@@ -228,8 +223,9 @@ eg_status eg__user_end(eg__user_frame *frame, eg_status status, eg_element *out,
             atomic_fetch_add_explicit(&stage->calls, 1, memory_order_relaxed);
         }
     }
+    eg__callback_end(&frame->errors);
     eg_no_grad_end();
-    bool failed = status != EG_OK || eg__error_pending();
+    bool raised = eg__error_since(frame->errors.mark), failed = status != EG_OK || raised;
     if (!failed && out) {
         if (out->n_tensors < 1 || out->n_tensors > EG_ELEMENT_MAX_TENSORS) {
             status = eg__error(EG_ERR_INVALID_ARGUMENT,
@@ -259,7 +255,8 @@ eg_status eg__user_end(eg__user_frame *frame, eg_status status, eg_element *out,
     eg__scope_suspend();
     if (!failed) return EG_OK;
     if (out) out->n_tensors = 0;
-    return prefix_error(status == EG_OK ? EG_ERR_INTERNAL : status, what, index);
+    return prefix_error(status == EG_OK ? EG_ERR_INTERNAL : status,
+                        eg__error_since(frame->errors.mark), what, index);
 }
 
 /* ---- threads ---- */

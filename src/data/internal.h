@@ -143,11 +143,12 @@ typedef struct eg__user_frame {
     /* The call's CPU time, or -1 when it was not timed: reading a thread's CPU clock is a system
      * call (about 1 us), so calls cheaper than 50 us are timed one in 8. */
     int64_t cpu_ns;
+    eg__callback_frame errors; /* the call site and call of the library call around it */
 } eg__user_frame;
 
 /* Before a callback: scope registration on, a scope and a no-grad region opened. */
 void eg__user_begin(eg__user_frame *frame);
-/* After it: when `out` is given and status is EG_OK with no error pending, checks the element
+/* After it: when `out` is given and status is EG_OK with no error raised by it, checks the element
  * (1..EG_ELEMENT_MAX_TENSORS tensors, none NULL) and takes a reference on each tensor; closes the
  * scope (releasing everything else the call made) and the no-grad region, suspends registration
  * again, and when the call was timed, sets frame->cpu_ns and adds it to `stage` (may be NULL;

@@ -122,8 +122,7 @@ eg_dataset *eg_dataset_from_tensor_slices(int n, const eg_tensor *const *tensors
     eg_tensor *held[EG_ELEMENT_MAX_TENSORS];
     for (int i = 0; i < n; i++) {
         if (!tensors[i]) {
-            if (!eg__error_pending())
-                eg__error(EG_ERR_NULL_ARGUMENT, "%s: tensor %d is NULL", name, i);
+            eg__error(EG_ERR_NULL_ARGUMENT, "%s: tensor %d is NULL", name, i);
             return NULL;
         }
         held[i] = (eg_tensor *)tensors[i];

@@ -50,30 +50,6 @@ static void host_free(void *context, void *pointer, size_t bytes) {
     free(pointer);
 }
 
-/* "512M", "2G", "1048576" -> bytes; 0 when unparsable. */
-static size_t parse_bytes(const char *text) {
-    char *end;
-    double value = strtod(text, &end);
-    if (end == text || value <= 0) return 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        value *= 1024.0;
-        break;
-    case 'm':
-    case 'M':
-        value *= 1024.0 * 1024.0;
-        break;
-    case 'g':
-    case 'G':
-        value *= 1024.0 * 1024.0 * 1024.0;
-        break;
-    default:
-        break;
-    }
-    return (size_t)value;
-}
-
 /* ---- one allocator per host device, created at first use ---- */
 
 static _Atomic(eg__allocator *) host_allocators[EG__MAX_DEVICES_PER_KIND];
@@ -83,13 +59,24 @@ static eg__allocator *create_host_allocator(const eg_device *device) {
     const char *kind_env = getenv("EG_ALLOCATOR");
     eg__allocator_kind kind =
         kind_env && strcmp(kind_env, "system") == 0 ? EG__ALLOCATOR_SYSTEM : EG__ALLOCATOR_CACHING;
+    /* The limit applies to each host device: a logical device is a memory space of its own. A
+     * value that is not a size is refused, not ignored: the program would run without the limit
+     * it asked for. */
+    const char *limit_text = getenv("EG_MEMORY_LIMIT");
+    uint64_t limit = 0;
+    if (limit_text && *limit_text && (!eg__parse_bytes(limit_text, &limit) || limit > SIZE_MAX)) {
+        eg__error(EG_ERR_INVALID_ARGUMENT,
+                  "EG_MEMORY_LIMIT='%s' is not a size (bytes, or a number with K, M or G: "
+                  "1048576, 512M, 1.5G; 0 for none): %s allocates nothing until it is fixed or "
+                  "unset",
+                  limit_text, device->name);
+        return NULL;
+    }
     eg__raw_allocator raw = {.alloc = host_alloc, .free = host_free};
     eg__allocator *allocator = eg__allocator_create(raw, kind, device->name);
     if (!allocator) return NULL;
     eg__allocator_enable_thread_caches(allocator, true);
-    /* The limit applies to each host device: a logical device is a memory space of its own. */
-    const char *limit = getenv("EG_MEMORY_LIMIT");
-    if (limit) eg__allocator_set_limit(allocator, parse_bytes(limit));
+    if (limit) eg__allocator_set_limit(allocator, (size_t)limit);
     return allocator;
 }
 

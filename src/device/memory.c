@@ -4,7 +4,8 @@
 #include "base/error.h"
 #include "device/device.h"
 
-/* NULL device: cpu:0. get_allocator raises the error when there is none. */
+/* NULL device: cpu:0. get_allocator raises the error when there is none (out of host memory, or
+ * EG_MEMORY_LIMIT not a size): the callers return its status. */
 static eg__allocator *allocator_of(const eg_device *device) {
     if (!device) device = eg__host();
     return device->get_allocator(device);
@@ -13,24 +14,24 @@ static eg__allocator *allocator_of(const eg_device *device) {
 eg_status eg_memory_stats_get(const eg_device *device, eg_memory_stats *out) {
     if (!out) return eg__error(EG_ERR_NULL_ARGUMENT, "memory_stats_get: out is NULL");
     eg__allocator *allocator = allocator_of(device);
-    if (!allocator) return EG_ERR_OUT_OF_MEMORY;
+    if (!allocator) return eg_last_status();
     eg__allocator_stats(allocator, out);
     return EG_OK;
 }
 
 eg_status eg_memory_reserve(const eg_device *device, size_t bytes) {
     eg__allocator *allocator = allocator_of(device);
-    return allocator ? eg__allocator_reserve(allocator, bytes) : EG_ERR_OUT_OF_MEMORY;
+    return allocator ? eg__allocator_reserve(allocator, bytes) : eg_last_status();
 }
 
 eg_status eg_memory_trim(const eg_device *device) {
     eg__allocator *allocator = allocator_of(device);
-    return allocator ? eg__allocator_trim(allocator) : EG_ERR_OUT_OF_MEMORY;
+    return allocator ? eg__allocator_trim(allocator) : eg_last_status();
 }
 
 eg_status eg_memory_set_limit(const eg_device *device, size_t bytes) {
     eg__allocator *allocator = allocator_of(device);
-    return allocator ? eg__allocator_set_limit(allocator, bytes) : EG_ERR_OUT_OF_MEMORY;
+    return allocator ? eg__allocator_set_limit(allocator, bytes) : eg_last_status();
 }
 
 void eg_memory_reset_peak(const eg_device *device) {

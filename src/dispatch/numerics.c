@@ -43,10 +43,10 @@ eg_status eg__check_numerics_slow(const eg__kernel_call *call) {
     if (!eg_dtype_is_float(out->dtype) || out->n_elems == 0) return EG_OK;
     const eg__backend *backend = eg__backend_of(out->device);
     if (!backend->first_nonfinite) return EG_OK; /* a backend that cannot scan: unchecked */
-    bool was_pending = eg__error_pending();
+    uint64_t mark = eg__error_mark();
     int64_t at = backend->first_nonfinite(out);
     if (at < 0) /* a GPU's scan synchronizes: it may report an earlier kernel's fault instead */
-        return !was_pending && eg__error_pending() ? eg_last_status() : EG_OK;
+        return eg__error_since(mark) ? eg_last_status() : EG_OK;
     char inputs[512] = "", one[200], result[200];
     size_t used = 0;
     for (int i = 0; i < call->n_inputs && used < sizeof inputs; i++) {

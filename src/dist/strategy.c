@@ -256,7 +256,10 @@ static void run_replica(eg_strategy *s, int i) {
     eg__collective_set_current(s->handles[i]);
     if (s->n_replicas > 1) use_replica_generator(s, i, context.replica_id);
     eg_scope_begin();
+    eg__callback_frame frame;
+    eg__callback_begin(&frame);
     eg_status status = s->job_fn(&context, s->job_user);
+    eg__callback_end(&frame);
     eg_scope_end();
     eg__random_set_thread_default(NULL);
     eg__collective_set_current(0);

@@ -162,12 +162,11 @@ eg_status eg__graph_capture_call(eg_function *f, trace *t, const eg_tensor *cons
             return EG_OK;
     /* as every call: new constants in place, new dropout seeds (once: a fallback to the
      * op-by-op replay below does not draw again) */
-    bool was_pending = eg__error_pending();
+    uint64_t mark = eg__error_mark();
     eg__graph_redraw_random(t);
     t->redrawn = true;
     *handled = true;
-    eg_status status =
-        !was_pending && eg__error_pending() ? eg_last_status() : eg__graph_ensure_arena(f, t);
+    eg_status status = eg__error_since(mark) ? eg_last_status() : eg__graph_ensure_arena(f, t);
     if (status != EG_OK) {
         t->redrawn = false;
         return status;

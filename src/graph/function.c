@@ -423,13 +423,17 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
         tracing_now = t;
         eg__random_set_observer(note_random_tensor);
         eg_lazy_begin();
+        eg__callback_frame frame;
+        eg__callback_begin(&frame);
         status = f->fn((const eg_tensor *const *)t->placeholders, returned, f->user_data);
+        eg__callback_end(&frame);
         eg_lazy_end();
         eg__random_set_observer(NULL);
         tracing_now = NULL;
-        if (status == EG_OK && eg__error_pending())
+        bool raised = eg__error_since(frame.mark);
+        if (status == EG_OK && raised)
             status = eg_last_status();
-        else if (status != EG_OK && !eg__error_pending())
+        else if (status != EG_OK && !raised)
             eg__error(status, "%s: the traced function failed (%s)", f->name,
                       eg_status_string(status));
     }

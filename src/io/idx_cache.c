@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/settings.h"
 #include "io/atomic_file.h"
 #include "io/internal.h"
 
@@ -190,34 +191,9 @@ static const char *base_name(const char *path) {
 /* The size limit: EG_IDX_CACHE_LIMIT=<bytes>[K|M|G], else (unset or not a size)
  * EG__IDX_CACHE_DEFAULT_LIMIT. */
 static uint64_t cache_limit(void) {
-    const char *text = getenv("EG_IDX_CACHE_LIMIT");
-    if (!text || !*text) return EG__IDX_CACHE_DEFAULT_LIMIT;
-    char *end;
-    errno = 0;
-    unsigned long long value = strtoull(text, &end, 10);
-    if (end == text || errno || strchr(text, '-')) return EG__IDX_CACHE_DEFAULT_LIMIT;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        break;
-    case '\0':
-        break;
-    default:
-        return EG__IDX_CACHE_DEFAULT_LIMIT;
-    }
-    if (shift && end[1]) return EG__IDX_CACHE_DEFAULT_LIMIT;
-    if (value > (UINT64_MAX >> shift)) return UINT64_MAX;
-    return (uint64_t)value << shift;
+    uint64_t limit;
+    return eg__parse_bytes(getenv("EG_IDX_CACHE_LIMIT"), &limit) ? limit
+                                                                 : EG__IDX_CACHE_DEFAULT_LIMIT;
 }
 
 /* "<stem>-<16 hex digits>.idx", the name entry_path gives an entry. */

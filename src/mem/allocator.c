@@ -879,15 +879,32 @@ eg_status eg__allocator_trim(eg__allocator *allocator) {
     return EG_OK;
 }
 
-/* A limit below what is reserved now trims the cache; memory in use stays, and later requests
- * fail until enough of it is freed. */
+/* A limit below what is reserved now trims the cache first; when the memory still reserved (the
+ * segments holding tensors) is above it, the limit is refused and the previous one stays, so that
+ * a limit once set always holds. */
 eg_status eg__allocator_set_limit(eg__allocator *allocator, size_t bytes) {
     if (!allocator) return eg__error(EG_ERR_NULL_ARGUMENT, "allocator_set_limit: NULL allocator");
     pthread_mutex_lock(&allocator->mutex);
-    allocator->limit = bytes;
     if (bytes && allocator->reserved > bytes) trim_locked(allocator);
+    size_t reserved = allocator->reserved, previous = allocator->limit;
+    size_t in_use = atomic_load_explicit(&allocator->in_use, memory_order_relaxed);
+    bool fits = !bytes || reserved <= bytes;
+    if (fits) allocator->limit = bytes;
     pthread_mutex_unlock(&allocator->mutex);
-    return EG_OK;
+    if (fits) return EG_OK;
+    char wanted[32], held[32], used[32], kept[32];
+    format_bytes(bytes, wanted, sizeof wanted);
+    format_bytes(reserved, held, sizeof held);
+    format_bytes(in_use, used, sizeof used);
+    if (previous)
+        format_bytes(previous, kept, sizeof kept);
+    else
+        snprintf(kept, sizeof kept, "none");
+    return eg__error(EG_ERR_INVALID_ARGUMENT,
+                     "memory_set_limit: %s: a limit of %s is below the %s still reserved after "
+                     "trimming the cache (%s in use by tensors); free tensors first, or set a "
+                     "limit of at least %s (the limit stays %s)",
+                     allocator->device_name, wanted, held, used, held, kept);
 }
 
 void eg__allocator_reset_peak(eg__allocator *allocator) {

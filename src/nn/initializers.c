@@ -104,8 +104,7 @@ static eg_tensor *truncated_normal(eg_generator *generator, eg_dtype dtype, int 
 eg_tensor *eg_initializer_generate(const eg_initializer *init, eg_generator *generator,
                                    eg_dtype dtype, int n_dims, const int64_t *shape) {
     if (!init) {
-        if (!eg__error_pending())
-            eg__error(EG_ERR_NULL_ARGUMENT, "initializer_generate: initializer is NULL");
+        eg__error(EG_ERR_NULL_ARGUMENT, "initializer_generate: initializer is NULL");
         return NULL;
     }
     if (!eg_dtype_is_float(dtype)) {

@@ -373,7 +373,7 @@ static eg_status build_for_inputs(eg_layer *layer, int n_inputs, const eg_tensor
 eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
                                bool training) {
     if (!layer) {
-        if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
+        eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
         return NULL;
     }
     int min_inputs, max_inputs;

@@ -81,8 +81,8 @@ static void model_output_shape(const eg_model *model, int *n_dims, const int64_t
 
 eg_status eg_sequential_add(eg_model *model, eg_layer *layer) {
     if (!layer) {
-        if (eg__error_pending()) return eg_last_status();
-        return eg__error(EG_ERR_NULL_ARGUMENT, "sequential_add: layer is NULL");
+        eg__error(EG_ERR_NULL_ARGUMENT, "sequential_add: layer is NULL");
+        return eg_last_status();
     }
     if (layer->owner)
         return eg__error(EG_ERR_INVALID_ARGUMENT,
@@ -222,7 +222,7 @@ eg_status eg_model_build(eg_model *model, int n_dims, const int64_t *input_shape
 
 eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
     if (!model) {
-        if (!eg__error_pending()) eg__error(EG_ERR_NULL_ARGUMENT, "model_call: model is NULL");
+        eg__error(EG_ERR_NULL_ARGUMENT, "model_call: model is NULL");
         return NULL;
     }
     if (!eg__check_arg(x, "model_call", 1)) return NULL;

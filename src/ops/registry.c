@@ -6,7 +6,6 @@
 #include "ops/internal.h"
 
 eg_status eg__op_error(eg__op op, eg_status status, const char *fmt, ...) {
-    if (eg__error_pending()) return status;
     char message[768];
     va_list args;
     va_start(args, fmt);

@@ -421,8 +421,9 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
             }
             if (n_pieces) {
                 /* a GPU's update only enqueues: it raises an error when the launch fails */
+                uint64_t mark = eg__error_mark();
                 eg__backend_of(device)->update_many(&params, pieces, n_pieces, total);
-                if (eg__error_pending()) {
+                if (eg__error_since(mark)) {
                     status = eg_last_status();
                     break;
                 }

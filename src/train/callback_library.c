@@ -189,7 +189,10 @@ typedef struct scheduler {
 static eg_status scheduler_epoch_begin(eg_fit_state *state, int epoch, void *user) {
     scheduler *s = user;
     eg_optimizer *opt = eg_fit_state_optimizer(state);
+    eg__callback_frame frame;
+    eg__callback_begin(&frame);
     double rate = s->schedule(epoch, eg_optimizer_learning_rate(opt), s->user);
+    eg__callback_end(&frame);
     if (!(rate >= 0) || !isfinite(rate))
         return eg__error(EG_ERR_INVALID_ARGUMENT,
                          "learning_rate_scheduler: the schedule gave %g for epoch %d", rate, epoch);

@@ -375,8 +375,11 @@ eg_fit_options eg_fit_options_default(void) {
     do {                                                                                           \
         for (int k_ = 0; status == EG_OK && k_ < (options)->n_callbacks; k_++) {                   \
             eg_callback *cb_ = (options)->callbacks[k_];                                           \
+            eg__callback_frame frame_;                                                             \
+            eg__callback_begin(&frame_);                                                           \
             if (cb_ && cb_->hook) status = cb_->hook(__VA_ARGS__, cb_->user);                      \
-            if (status != EG_OK && !eg_last_status())                                              \
+            eg__callback_end(&frame_);                                                             \
+            if (status != EG_OK && !eg__error_since(frame_.mark))                                  \
                 status = eg__error(status, "fit: callback %d (%s) failed in " #hook, k_,           \
                                    cb_->name ? cb_->name : "unnamed");                             \
         }                                                                                          \

@@ -130,6 +130,11 @@ int cli_info(int argc, char **argv) {
     printf("BLAS:       %s\n", eg_blas_info());
     printf("allocator:  %s (EG_ALLOCATOR=system for plain malloc)\n",
            eg_memory_allocator_name(NULL));
+    eg_memory_stats memory;
+    if (eg_memory_stats_get(NULL, &memory) != EG_OK) { /* EG_MEMORY_LIMIT not a size, say */
+        printf("warning:    %s\n", eg_last_error());
+        eg_clear_error();
+    }
     print_devices();
     return CLI_OK;
 }

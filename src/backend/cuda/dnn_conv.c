@@ -536,7 +536,8 @@ static eg_status run_chunk(const conv_run *run, const conv_key *key, void *x, vo
     if (chosen >= 0) order[n++] = chosen;
     for (int i = 0; i < e->n_candidates; i++)
         if (i != chosen) order[n++] = i;
-    bool had_error = eg__error_pending(), skipped_for_memory = false, oom = false;
+    uint64_t mark = eg__error_mark();
+    bool skipped_for_memory = false, oom = false;
     s = CUDNN_STATUS_NOT_SUPPORTED;
     for (int t = 0; t < n; t++) {
         size_t workspace = 0;
@@ -547,7 +548,8 @@ static eg_status run_chunk(const conv_run *run, const conv_key *key, void *x, vo
             break;
         }
         skipped_for_memory |= oom;
-        if (oom && t + 1 < n && !had_error) eg_clear_error(); /* the next may need less */
+        if (oom && t + 1 < n && eg__error_since(mark))
+            eg_clear_error(); /* the next may need less */
     }
     descriptors_free(&ds);
     if (s == CUDNN_STATUS_SUCCESS) return EG_OK;
@@ -742,11 +744,12 @@ const char *eg__cuda_dnn_note(const eg__kernel_call *call) {
     if (g.n == 0 || g.cg == 0 || g.h == 0 || g.w == 0)
         return "no cuDNN call: zeros (no terms to add)";
     int64_t chunk;
-    bool pending = eg__error_pending();
-    if (chunk_images(call, &g, &chunk) != EG_OK) {
-        if (!pending) eg_clear_error(); /* the note never raises */
-        return NULL;
-    }
+    eg__saved_error earlier; /* the note never raises */
+    eg__error_set_aside(&earlier);
+    eg_status status = chunk_images(call, &g, &chunk);
+    eg_clear_error();
+    eg__error_restore(&earlier);
+    if (status != EG_OK) return NULL;
     conv_key key = key_of(&g, call->output->device->index, chunk);
     pthread_mutex_lock(&table_lock);
     algo_entry *e = table_find(&key);
