@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "eagle/ops.h"
 #include "nn/internal.h"
+#include "optim/internal.h"
 #include "train/internal.h"
 
 eg_status eg__fit_check_strategy(const eg_strategy *strategy, bool can_build, const char *what) {
@@ -54,9 +55,8 @@ static eg_status copy_optimizer_state(const eg__fit_config *from, eg__fit_config
             eg_tensor *value = eg_optimizer_get_slot(o, vars[i], slot);
             if (value) status = eg_optimizer_set_slot(to->optimizer, to_vars[i], slot, value);
         }
-    bool scaling = eg_optimizer_loss_scale(o) != 1 || eg_optimizer_skipped_steps(o) ||
-                   eg_optimizer_loss_scale_good_steps(o);
-    if (status == EG_OK && scaling) /* an error when the replica's does not scale */
+    if (status == EG_OK &&
+        eg__optimizer_loss_scale(o)) /* an error if the replica's does not scale */
         status = eg_optimizer_set_loss_scale_state(to->optimizer, eg_optimizer_loss_scale(o),
                                                    eg_optimizer_loss_scale_good_steps(o),
                                                    eg_optimizer_skipped_steps(o));
