@@ -52,7 +52,7 @@ static eg_status train(run *r, const eg_tensor *x, const eg_tensor *y, int64_t f
         int n;
         eg_tensor *const *vars = eg_model_trainable_variables(r->model, &n);
         eg_tensor *grads[4];
-        eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
+        eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO);
         eg_tape_free(tape);
         eg_optimizer_apply_gradients(r->optimizer, n, grads, vars);
         losses[step] = eg_item(loss);

@@ -42,9 +42,8 @@ static eg_status linear_output_shape(eg_layer *layer, void *state, int n_inputs,
 }
 
 /* variables[] are the weights in eg_layer_add_weight's order: kernel, bias. */
-static eg_tensor *linear_call(eg_layer *layer, void *state, int n_inputs,
-                              const eg_tensor *const *inputs, const eg_tensor *const *variables,
-                              bool training) {
+static eg_tensor *linear_call(eg_layer *layer, void *state, int n_inputs, eg_tensor *const *inputs,
+                              eg_tensor *const *variables, bool training) {
     (void)layer, (void)n_inputs, (void)training; /* no training-only behaviour */
     eg_tensor *product = eg_matmul(inputs[0], variables[0]);
     eg_tensor *y = product ? eg_add(product, variables[1]) : NULL; /* bias broadcasts */

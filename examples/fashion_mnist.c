@@ -42,8 +42,7 @@ int main(int argc, char **argv) {
         int n_vars;
         eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
         eg_tensor *grads[4];
-        eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
-                         EG_UNCONNECTED_ZERO);
+        eg_tape_gradient(tape, loss, n_vars, vars, grads, EG_UNCONNECTED_ZERO);
         eg_tape_free(tape);
         eg_optimizer_apply_gradients(adam, n_vars, grads, vars);
 

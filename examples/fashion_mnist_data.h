@@ -19,7 +19,7 @@ static inline eg_dataset *fashion_mnist_batches(const char *dir, bool train, int
     eg_tensor *x = eg_mul_scalar(eg_cast(eg_slice(images, 0, 0, n, 1), EG_DTYPE_F32), 1.0 / 255);
     if (channel) x = eg_reshape(x, 4, (int64_t[]){n, 28, 28, 1});
     eg_tensor *y = eg_slice(labels, 0, 0, n, 1);
-    eg_dataset *ds = x && y ? eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}) : NULL;
+    eg_dataset *ds = x && y ? eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y}) : NULL;
     eg_scope_end(); /* the dataset keeps its own references */
     eg_release(images);
     eg_release(labels);

@@ -46,14 +46,14 @@ static eg_tensor *train_step(run *r, const eg_tensor *x, const eg_tensor *y) {
     int n;
     eg_tensor *const *vars = eg_model_trainable_variables(r->model, &n);
     eg_tensor *grads[4];
-    eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
+    eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_optimizer_apply_gradients(r->optimizer, n, grads, vars);
     return eg_last_status() == EG_OK ? loss : NULL;
 }
 
 /* train_step as eg_function traces it: inputs (x, y), output the loss. */
-static eg_status traced_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status traced_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     out[0] = train_step(user, in[0], in[1]);
     return out[0] ? EG_OK : eg_last_status();
 }
@@ -85,7 +85,7 @@ static eg_status train(int mode, const eg_tensor *x, const eg_tensor *y, double 
             loss = train_step(&r, xb, yb);
             eg_lazy_end();
         }
-        if (mode == 2) eg_function_call(step, (const eg_tensor *[]){xb, yb}, &loss);
+        if (mode == 2) eg_function_call(step, (eg_tensor *[]){xb, yb}, &loss);
         if (loss) *last_loss = eg_item(loss); /* lazy: this runs the step */
         eg_scope_end();
     }
@@ -106,7 +106,7 @@ static eg_status train(int mode, const eg_tensor *x, const eg_tensor *y, double 
         eg_scope_begin();
         eg_tensor *xb = eg_slice(x, 0, 0, BATCH / 2, 1), *yb = eg_slice(y, 0, 0, BATCH / 2, 1);
         eg_tensor *loss = NULL;
-        eg_function_call(step, (const eg_tensor *[]){xb, yb}, &loss);
+        eg_function_call(step, (eg_tensor *[]){xb, yb}, &loss);
         eg_scope_end();
         eg_function_stats_get(step, &stats);
         printf("       %d traces; the last because %s\n       warning: %s\n", stats.n_traces,

@@ -57,8 +57,7 @@ int main(int argc, char **argv) {
     snprintf(batch_path, sizeof batch_path, "%s/python_compare_batch.safetensors", out);
     if (logits && eg_model_save_weights(model, weights_path) == EG_OK &&
         eg_safetensors_save(batch_path, 3, (const char *[]){"images", "labels", "logits"},
-                            (const eg_tensor *[]){batch, batch_labels, logits}, 0, NULL,
-                            NULL) == EG_OK)
+                            (eg_tensor *[]){batch, batch_labels, logits}, 0, NULL, NULL) == EG_OK)
         printf("wrote %s and %s\n", weights_path, batch_path);
     int status = eg_last_status() == EG_OK ? 0 : 1;
     if (status) fprintf(stderr, "error: %s\n", eg_last_error());

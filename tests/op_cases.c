@@ -45,7 +45,7 @@ static int one(eg_tensor *t, eg_tensor **out) {
     return t ? 1 : -1;
 }
 
-static int apply_unary(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_unary(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     const eg_tensor *x = in[0];
     switch (c->op) {
     case EG__OP_NEG:
@@ -89,7 +89,7 @@ static int apply_unary(const oc_case *c, const eg_tensor *const *in, eg_tensor *
     }
 }
 
-static int apply_binary(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_binary(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     const eg_tensor *a = in[0], *b = in[1];
     if (c->p[0]) {
         switch (c->op) {
@@ -135,12 +135,12 @@ static int apply_binary(const oc_case *c, const eg_tensor *const *in, eg_tensor 
     }
 }
 
-static int apply_where(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_where(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     (void)c;
     return one(eg_where(in[0], in[1], in[2]), out);
 }
 
-static int apply_cast(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_cast(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_tensor *y = eg_cast(in[0], (eg_dtype)c->p[0]);
     if (y && c->p[2]) y = eg_cast(y, eg_tensor_dtype(in[0]));
     return one(y, out);
@@ -150,7 +150,7 @@ static void int_axes(const oc_case *c, int first, int n, int *axes) {
     for (int i = 0; i < n; i++) axes[i] = (int)c->p[first + i];
 }
 
-static int apply_reduce(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_reduce(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[4], n = (int)c->p[0];
     int_axes(c, 1, n, axes);
     const int *a = n ? axes : NULL;
@@ -173,64 +173,64 @@ static int apply_reduce(const oc_case *c, const eg_tensor *const *in, eg_tensor 
     }
 }
 
-static int apply_arg(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_arg(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     if (c->op == EG__OP_ARGMAX) return one(eg_argmax(in[0], (int)c->p[0], c->p[1] != 0), out);
     return one(eg_argmin(in[0], (int)c->p[0], c->p[1] != 0), out);
 }
 
-static int apply_softmax(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_softmax(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     if (c->op == EG__OP_SOFTMAX) return one(eg_softmax(in[0], (int)c->p[0]), out);
     return one(eg_log_softmax(in[0], (int)c->p[0]), out);
 }
 
-static int apply_matmul(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_matmul(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     if (!c->p[0] && !c->p[1]) return one(eg_matmul(in[0], in[1]), out);
     return one(eg_matmul_ex(in[0], in[1], c->p[0] != 0, c->p[1] != 0), out);
 }
 
-static int apply_reshape(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_reshape(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_reshape(in[0], (int)c->p[0], &c->p[1]), out);
 }
 
-static int apply_squeeze(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_squeeze(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_squeeze(in[0], (int)c->p[0]), out);
 }
 
-static int apply_unsqueeze(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_unsqueeze(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_unsqueeze(in[0], (int)c->p[0]), out);
 }
 
-static int apply_permute(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_permute(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[EG_MAX_DIMS];
     int_axes(c, 0, eg_tensor_n_dims(in[0]), axes);
     return one(eg_permute(in[0], axes), out);
 }
 
-static int apply_transpose(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_transpose(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_transpose(in[0], (int)c->p[0], (int)c->p[1]), out);
 }
 
-static int apply_slice(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_slice(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_slice(in[0], (int)c->p[0], c->p[1], c->p[2], c->p[3]), out);
 }
 
-static int apply_split(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_split(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int n = (int)c->p[1];
     if (eg_split(in[0], (int)c->p[0], n, c->p[2] ? &c->p[3] : NULL, out) != EG_OK) return -1;
     return n;
 }
 
-static int apply_broadcast_to(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_broadcast_to(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_broadcast_to(in[0], (int)c->p[0], &c->p[1]), out);
 }
 
-static int apply_copy(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_copy(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(c->p[0] ? eg_contiguous(in[0]) : eg_copy(in[0]), out);
 }
 
 /* Onto the last visible device (cpu:1 with EG_CPU_DEVICES=2; the input's own device when the
  * host is not split) and, with p[0] = 1, back again. */
-static int apply_to_device(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_to_device(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     const eg_device *there = eg_device_at(eg_device_count() - 1);
     eg_tensor *moved = eg_tensor_to(in[0], there);
     if (!c->p[0]) return one(moved, out);
@@ -239,13 +239,13 @@ static int apply_to_device(const oc_case *c, const eg_tensor *const *in, eg_tens
     return one(back, out);
 }
 
-static int apply_concat(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_concat(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_concat(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
 
 /* Outside a replica the collectives act on a group of one: all_reduce is the tensor, and
  * all_reduce_start + _done pack the inputs (both cases run the pair). */
-static int apply_collective(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_collective(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     if (c->op == EG__OP_ALL_REDUCE) return one(eg_all_reduce(in[0]), out);
     int64_t tag = -1;
     eg_tensor *started = eg_all_reduce_start(oc_case_n_inputs(c), in, &tag);
@@ -254,26 +254,26 @@ static int apply_collective(const oc_case *c, const eg_tensor *const *in, eg_ten
     return one(sum, out);
 }
 
-static int apply_stack(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_stack(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_stack(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
 
-static int apply_gather(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_gather(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_gather(in[0], in[1], (int)c->p[0]), out);
 }
 
 /* scatter_add is internal (the adjoint of gather): called through eg__execute. */
-static int apply_scatter_add(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_scatter_add(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int n_idx = eg_tensor_n_dims(in[1]), axis = (int)c->p[0];
     const int64_t *u = eg_tensor_shape(in[0]);
     eg__attrs attrs = {.axis = axis, .n_dims = eg_tensor_n_dims(in[0]) - n_idx + 1};
     for (int d = 0; d < attrs.n_dims; d++)
         attrs.shape[d] = d < axis ? u[d] : d == axis ? c->p[1] : u[d - 1 + n_idx];
-    return one(eg__execute(EG__OP_SCATTER_ADD, 2, in, &attrs), out);
+    return one(eg__execute(EG__OP_SCATTER_ADD, 2, eg__const_tensors(in), &attrs), out);
 }
 
 /* unslice is internal (the adjoint of slice): called through eg__execute. */
-static int apply_unslice(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_unslice(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axis = (int)c->p[0];
     int64_t count = eg_tensor_dim(in[0], axis);
     eg__attrs attrs = {.axis = axis, .n_dims = eg_tensor_n_dims(in[0])};
@@ -282,23 +282,23 @@ static int apply_unslice(const oc_case *c, const eg_tensor *const *in, eg_tensor
     attrs.ints[0] = c->p[1];
     attrs.ints[1] = c->p[1] + (count - 1) * c->p[2] + 1;
     attrs.ints[2] = c->p[2];
-    return one(eg__execute(EG__OP_UNSLICE, 1, in, &attrs), out);
+    return one(eg__execute(EG__OP_UNSLICE, 1, eg__const_tensors(in), &attrs), out);
 }
 
-static int apply_one_hot(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_one_hot(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_one_hot(in[0], c->p[0], (eg_dtype)c->p[1]), out);
 }
 
-static int apply_pad(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_pad(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_pad(in[0], c->p, c->d[0]), out);
 }
 
-static int apply_sparse_xent(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_sparse_xent(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     (void)c;
     return one(eg_sparse_softmax_cross_entropy(in[0], in[1]), out);
 }
 
-static int apply_dropout(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_dropout(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_dropout(in[0], c->d[0], (uint64_t)c->p[0], true), out);
 }
 
@@ -323,12 +323,12 @@ static eg_pool2d_options case_pool_options(const oc_case *c) {
     return o;
 }
 
-static int apply_conv2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_conv2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_conv2d_options o = case_conv_options(c);
     return one(eg_conv2d(in[0], in[1], &o), out);
 }
 
-static int apply_conv2d_transpose(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_conv2d_transpose(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_conv2d_options o = case_conv_options(c);
     if (c->d[0] <= 0) return one(eg_conv2d_transpose(in[0], in[1], NULL, &o), out);
     bool first = o.data_format == EG_DATA_FORMAT_NCHW;
@@ -340,8 +340,7 @@ static int apply_conv2d_transpose(const oc_case *c, const eg_tensor *const *in, 
 }
 
 /* conv2d_backward_filter is internal: inputs (x, dy), filter (KH, KW) = d. */
-static int apply_conv2d_backward_filter(const oc_case *c, const eg_tensor *const *in,
-                                        eg_tensor **out) {
+static int apply_conv2d_backward_filter(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_conv2d_options o = case_conv_options(c);
     int groups = o.groups ? o.groups : 1;
     bool first = o.data_format == EG_DATA_FORMAT_NCHW;
@@ -352,24 +351,23 @@ static int apply_conv2d_backward_filter(const oc_case *c, const eg_tensor *const
     if (!eg__conv2d_attrs(&attrs, &o, eg_tensor_shape(in[0]), filter, "test")) return -1;
     attrs.n_dims = 4;
     memcpy(attrs.shape, filter, sizeof filter);
-    return one(eg__execute(EG__OP_CONV2D_BACKWARD_FILTER, 2, in, &attrs), out);
+    return one(eg__execute(EG__OP_CONV2D_BACKWARD_FILTER, 2, eg__const_tensors(in), &attrs), out);
 }
 
-static int apply_pool2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_pool2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_pool2d_options o = case_pool_options(c);
     if (c->op == EG__OP_MAX_POOL2D) return one(eg_max_pool2d(in[0], &o), out);
     if (c->op == EG__OP_AVG_POOL2D) return one(eg_avg_pool2d(in[0], &o), out);
     eg__attrs attrs; /* the internal ops */
     if (!eg__pool2d_attrs(&attrs, &o, eg_tensor_shape(in[0]), "test")) return -1;
     if (c->op == EG__OP_MAX_POOL2D_ARGMAX)
-        return one(eg__execute(EG__OP_MAX_POOL2D_ARGMAX, 1, in, &attrs), out);
-    return one(eg__execute(EG__OP_MAX_POOL2D_BACKWARD, 2, in, &attrs), out);
+        return one(eg__execute(EG__OP_MAX_POOL2D_ARGMAX, 1, eg__const_tensors(in), &attrs), out);
+    return one(eg__execute(EG__OP_MAX_POOL2D_BACKWARD, 2, eg__const_tensors(in), &attrs), out);
 }
 
 /* avg_pool2d_backward is internal: input dy; the input's (H, W) is d, its batch and channels
  * are dy's. */
-static int apply_avg_pool2d_backward(const oc_case *c, const eg_tensor *const *in,
-                                     eg_tensor **out) {
+static int apply_avg_pool2d_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_pool2d_options o = case_pool_options(c);
     bool first = o.data_format == EG_DATA_FORMAT_NCHW;
     int64_t channels = eg_tensor_dim(in[0], first ? 1 : 3);
@@ -380,33 +378,33 @@ static int apply_avg_pool2d_backward(const oc_case *c, const eg_tensor *const *i
     if (!eg__pool2d_attrs(&attrs, &o, shape, "test")) return -1;
     attrs.n_dims = 4;
     memcpy(attrs.shape, shape, sizeof shape);
-    return one(eg__execute(EG__OP_AVG_POOL2D_BACKWARD, 1, in, &attrs), out);
+    return one(eg__execute(EG__OP_AVG_POOL2D_BACKWARD, 1, eg__const_tensors(in), &attrs), out);
 }
 
 /* moments: two outputs (mean, variance); p as for reductions */
-static int apply_moments(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_moments(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[4], n = (int)c->p[0];
     int_axes(c, 1, n, axes);
     return eg_moments(in[0], n, n ? axes : NULL, c->p[5] != 0, &out[0], &out[1]) == EG_OK ? 2 : -1;
 }
 
 /* relu_backward is internal: inputs (x, g) */
-static int apply_relu_backward(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_relu_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     (void)c;
     static const eg__attrs no_attrs;
-    return one(eg__execute(EG__OP_RELU_BACKWARD, 2, in, &no_attrs), out);
+    return one(eg__execute(EG__OP_RELU_BACKWARD, 2, eg__const_tensors(in), &no_attrs), out);
 }
 
-static int apply_dense(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_dense(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_dense(in[0], in[1], in[2], (eg_activation)c->p[0]), out);
 }
 
-static int apply_mul_add(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_mul_add(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     (void)c;
     return one(eg_mul_add(in[0], in[1], in[2]), out);
 }
 
-static int apply_batch_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_batch_norm(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     if (!c->p[0])
         return one(eg_batch_normalization(in[0], in[1], in[2], in[3], in[4], c->d[0]), out);
     int axes[3] = {0, 1, 2};
@@ -419,8 +417,7 @@ static int apply_batch_norm(const oc_case *c, const eg_tensor *const *in, eg_ten
 
 /* batch_norm_training: inputs (x, offset, scale); p as for reductions (axes); outputs y and the
  * batch mean and variance (keepdims); d[0] = epsilon */
-static int apply_batch_norm_training(const oc_case *c, const eg_tensor *const *in,
-                                     eg_tensor **out) {
+static int apply_batch_norm_training(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[4], n = (int)c->p[0];
     int_axes(c, 1, n, axes);
     out[0] =
@@ -429,7 +426,7 @@ static int apply_batch_norm_training(const oc_case *c, const eg_tensor *const *i
 }
 
 /* batch_norm_training_activation with relu: as batch_norm_training */
-static int apply_batch_norm_relu(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_batch_norm_relu(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[4], n = (int)c->p[0];
     int_axes(c, 1, n, axes);
     out[0] = eg_batch_norm_training_activation(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0],
@@ -438,8 +435,7 @@ static int apply_batch_norm_relu(const oc_case *c, const eg_tensor *const *in, e
 }
 
 /* p[8] = EG_ACTIVATION_RELU: the fused relu's variant (more inputs: see ops.def) */
-static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *in,
-                                     eg_tensor **out) {
+static int apply_batch_norm_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg__attrs attrs = {.scalars = {c->d[0]}};
     attrs.ints[0] = c->p[8];
     int axes[4], n = (int)c->p[0];
@@ -451,22 +447,24 @@ static int apply_batch_norm_backward(const oc_case *c, const eg_tensor *const *i
         if (chosen[d]) attrs.axes[attrs.n_axes++] = d;
     bool sums = c->op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
     bool relu = c->p[8] == EG_ACTIVATION_RELU;
-    return one(eg__execute(c->op, sums ? (relu ? 6 : 3) : (relu ? 7 : 6), in, &attrs), out);
+    return one(
+        eg__execute(c->op, sums ? (relu ? 6 : 3) : (relu ? 7 : 6), eg__const_tensors(in), &attrs),
+        out);
 }
 
-static int apply_layer_norm(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_layer_norm(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_layer_normalization(in[0], 0, NULL, in[1], in[2], c->d[0]), out);
 }
 
-static int apply_upsample2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_upsample2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_upsample2d(in[0], (int)c->p[0], (int)c->p[1], (eg_data_format)c->p[2]), out);
 }
 
-static int apply_zero_padding2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_zero_padding2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_zero_padding2d(in[0], c->p, (eg_data_format)c->p[4]), out);
 }
 
-static int apply_global_avg_pool2d(const oc_case *c, const eg_tensor *const *in, eg_tensor **out) {
+static int apply_global_avg_pool2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     return one(eg_global_avg_pool2d(in[0], (eg_data_format)c->p[0], c->p[1] != 0), out);
 }
 

@@ -47,7 +47,7 @@ typedef struct oc_case oc_case;
 
 /* Runs the op on the (viewed) inputs; writes new tensors into out, returns how many (-1: the
  * op failed). */
-typedef int (*oc_apply_fn)(const oc_case *c, const eg_tensor *const *in, eg_tensor **out);
+typedef int (*oc_apply_fn)(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
 /* Computes the expected outputs in plain C; returns how many. */
 typedef int (*oc_reference_fn)(const oc_case *c, const oc_ref *in, oc_ref *out);
 /* For results that are random (dropout): checks Eagle's outputs against properties; writes the

@@ -464,7 +464,7 @@ static void keep(level_outputs *o, const eg_tensor *t) {
     o->v[o->count++] = v;
 }
 
-static level_outputs pool_and_norm_outputs(const eg_tensor *x, const eg_tensor *g) {
+static level_outputs pool_and_norm_outputs(eg_tensor *x, const eg_tensor *g) {
     level_outputs o = {.count = 0};
     eg_scope_begin();
     eg_pool2d_options tiled = {{0, 0}, {0, 0}, EG_PADDING_VALID, {0}, EG_DATA_FORMAT_NHWC};
@@ -477,7 +477,7 @@ static level_outputs pool_and_norm_outputs(const eg_tensor *x, const eg_tensor *
             eg_tensor *y = is_max ? eg_max_pool2d(x, pools[k]) : eg_avg_pool2d(x, pools[k]);
             assert_non_null(y);
             eg_tensor *dy = eg_full_like(y, 0.5); /* any gradient */
-            const eg_tensor *sources[1] = {x};
+            eg_tensor *sources[1] = {x};
             eg_tensor *dx[1];
             assert_int_equal(eg_tape_gradient_ex(tape, y, dy, 1, sources, dx, EG_UNCONNECTED_ZERO),
                              EG_OK);
@@ -494,7 +494,7 @@ static level_outputs pool_and_norm_outputs(const eg_tensor *x, const eg_tensor *
     eg_tensor *y = eg_batch_norm_training_activation(x, 3, axes, offset, scale, 1e-3,
                                                      EG_ACTIVATION_RELU, NULL, NULL);
     assert_non_null(y);
-    const eg_tensor *sources[3] = {x, scale, offset};
+    eg_tensor *sources[3] = {x, scale, offset};
     eg_tensor *grads[3];
     assert_int_equal(eg_tape_gradient_ex(tape, y, g, 3, sources, grads, EG_UNCONNECTED_ZERO),
                      EG_OK);

@@ -46,9 +46,8 @@ static eg_status affine_build(eg_layer *layer, void *state, int n_inputs,
     return EG_OK;
 }
 
-static eg_tensor *affine_call(eg_layer *layer, void *state, int n_inputs,
-                              const eg_tensor *const *inputs, const eg_tensor *const *variables,
-                              bool training) {
+static eg_tensor *affine_call(eg_layer *layer, void *state, int n_inputs, eg_tensor *const *inputs,
+                              eg_tensor *const *variables, bool training) {
     (void)n_inputs;
     affine_state *s = state;
     s->seen_dtype = eg_tensor_dtype(variables[0]);
@@ -148,8 +147,8 @@ static int64_t fit_in_mode(eg_execution_mode mode, float *out) {
     assert_int_equal(eg_model_compile(model, opt, &c), EG_OK);
     eg_tensor *x = eg_tensor_from_data(xs, EG_DTYPE_F32, 2, (int64_t[]){N, FEATURES});
     eg_tensor *y = eg_tensor_from_data(ys, EG_DTYPE_I64, 1, (int64_t[]){N});
-    eg_dataset *ds = eg_dataset_batch(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}),
-                                      BATCH, false);
+    eg_dataset *ds =
+        eg_dataset_batch(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y}), BATCH, false);
     eg_release(x);
     eg_release(y);
     eg_fit_options o = eg_fit_options_default();
@@ -239,8 +238,7 @@ static void test_fit_trains_it_as_a_hand_loop_does(void **state) {
             eg_tensor *loss = eg_loss_sparse_categorical_crossentropy(
                 y, eg_model_call(model, x, true), true, EG_REDUCTION_MEAN);
             eg_tensor *grads[6];
-            assert_int_equal(eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads,
-                                              EG_UNCONNECTED_ZERO),
+            assert_int_equal(eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO),
                              EG_OK);
             eg_tape_free(tape);
             assert_int_equal(eg_optimizer_apply_gradients(opt, n, grads, vars), EG_OK);
@@ -288,9 +286,7 @@ static void test_gradient_matches_central_differences(void **state) {
     eg_tensor *loss = eg_sum(eg_mul(eg_mul(y, y), w), 0, NULL, false);
     eg_tensor *const *vars = eg_layer_variables(layer, NULL);
     eg_tensor *grads[2];
-    assert_int_equal(
-        eg_tape_gradient(tape, loss, 2, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO),
-        EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, loss, 2, vars, grads, EG_UNCONNECTED_ZERO), EG_OK);
     eg_tape_free(tape);
     const double step = 1e-6;
     int checked = 0;
@@ -344,7 +340,7 @@ static eg_status failing_build(eg_layer *layer, void *state, int n_inputs,
 }
 
 static eg_tensor *identity_call(eg_layer *layer, void *state, int n_inputs,
-                                const eg_tensor *const *inputs, const eg_tensor *const *variables,
+                                eg_tensor *const *inputs, eg_tensor *const *variables,
                                 bool training) {
     (void)layer, (void)state, (void)n_inputs, (void)variables, (void)training;
     return eg_reshape(inputs[0], eg_tensor_n_dims(inputs[0]), eg_tensor_shape(inputs[0]));
@@ -404,7 +400,7 @@ static void test_bad_use_gets_clear_errors(void **state) {
     eg_layer *add = eg_add_layer_new(NULL);
     assert_null(eg_layer_call(add, x, false));
     expect_error_containing(EG_ERR_INVALID_ARGUMENT, "takes 2 to 16 inputs, got 1", NULL);
-    eg_tensor *sum = eg_layer_call_multi(add, 2, (const eg_tensor *[]){x, x}, false);
+    eg_tensor *sum = eg_layer_call_multi(add, 2, (eg_tensor *[]){x, x}, false);
     eg_tensor *twice = eg_add(x, x);
     assert_memory_equal(eg_tensor_data(sum), eg_tensor_data(twice), 6 * 4);
     eg_layer_free(add);

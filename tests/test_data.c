@@ -70,7 +70,7 @@ static void test_from_tensor_slices(void **state) {
     int64_t shape[2] = {5, 3};
     eg_tensor *x = arange_f32(15, 2, shape);
     eg_tensor *y = eg_arange(100, 105, 1, EG_DTYPE_I64);
-    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y});
+    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y});
     assert_non_null(ds);
     eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
     for (int64_t row = 0; row < 5; row++) {
@@ -91,7 +91,7 @@ static void test_from_tensor_slices(void **state) {
 
     /* A transposed (non-contiguous) source slices correctly too. */
     eg_tensor *xt = eg_transpose(x, 0, 1); /* (3, 5) */
-    ds = eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){xt});
+    ds = eg_dataset_from_tensor_slices(1, (eg_tensor *[]){xt});
     double values[32];
     int64_t n;
     assert_int_equal(collect(ds, values, 32, &n), 3);
@@ -100,17 +100,17 @@ static void test_from_tensor_slices(void **state) {
 
     /* Errors. */
     eg_tensor *z = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){4});
-    assert_null(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, z}));
+    assert_null(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, z}));
     assert_error(EG_ERR_SHAPE, "dataset_from_tensor_slices: tensor 1 has 4 rows (shape (4,)), "
                                "tensor 0 has 5");
     eg_tensor *scalar = eg_scalar(EG_DTYPE_F32, 1);
-    assert_null(eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){scalar}));
+    assert_null(eg_dataset_from_tensor_slices(1, (eg_tensor *[]){scalar}));
     assert_error(EG_ERR_SHAPE, "dataset_from_tensor_slices: tensor 0 is 0-d; slicing needs a "
                                "first axis");
-    assert_null(eg_dataset_from_tensor_slices(0, (const eg_tensor *[]){x}));
+    assert_null(eg_dataset_from_tensor_slices(0, (eg_tensor *[]){x}));
     assert_error(EG_ERR_INVALID_ARGUMENT, "dataset_from_tensor_slices: n is 0; 1 to 8 tensors "
                                           "allowed");
-    assert_null(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, NULL}));
+    assert_null(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, NULL}));
     assert_error(EG_ERR_NULL_ARGUMENT, "dataset_from_tensor_slices: tensor 1 is NULL");
 }
 
@@ -119,7 +119,7 @@ static void test_sources_keep_tensors(void **state) {
     (void)state;
     eg_scope_begin();
     eg_tensor *x = eg_arange(0, 6, 1, EG_DTYPE_I32);
-    eg_dataset *ds = eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){x});
+    eg_dataset *ds = eg_dataset_from_tensor_slices(1, (eg_tensor *[]){x});
     eg_scope_end();
     double values[8];
     int64_t n;
@@ -485,7 +485,7 @@ static void test_batch(void **state) {
     eg_tensor *x = arange_f32(42, 3, shape);
     eg_tensor *y = eg_arange(0, 7, 1, EG_DTYPE_U8);
     eg_dataset *ds =
-        eg_dataset_batch(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}), 3, false);
+        eg_dataset_batch(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y}), 3, false);
     eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
     int64_t sizes[3] = {3, 3, 1};
     for (int b = 0; b < 3; b++) {
@@ -564,9 +564,8 @@ static void test_padded_batch(void **state) {
     /* 2-d items pad on both axes. */
     eg_tensor *a = eg_ones(EG_DTYPE_I32, 2, (int64_t[]){1, 2});
     eg_tensor *b = eg_full(EG_DTYPE_I32, 2, (int64_t[]){2, 1}, 7);
-    eg_dataset *parts[2] = {
-        eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){eg_unsqueeze(a, 0)}),
-        eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){eg_unsqueeze(b, 0)})};
+    eg_dataset *parts[2] = {eg_dataset_from_tensor_slices(1, (eg_tensor *[]){eg_unsqueeze(a, 0)}),
+                            eg_dataset_from_tensor_slices(1, (eg_tensor *[]){eg_unsqueeze(b, 0)})};
     ds = eg_dataset_padded_batch(eg_dataset_interleave_datasets(2, parts, 1), 2, false, 0);
     it = eg_dataset_iterator_new(ds);
     eg_element e = next_element(it);
@@ -608,8 +607,7 @@ static void test_unbatch(void **state) {
     /* Unbatching a 2-component batched source gives its rows as views. */
     int64_t shape[2] = {2, 3};
     eg_tensor *x = arange_f32(6, 2, shape);
-    ds = eg_dataset_unbatch(
-        eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){eg_unsqueeze(x, 0)}));
+    ds = eg_dataset_unbatch(eg_dataset_from_tensor_slices(1, (eg_tensor *[]){eg_unsqueeze(x, 0)}));
     assert_int_equal(collect(ds, values, 64, &n), 2);
     assert_int_equal(n, 6);
     eg_dataset_free(ds);
@@ -798,7 +796,7 @@ static void test_ownership(void **state) {
     int64_t shape[2] = {8, 4};
     eg_tensor *x = arange_f32(32, 2, shape);
     eg_tensor *y = eg_arange(0, 8, 1, EG_DTYPE_I64);
-    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y});
+    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y});
     eg_release(x); /* the dataset holds its own references */
     eg_release(y);
     ds = eg_dataset_map(ds, times_ten, NULL, 0, true);

@@ -417,7 +417,7 @@ static void test_augment_pipeline(void **state) {
     double mean = 0, std = 1;
     eg_image_normalize_options norm = {
         .scale = 1 / 255.0, .n_values = 1, .mean = &mean, .std = &std};
-    eg_dataset *ds = eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){images});
+    eg_dataset *ds = eg_dataset_from_tensor_slices(1, (eg_tensor *[]){images});
     ds = eg_dataset_map(ds, eg_image_random_flip, &flip, 0, true);
     ds = eg_dataset_map(ds, eg_image_random_crop, &crop, 0, true);
     ds = eg_dataset_map(ds, eg_image_normalize, &norm, 0, true);

@@ -167,7 +167,7 @@ static void test_parallel_map_order(void **state) {
 
 static eg_dataset *augmented_pipeline(eg_tensor *images, eg_tensor *labels, int parallelism,
                                       eg_image_flip_options *flip, eg_image_crop_options *crop) {
-    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){images, labels});
+    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (eg_tensor *[]){images, labels});
     ds = eg_dataset_shuffle(ds, 64, 1234, true);
     ds = eg_dataset_map(ds, eg_image_random_flip, flip, parallelism, true);
     ds = eg_dataset_map(ds, eg_image_random_crop, crop, parallelism, true);

@@ -34,8 +34,8 @@ static void assert_same_bits(const eg_tensor *a, const eg_tensor *b, const char 
 
 /* y and the gradients of sum(y * weights) for x, w, b (the weights make the upstream gradient
  * non-uniform). out: y, dx, dw, db. */
-static void run(bool fused, eg_activation act, const eg_tensor *x, const eg_tensor *w,
-                const eg_tensor *b, const eg_tensor *weights, eg_tensor **out) {
+static void run(bool fused, eg_activation act, eg_tensor *x, eg_tensor *w, eg_tensor *b,
+                const eg_tensor *weights, eg_tensor **out) {
     eg_tape *tape = eg_tape_begin(false);
     assert_non_null(tape);
     eg_tape_watch(tape, x);
@@ -45,7 +45,7 @@ static void run(bool fused, eg_activation act, const eg_tensor *x, const eg_tens
         fused ? eg_dense(x, w, b, act) : eg_activation_apply(act, eg_add(eg_matmul(x, w), b));
     assert_non_null(y);
     eg_tensor *loss = eg_sum(eg_mul(y, weights), 0, NULL, false);
-    const eg_tensor *sources[3] = {x, w, b};
+    eg_tensor *sources[3] = {x, w, b};
     assert_int_equal(eg_tape_gradient(tape, loss, 3, sources, out + 1, EG_UNCONNECTED_ZERO), EG_OK);
     eg_tape_free(tape);
     out[0] = y;

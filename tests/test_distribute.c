@@ -83,7 +83,7 @@ static eg_status build_model(const eg_replica_context *c, void *user) {
 }
 
 /* The step on this replica's share of the batch (in[0] x, in[1] labels). */
-static eg_status step_body(replica_model *m, const eg_tensor *const *in, eg_tensor **out) {
+static eg_status step_body(replica_model *m, eg_tensor *const *in, eg_tensor **out) {
     const eg_replica_context *c = m->context;
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *h = eg_dense(in[0], m->vars[0], m->vars[1], EG_ACTIVATION_RELU);
@@ -94,15 +94,14 @@ static eg_status step_body(replica_model *m, const eg_tensor *const *in, eg_tens
     eg_tensor *share = eg_mul_scalar(loss, (double)m->local_examples / BATCH);
     eg_tensor *grads[4];
     eg_status status =
-        share ? eg_replica_gradient(c, tape, share, 4, (const eg_tensor *const *)m->vars, grads)
-              : eg_last_status();
+        share ? eg_replica_gradient(c, tape, share, 4, m->vars, grads) : eg_last_status();
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(m->optimizer, 4, grads, m->vars);
     out[0] = share;
     return status;
 }
 
-static eg_status traced_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status traced_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     return step_body(user, in, out);
 }
 
@@ -125,14 +124,14 @@ static eg_status train(const eg_replica_context *c, void *user) {
         eg_tensor *out[1] = {NULL};
         if (r->mode == MODE_GRAPH) {
             if (!m->function) m->function = eg_function_new("step", traced_step, 2, 1, m);
-            status = eg_function_call(m->function, (const eg_tensor *const *)in, out);
+            status = eg_function_call(m->function, in, out);
         } else if (r->mode == MODE_LAZY) {
             eg_lazy_begin();
-            status = step_body(m, (const eg_tensor *const *)in, out);
+            status = step_body(m, in, out);
             eg_status ended = eg_lazy_end();
             if (status == EG_OK) status = ended;
         } else {
-            status = step_body(m, (const eg_tensor *const *)in, out);
+            status = step_body(m, in, out);
         }
         eg_scope_end();
     }
@@ -264,8 +263,7 @@ static void test_all_reduce_alone_is_the_tensor(void **state) {
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *y = eg_sum(eg_mul(eg_all_reduce(x), x), 0, NULL, false);
     eg_tensor *g = NULL;
-    assert_int_equal(
-        eg_tape_gradient(tape, y, 1, (const eg_tensor *const *)&x, &g, EG_UNCONNECTED_NULL), EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, y, 1, &x, &g, EG_UNCONNECTED_NULL), EG_OK);
     eg_tape_free(tape);
     float got[3];
     assert_int_equal(eg_tensor_copy_to_host(g, got, sizeof got), EG_OK);
@@ -282,8 +280,7 @@ static eg_status gradient_in_replica(const eg_replica_context *c, void *user) {
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *y = eg_sum(eg_mul(eg_all_reduce(x), w), 0, NULL, false);
     eg_tensor *g = NULL;
-    eg_status status =
-        eg_tape_gradient(tape, y, 1, (const eg_tensor *const *)&x, &g, EG_UNCONNECTED_NULL);
+    eg_status status = eg_tape_gradient(tape, y, 1, &x, &g, EG_UNCONNECTED_NULL);
     eg_tape_free(tape);
     if (status == EG_OK)
         status = eg_tensor_copy_to_host(g, job->got[c->replica_id], sizeof job->got[0]);

@@ -107,8 +107,7 @@ static void test_chain_keeps_the_first_cause(void **state) {
 /* A traced function whose op fails, then makes a call that succeeds, and returns the failure:
  * eg_function_call reports the op's error (the callback's error becomes the call's). */
 static int first_failure_line;
-static eg_status fails_then_succeeds(const eg_tensor *const *inputs, eg_tensor **outputs,
-                                     void *user) {
+static eg_status fails_then_succeeds(eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
     (void)user;
     eg_tensor *narrow = eg_ones(EG_DTYPE_F32, 1, (int64_t[]){3});
     first_failure_line = __LINE__ + 1;
@@ -117,7 +116,7 @@ static eg_status fails_then_succeeds(const eg_tensor *const *inputs, eg_tensor *
     return outputs[0] || !fine ? EG_OK : EG_ERR_SHAPE;
 }
 
-static eg_status doubled(const eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
+static eg_status doubled(eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
     (void)user;
     outputs[0] = eg_add(inputs[0], inputs[0]);
     return outputs[0] ? EG_OK : eg_last_status();
@@ -130,7 +129,7 @@ static void test_callback_error_becomes_the_calls(void **state) {
     eg_function *f = eg_function_new("fails_then_succeeds", fails_then_succeeds, 1, 1, NULL);
     assert_non_null(f);
     eg_tensor *out = NULL;
-    assert_int_equal(eg_function_call(f, (const eg_tensor *[]){x}, &out), EG_ERR_SHAPE);
+    assert_int_equal(eg_function_call(f, (eg_tensor *[]){x}, &out), EG_ERR_SHAPE);
     assert_null(out);
     check_error(EG_ERR_SHAPE, "sub", first_failure_line);
     eg_function_free(f);
@@ -202,7 +201,7 @@ static void test_stale_error_does_not_fail_a_valid_call(void **state) {
     assert_null(eg_sub(a, b));             /* left pending on purpose */
     for (int call = 0; call < 2; call++) { /* the trace, then the replay */
         eg_tensor *out = NULL;
-        assert_int_equal(eg_function_call(f, (const eg_tensor *[]){a}, &out), EG_OK);
+        assert_int_equal(eg_function_call(f, (eg_tensor *[]){a}, &out), EG_OK);
         assert_non_null(out);
         assert_true(eg_item(eg_sum(out, 0, NULL, false)) == 4.0);
     }
@@ -229,7 +228,7 @@ static void test_callback_error_survives_its_later_calls(void **state) {
     eg_scope_begin();
     eg_tensor *rows = eg_ones(EG_DTYPE_F32, 2, (int64_t[]){4, 3});
     eg_tensor *a = vector(2, EG_DTYPE_F32), *b = vector(3, EG_DTYPE_F32);
-    eg_dataset *ds = eg_dataset_map(eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){rows}),
+    eg_dataset *ds = eg_dataset_map(eg_dataset_from_tensor_slices(1, (eg_tensor *[]){rows}),
                                     failing_map, NULL, 0, true);
     assert_non_null(ds);
     eg_dataset_iterator *it = eg_dataset_iterator_new(ds);

@@ -60,7 +60,7 @@ static eg_dataset *batches_of(int64_t first, int64_t rows) {
     eg_tensor *x =
         eg_tensor_from_data(xs + first * FEATURES, EG_DTYPE_F32, 2, (int64_t[]){rows, FEATURES});
     eg_tensor *y = eg_tensor_from_data(ys + first, EG_DTYPE_I64, 1, (int64_t[]){rows});
-    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y});
+    eg_dataset *ds = eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y});
     eg_release(x);
     eg_release(y);
     return eg_dataset_batch(ds, BATCH, false);
@@ -145,8 +145,7 @@ static void test_fit_is_the_hand_written_loop(void **state) {
             eg_tensor *loss = eg_loss_sparse_categorical_crossentropy(
                 y, eg_model_call(model, x, true), true, EG_REDUCTION_MEAN);
             eg_tensor *grads[4];
-            assert_int_equal(eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads,
-                                              EG_UNCONNECTED_ZERO),
+            assert_int_equal(eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO),
                              EG_OK);
             eg_tape_free(tape);
             assert_int_equal(eg_optimizer_apply_gradients(opt, n, grads, vars), EG_OK);
@@ -862,7 +861,7 @@ static void test_bad_input_gets_clear_errors(void **state) {
     /* elements of one component are not (x, y) */
     eg_tensor *x = eg_tensor_from_data(xs, EG_DTYPE_F32, 2, (int64_t[]){64, FEATURES});
     eg_dataset *only_x =
-        eg_dataset_batch(eg_dataset_from_tensor_slices(1, (const eg_tensor *[]){x}), BATCH, false);
+        eg_dataset_batch(eg_dataset_from_tensor_slices(1, (eg_tensor *[]){x}), BATCH, false);
     o = quiet(1);
     assert_null(eg_model_fit(model, only_x, &o));
     assert_non_null(strstr(eg_last_error(), "elements have 1 components"));

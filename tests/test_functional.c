@@ -86,11 +86,10 @@ static void test_two_inputs_two_outputs(void **state) {
     eg_tensor *a = uniform_tensor(2, (int64_t[]){6, 4}, 1);
     eg_tensor *b = uniform_tensor(2, (int64_t[]){6, 3}, 2);
     eg_tensor *out[2];
-    assert_int_equal(eg_model_call_multi(model, 2, (const eg_tensor *[]){a, b}, false, 2, out),
-                     EG_OK);
+    assert_int_equal(eg_model_call_multi(model, 2, (eg_tensor *[]){a, b}, false, 2, out), EG_OK);
     eg_tensor *h = eg_layer_call(layers[0], a, false);
     eg_tensor *g = eg_layer_call(layers[1], b, false);
-    eg_tensor *c = eg_concat(2, (const eg_tensor *[]){h, g}, 1);
+    eg_tensor *c = eg_concat(2, (eg_tensor *[]){h, g}, 1);
     assert_same_values(out[0], eg_layer_call(layers[3], c, false));
     assert_same_values(out[1], eg_layer_call(layers[4], h, false));
     assert_int_equal(eg_tensor_dim(out[0], 1), 2);
@@ -101,12 +100,12 @@ static void test_two_inputs_two_outputs(void **state) {
     assert_null(eg_model_call(model, a, false));
     expect_error_containing(EG_ERR_INVALID_ARGUMENT, "takes 2 input(s) and gives 2 output(s)",
                             NULL);
-    assert_int_equal(eg_model_call_multi(model, 2, (const eg_tensor *[]){b, a}, false, 2, out),
+    assert_int_equal(eg_model_call_multi(model, 2, (eg_tensor *[]){b, a}, false, 2, out),
                      EG_ERR_SHAPE);
     assert_null(out[0]);
     expect_error_containing(EG_ERR_SHAPE, "input 0 ('a')", "(-1, 4)", "(6, 3)", NULL);
     eg_tensor *a64 = eg_cast(a, EG_DTYPE_F64);
-    assert_int_equal(eg_model_call_multi(model, 2, (const eg_tensor *[]){a64, b}, false, 2, out),
+    assert_int_equal(eg_model_call_multi(model, 2, (eg_tensor *[]){a64, b}, false, 2, out),
                      EG_ERR_DTYPE);
     eg_clear_error();
     assert_int_equal(eg_model_build(model, 2, (int64_t[]){-1, 4}), EG_ERR_SHAPE);
@@ -164,9 +163,7 @@ static void test_residual_block_gradients(void **state) {
     eg_tensor *out = eg_model_call(model, input, true);
     eg_tensor *loss = eg_sum(eg_mul(eg_square(out), w), 0, NULL, false);
     eg_tensor *grads[5];
-    assert_int_equal(eg_tape_gradient(tape, loss, 5, (const eg_tensor *const *)sources, grads,
-                                      EG_UNCONNECTED_ZERO),
-                     EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, loss, 5, sources, grads, EG_UNCONNECTED_ZERO), EG_OK);
     eg_tape_free(tape);
     const double step = 1e-6;
     int checked = 0;
@@ -241,13 +238,10 @@ static void test_shared_layer_sums_its_gradient(void **state) {
     eg_tensor *xb = uniform_tensor(2, (int64_t[]){B, D}, 6);
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *out[1];
-    assert_int_equal(eg_model_call_multi(model, 2, (const eg_tensor *[]){xa, xb}, true, 1, out),
-                     EG_OK);
+    assert_int_equal(eg_model_call_multi(model, 2, (eg_tensor *[]){xa, xb}, true, 1, out), EG_OK);
     eg_tensor *loss = eg_sum(out[0], 0, NULL, false);
     eg_tensor *grads[2];
-    assert_int_equal(
-        eg_tape_gradient(tape, loss, 2, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO),
-        EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, loss, 2, vars, grads, EG_UNCONNECTED_ZERO), EG_OK);
     eg_tape_free(tape);
     const float *pa = eg_tensor_data(xa), *pb = eg_tensor_data(xb);
     const float *dw = eg_tensor_data(grads[0]), *dbias = eg_tensor_data(grads[1]);
@@ -275,7 +269,7 @@ static void test_save_and_load_weights(void **state) {
     eg_model *loaded = two_in_two_out(other_layers);
     eg_tensor *a = uniform_tensor(2, (int64_t[]){3, 4}, 3);
     eg_tensor *b = uniform_tensor(2, (int64_t[]){3, 3}, 4);
-    const eg_tensor *in[2] = {a, b};
+    eg_tensor *in[2] = {a, b};
     eg_tensor *want[2], *got[2];
     assert_int_equal(eg_model_call_multi(saved, 2, in, false, 2, want), EG_OK);
     assert_int_equal(eg_model_load_weights(loaded, path), EG_OK);
@@ -345,8 +339,8 @@ static int64_t fit_in_mode(eg_execution_mode mode, float *weights, double *accur
     assert_int_equal(eg_model_compile(model, opt, &c), EG_OK);
     eg_tensor *x = eg_tensor_from_data(xs, EG_DTYPE_F32, 2, (int64_t[]){N, FEATURES});
     eg_tensor *y = eg_tensor_from_data(ys, EG_DTYPE_I64, 1, (int64_t[]){N});
-    eg_dataset *ds = eg_dataset_batch(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}),
-                                      BATCH, false);
+    eg_dataset *ds =
+        eg_dataset_batch(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y}), BATCH, false);
     eg_release(x);
     eg_release(y);
     eg_fit_options o = eg_fit_options_default();

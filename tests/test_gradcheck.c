@@ -59,8 +59,7 @@ static int check_begin(check *k, const oc_case *c, int index) {
     assert_true(k->w && k->v && k->grads && k->scratch);
     eg_tensor *views[OC_MAX_INPUTS], *out[OC_MAX_OUTPUTS] = {0};
     if (!oc_inputs_make(c, EG_DTYPE_F64, (uint64_t)index + 1, &k->inputs) ||
-        !oc_inputs_views(&k->inputs, views) ||
-        (k->n_out = c->apply(c, (const eg_tensor *const *)views, out)) < 1) {
+        !oc_inputs_views(&k->inputs, views) || (k->n_out = c->apply(c, views, out)) < 1) {
         fprintf(stderr, "FAIL case %d '%s': the op failed: %s\n", index, c->name, eg_last_error());
         return -1;
     }
@@ -97,7 +96,7 @@ static void check_end(check *k) {
 static eg_tensor *loss_tensor(check *k) {
     eg_tensor *views[OC_MAX_INPUTS], *out[OC_MAX_OUTPUTS] = {0};
     if (!oc_inputs_views(&k->inputs, views)) return NULL;
-    if (k->c->apply(k->c, (const eg_tensor *const *)views, out) != k->n_out) return NULL;
+    if (k->c->apply(k->c, views, out) != k->n_out) return NULL;
     eg_tensor *loss = NULL;
     for (int o = 0; o < k->n_out; o++) {
         /* an op whose result lives on another device (to_device) gets its weights there */
@@ -114,8 +113,7 @@ static eg_tensor *loss_tensor(check *k) {
 static bool loss_value(check *k, double *loss) {
     eg_scope_begin();
     eg_tensor *views[OC_MAX_INPUTS], *out[OC_MAX_OUTPUTS] = {0};
-    bool ok = oc_inputs_views(&k->inputs, views) &&
-              k->c->apply(k->c, (const eg_tensor *const *)views, out) == k->n_out;
+    bool ok = oc_inputs_views(&k->inputs, views) && k->c->apply(k->c, views, out) == k->n_out;
     double sum = 0;
     for (int o = 0; ok && o < k->n_out; o++) {
         ok = oc_read(out[o], k->scratch) && k->scratch->n_elems == k->w[o].n_elems;
@@ -133,9 +131,8 @@ static bool analytic_gradient(check *k) {
     eg_tape *tape = eg_tape_begin(false);
     for (int s = 0; s < k->n_sources; s++) eg_tape_watch(tape, k->sources[s]);
     eg_tensor *loss = loss_tensor(k), *grads[OC_MAX_INPUTS] = {0};
-    bool ok =
-        loss && eg_tape_gradient(tape, loss, k->n_sources, (const eg_tensor *const *)k->sources,
-                                 grads, EG_UNCONNECTED_ZERO) == EG_OK;
+    bool ok = loss && eg_tape_gradient(tape, loss, k->n_sources, k->sources, grads,
+                                       EG_UNCONNECTED_ZERO) == EG_OK;
     eg_tape_free(tape);
     for (int s = 0; ok && s < k->n_sources; s++) {
         ok = oc_read(grads[s], &k->grads[s]) && k->grads[s].dtype == EG_DTYPE_F64 &&
@@ -167,7 +164,7 @@ static bool second_order_gradient(check *k) {
     eg_tape *inner = eg_tape_begin(false);
     for (int s = 0; s < k->n_sources; s++) eg_tape_watch(inner, k->sources[s]);
     eg_tensor *loss = loss_tensor(k), *grads[OC_MAX_INPUTS] = {0}, *second[OC_MAX_INPUTS] = {0};
-    const eg_tensor *const *sources = (const eg_tensor *const *)k->sources;
+    eg_tensor *const *sources = k->sources;
     bool ok = loss && eg_tape_gradient(inner, loss, k->n_sources, sources, grads,
                                        EG_UNCONNECTED_ZERO) == EG_OK;
     eg_tensor *total = NULL;
@@ -315,8 +312,7 @@ static void check_cube(eg_tensor *(*cube)(const eg_tensor *)) {
     for (int order = 0; order < 3; order++) {
         eg_tensor *g = NULL;
         /* the innermost tape differentiates first; outer tapes record that computation */
-        assert_int_equal(eg_tape_gradient(tapes[2 - order], y, 1, (const eg_tensor *const *)&x, &g,
-                                          EG_UNCONNECTED_NULL),
+        assert_int_equal(eg_tape_gradient(tapes[2 - order], y, 1, &x, &g, EG_UNCONNECTED_NULL),
                          EG_OK);
         assert_non_null(g);
         for (int i = 0; i < 5; i++) {
@@ -345,12 +341,8 @@ static void test_second_order_of_tanh(void **state) {
     eg_tape *inner = eg_tape_begin(false);
     eg_tape_watch(inner, x);
     eg_tensor *y = eg_tanh(x), *g = NULL, *gg = NULL;
-    assert_int_equal(
-        eg_tape_gradient(inner, y, 1, (const eg_tensor *const *)&x, &g, EG_UNCONNECTED_NULL),
-        EG_OK);
-    assert_int_equal(
-        eg_tape_gradient(outer, g, 1, (const eg_tensor *const *)&x, &gg, EG_UNCONNECTED_NULL),
-        EG_OK);
+    assert_int_equal(eg_tape_gradient(inner, y, 1, &x, &g, EG_UNCONNECTED_NULL), EG_OK);
+    assert_int_equal(eg_tape_gradient(outer, g, 1, &x, &gg, EG_UNCONNECTED_NULL), EG_OK);
     for (int i = 0; i < 5; i++) {
         double t = tanh(xs[i]);
         assert_close(eg_tensor_get(g, (int64_t[]){i}), 1 - t * t, 1e-12);
@@ -372,12 +364,8 @@ static void test_max_ties_share_the_gradient(void **state) {
     eg_tensor *row_max = eg_max(x, 1, (int[]){1}, false);
     eg_tensor *all_min = eg_min(eg_slice(x, 1, 0, 2, 1), 0, NULL, false);
     eg_tensor *g = NULL, *h = NULL;
-    assert_int_equal(
-        eg_tape_gradient(tape, row_max, 1, (const eg_tensor *const *)&x, &g, EG_UNCONNECTED_NULL),
-        EG_OK);
-    assert_int_equal(
-        eg_tape_gradient(tape, all_min, 1, (const eg_tensor *const *)&x, &h, EG_UNCONNECTED_NULL),
-        EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, row_max, 1, &x, &g, EG_UNCONNECTED_NULL), EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, all_min, 1, &x, &h, EG_UNCONNECTED_NULL), EG_OK);
     const double want_g[6] = {0, 0.5, 0.5, 0.5, 0.5, 0}, want_h[6] = {1, 0, 0, 0, 0, 0};
     for (int i = 0; i < 6; i++) {
         int64_t index[2] = {i / 3, i % 3};

@@ -29,7 +29,7 @@ static eg_tensor *random_tensor(eg_dtype dtype, int n_dims, const int64_t *shape
 
 /* ---- retracing ---- */
 
-static eg_status scaled_sum(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status scaled_sum(eg_tensor *const *in, eg_tensor **out, void *user) {
     (void)user;
     out[0] = eg_sum(eg_mul_scalar(eg_exp(in[0]), 2.0), 0, NULL, false);
     return EG_OK;
@@ -57,7 +57,7 @@ static void test_retrace_exactly_when_the_signature_changes(void **state) {
         eg_scope_begin();
         eg_tensor *x = random_tensor(calls[i].dtype, 2, calls[i].shape, 1);
         eg_tensor *y;
-        assert_int_equal(eg_function_call(f, (const eg_tensor *const *)&x, &y), EG_OK);
+        assert_int_equal(eg_function_call(f, &x, &y), EG_OK);
         double expected = eg_item(eg_sum(eg_mul_scalar(eg_exp(x), 2.0), 0, NULL, false));
         assert_true(eg_item(y) == expected);
         assert_int_equal(eg_function_stats_get(f, &s), EG_OK);
@@ -71,7 +71,7 @@ static void test_retrace_exactly_when_the_signature_changes(void **state) {
 }
 
 /* x plus the labels cast to x's dtype: a step that reads two inputs of different dtypes. */
-static eg_status add_labels(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status add_labels(eg_tensor *const *in, eg_tensor **out, void *user) {
     (void)user;
     out[0] = eg_add(in[0], eg_cast(in[1], eg_tensor_dtype(in[0])));
     return out[0] ? EG_OK : eg_last_status();
@@ -79,8 +79,8 @@ static eg_status add_labels(const eg_tensor *const *in, eg_tensor **out, void *u
 
 static void call_with_labels(eg_function *f, const int64_t *x_shape, eg_dtype labels_dtype) {
     eg_scope_begin();
-    const eg_tensor *in[2] = {random_tensor(EG_DTYPE_F32, 2, x_shape, 3),
-                              eg_zeros(labels_dtype, 2, x_shape)};
+    eg_tensor *in[2] = {random_tensor(EG_DTYPE_F32, 2, x_shape, 3),
+                        eg_zeros(labels_dtype, 2, x_shape)};
     eg_tensor *y = NULL;
     assert_int_equal(eg_function_call(f, in, &y), EG_OK);
     assert_non_null(y);
@@ -118,14 +118,14 @@ static void test_retrace_reason_compares_with_the_nearest_traced_signature(void 
 /* ---- errors ---- */
 
 static int error_line;
-static eg_status bad_matmul(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status bad_matmul(eg_tensor *const *in, eg_tensor **out, void *user) {
     (void)user;
     error_line = __LINE__ + 1;
     out[0] = eg_matmul(in[0], in[0]);
     return out[0] ? EG_OK : eg_last_status();
 }
 
-static eg_status reads_a_value(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status reads_a_value(eg_tensor *const *in, eg_tensor **out, void *user) {
     (void)user;
     eg_tensor *y = eg_exp(in[0]);
     if (eg_item(eg_sum(y, 0, NULL, false)) > 0)
@@ -141,14 +141,14 @@ static void test_errors_point_at_the_traced_line(void **state) {
     int64_t shape[2] = {2, 3};
     eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, shape, 2), *y = NULL;
     eg_function *f = eg_function_new("bad", bad_matmul, 1, 1, NULL);
-    assert_int_equal(eg_function_call(f, (const eg_tensor *const *)&x, &y), EG_ERR_SHAPE);
+    assert_int_equal(eg_function_call(f, &x, &y), EG_ERR_SHAPE);
     char expected[64];
     snprintf(expected, sizeof expected, "test_graph.c:%d", error_line);
     assert_non_null(strstr(eg_last_error(), expected));
     eg_clear_error();
     eg_function_free(f);
     f = eg_function_new("reads", reads_a_value, 1, 1, NULL);
-    assert_int_equal(eg_function_call(f, (const eg_tensor *const *)&x, &y), EG_ERR_STATE);
+    assert_int_equal(eg_function_call(f, &x, &y), EG_ERR_STATE);
     assert_non_null(strstr(eg_last_error(), "traced"));
     eg_clear_error();
     eg_function_free(f);
@@ -162,7 +162,7 @@ typedef struct step_context {
     eg_optimizer *optimizer;
 } step_context;
 
-static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status train_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     step_context *c = user;
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *logits = eg_model_call(c->model, in[0], true);
@@ -171,7 +171,7 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
     int n;
     eg_tensor *const *vars = eg_model_trainable_variables(c->model, &n);
     eg_tensor *grads[8];
-    eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
+    eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_optimizer_apply_gradients(c->optimizer, n, grads, vars);
     out[0] = loss;
@@ -208,7 +208,7 @@ static void three_modes(const int64_t *hidden, int n_hidden, int64_t batch, int 
         eg_tensor *labels = eg_cast(
             eg_mul_scalar(eg_add_scalar(random_tensor(EG_DTYPE_F32, 1, &batch, 7), 1.0), 4.99),
             EG_DTYPE_I32);
-        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *in[2] = {x, labels};
         double losses[3];
         eg_tensor *loss;
         /* eager */
@@ -275,7 +275,7 @@ static void test_wide_model_step_in_three_modes(void **state) {
 
 /* out[0] = sum(dropout(x) * w) and out[1] = its gradient with respect to w (the backward
  * applies the same mask) */
-static eg_status dropout_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status dropout_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     eg_layer *dropout = user;
     eg_tape *tape = eg_tape_begin(false);
     eg_tape_watch(tape, in[1]);
@@ -296,7 +296,7 @@ static void test_dropout_masks_are_drawn_again_at_every_replay(void **state) {
               *w = random_tensor(EG_DTYPE_F32, 1, shape, 6);
     eg_layer *dropout = eg_dropout_new(0.5, NULL);
     eg_function *f = eg_function_new("dropout_step", dropout_step, 2, 2, dropout);
-    const eg_tensor *in[2] = {x, w};
+    eg_tensor *in[2] = {x, w};
     float previous = 0;
     for (int call = 0; call < 4; call++) {
         eg_tensor *eager[2], *graph[2];
@@ -329,7 +329,7 @@ typedef struct noisy_context {
     eg_generator *generator;
 } noisy_context;
 
-static eg_status noisy_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status noisy_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     noisy_context *c = user;
     int64_t shape[1] = {257};
     eg_tensor *noise = eg_random_normal(c->generator, EG_DTYPE_F32, 1, shape, 0.0, 0.1);
@@ -348,7 +348,7 @@ static void test_random_tensors_are_drawn_again_at_every_replay(void **state) {
     noisy_context c = {eg_dropout_new(0.25, NULL), eg_generator_new(1)};
     eg_generator *eager_generator = eg_generator_new(1);
     eg_function *f = eg_function_new("noisy_step", noisy_step, 1, 1, &c);
-    const eg_tensor *in[1] = {x};
+    eg_tensor *in[1] = {x};
     eg_tensor *first = NULL;
     for (int call = 0; call < 3; call++) {
         eg_tensor *eager, *graph;

@@ -63,7 +63,7 @@ typedef struct step_context {
     eg_tensor *counter;         /* a non-trainable variable, assigned every step (may be NULL) */
 } step_context;
 
-static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status train_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     step_context *c = user;
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *logits = eg_model_call(c->model, in[0], true);
@@ -72,7 +72,7 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
     int n;
     eg_tensor *const *vars = eg_model_trainable_variables(c->model, &n);
     eg_tensor *grads[8];
-    eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
+    eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (c->counter) eg_assign_add(c->counter, eg_scalar(EG_DTYPE_F32, 1.0));
     if (c->rest) {
@@ -110,7 +110,7 @@ static eg_optimizer *make_rmsprop(void) {
     return eg_rmsprop_new(&o);
 }
 
-static size_t eager_step_peak(step_context *c, const eg_tensor *const *in) {
+static size_t eager_step_peak(step_context *c, eg_tensor *const *in) {
     eg_memory_stats before, after;
     eg_memory_reset_peak(NULL);
     eg_memory_stats_get(NULL, &before);
@@ -145,7 +145,7 @@ static eg_function_stats compare(const int64_t *hidden, int n_hidden, int64_t ba
         eg_scope_begin();
         eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 500 + (uint64_t)step);
         eg_tensor *labels = random_labels(batch, 900 + (uint64_t)step);
-        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *in[2] = {x, labels};
         eg_tensor *loss[2];
         if (step == steps - 1 && eager_peak)
             *eager_peak = eager_step_peak(&c[0], in);
@@ -223,12 +223,12 @@ typedef struct kept_context {
     eg_optimizer *optimizer;
 } kept_context;
 
-static eg_status step_keeping_gradient(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status step_keeping_gradient(eg_tensor *const *in, eg_tensor **out, void *user) {
     kept_context *c = user;
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *loss = eg_mean(eg_relu(eg_matmul(in[0], c->w)), 0, NULL, false);
     eg_tensor *grad;
-    eg_tape_gradient(tape, loss, 1, (const eg_tensor *const *)&c->w, &grad, EG_UNCONNECTED_ZERO);
+    eg_tape_gradient(tape, loss, 1, &c->w, &grad, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_optimizer_apply_gradients(c->optimizer, 1, &grad, &c->w);
     eg_assign(c->copy, grad); /* reads the gradient after the update */
@@ -246,7 +246,7 @@ static void test_gradient_read_after_its_update_is_kept(void **state) {
     eg_function *f = eg_function_new("keeps", step_keeping_gradient, 1, 1, &c[1]);
     for (int step = 0; step < 3; step++) {
         eg_scope_begin();
-        const eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 40 + (uint64_t)step);
+        eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 40 + (uint64_t)step);
         eg_tensor *loss[2];
         assert_int_equal(step_keeping_gradient(&x, &loss[0], &c[0]), EG_OK);
         assert_int_equal(eg_function_call(f, &x, &loss[1]), EG_OK);
@@ -269,7 +269,7 @@ static void test_gradient_read_after_its_update_is_kept(void **state) {
 
 /* ---- common subexpressions ---- */
 
-static eg_status twice(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status twice(eg_tensor *const *in, eg_tensor **out, void *user) {
     (void)user;
     /* (constants made by two calls, like eg_mul_scalar's, are two tensors: not merged) */
     eg_tensor *a = eg_mul(eg_exp(in[0]), in[1]);
@@ -284,7 +284,7 @@ static void test_common_subexpressions_are_computed_once(void **state) {
     eg_scope_begin();
     int64_t shape[2] = {5, 7};
     eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, shape, 11), *y;
-    const eg_tensor *in[2] = {x, eg_scalar(EG_DTYPE_F32, 2.0)};
+    eg_tensor *in[2] = {x, eg_scalar(EG_DTYPE_F32, 2.0)};
     eg_tensor *expected;
     assert_int_equal(twice(in, &expected, NULL), EG_OK);
     eg_function *f = eg_function_new("twice", twice, 2, 1, NULL);
@@ -358,7 +358,7 @@ static float *train_graph(const int64_t *hidden, int n_hidden, int64_t batch, in
         eg_scope_begin();
         eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 700 + (uint64_t)step);
         eg_tensor *labels = random_labels(batch, 800 + (uint64_t)step);
-        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *in[2] = {x, labels};
         eg_tensor *loss;
         assert_int_equal(eg_function_call(f, in, &loss), EG_OK);
         out[step] = (float)eg_item(loss);
@@ -431,7 +431,7 @@ static void test_replay_bits_do_not_depend_on_the_thread_count(void **state) {
         eg_scope_begin();
         eg_tensor *x = random_tensor(EG_DTYPE_F32, 2, xs, 1);
         eg_tensor *labels = eg_mul_scalar(random_labels(batch, 2), step == 2 ? 7.0 : 1.0);
-        const eg_tensor *in[2] = {x, labels};
+        eg_tensor *in[2] = {x, labels};
         eg_tensor *loss = NULL;
         eg_status status = eg_function_call(f, in, &loss);
         if (step == 2) {

@@ -25,7 +25,7 @@ typedef struct scaled_problem {
 } scaled_problem;
 
 /* loss = sum(w * x); the gradient of the scaled loss is x * scale: an inf in x makes it inf. */
-static eg_status scaled_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status scaled_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     scaled_problem *p = user;
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *product = eg_mul(p->w, in[0]);
@@ -33,8 +33,7 @@ static eg_status scaled_step(const eg_tensor *const *in, eg_tensor **out, void *
     eg_release(product);
     eg_tensor *scaled = eg_optimizer_scale_loss(p->opt, loss);
     eg_tensor *grad = NULL;
-    eg_status status = eg_tape_gradient(tape, scaled, 1, (const eg_tensor *const *)&p->w, &grad,
-                                        EG_UNCONNECTED_ZERO);
+    eg_status status = eg_tape_gradient(tape, scaled, 1, &p->w, &grad, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(p->opt, 1, &grad, &p->w);
     eg_release(grad);
@@ -72,7 +71,7 @@ static void run_scaled_steps(run_mode mode, bool dynamic, double initial, double
         if (!step_finite[s]) x[s % N_WEIGHTS] = s % 2 ? INFINITY : NAN;
         eg_tensor *xt = eg_tensor_from_data(x, EG_DTYPE_F32, 1, shape);
         eg_tensor *loss = NULL;
-        const eg_tensor *inputs[1] = {xt};
+        eg_tensor *inputs[1] = {xt};
         if (mode == MODE_GRAPH) {
             assert_int_equal(eg_function_call(f, inputs, &loss), EG_OK);
         } else {
@@ -273,9 +272,7 @@ static void test_losses_widen_low_precision(void **state) {
         assert_int_equal(eg_tensor_dtype(loss), EG_DTYPE_F32);
         assert_true(eg_item(loss) == eg_item(ref));
         eg_tensor *grad = NULL;
-        assert_int_equal(eg_tape_gradient(tape, loss, 1, (const eg_tensor *const *)&x, &grad,
-                                          EG_UNCONNECTED_NULL),
-                         EG_OK);
+        assert_int_equal(eg_tape_gradient(tape, loss, 1, &x, &grad, EG_UNCONNECTED_NULL), EG_OK);
         assert_int_equal(eg_tensor_dtype(grad), low[d]);
         eg_tape_free(tape);
         eg_release(grad);
@@ -298,7 +295,7 @@ typedef struct policy_run {
     bool loss_scaling;
 } policy_run;
 
-static eg_status policy_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status policy_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     policy_run *r = user;
     int n_vars;
     eg_tensor *const *vars = eg_model_trainable_variables(r->model, &n_vars);
@@ -308,8 +305,8 @@ static eg_status policy_step(const eg_tensor *const *in, eg_tensor **out, void *
     eg_tensor *loss =
         eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
     eg_tensor *scaled = r->loss_scaling ? eg_optimizer_scale_loss(r->optimizer, loss) : NULL;
-    eg_status status = eg_tape_gradient(tape, scaled ? scaled : loss, n_vars,
-                                        (const eg_tensor *const *)vars, grads, EG_UNCONNECTED_ZERO);
+    eg_status status =
+        eg_tape_gradient(tape, scaled ? scaled : loss, n_vars, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(r->optimizer, n_vars, grads, vars);
     for (int i = 0; i < n_vars; i++) eg_release(grads[i]);
@@ -358,7 +355,7 @@ static void train_with_policy(eg_policy policy, run_mode mode, double initial_sc
         int64_t start = (int64_t)(s % (TRAIN_N / TRAIN_BATCH)) * TRAIN_BATCH;
         eg_tensor *xb = eg_slice(x_all, 0, start, start + TRAIN_BATCH, 1);
         eg_tensor *yb = eg_slice(y_all, 0, start, start + TRAIN_BATCH, 1);
-        const eg_tensor *inputs[2] = {xb, yb};
+        eg_tensor *inputs[2] = {xb, yb};
         eg_tensor *loss = NULL;
         if (mode == MODE_GRAPH) {
             if (eg_function_call(f, inputs, &loss) != EG_OK) fail_msg("%s", eg_last_error());

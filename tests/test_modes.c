@@ -17,7 +17,7 @@
 
 static int n_outputs_of_case;
 
-static eg_status traced_case(const eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
+static eg_status traced_case(eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
     const oc_case *c = user;
     int n = c->apply(c, inputs, outputs);
     return n == n_outputs_of_case ? EG_OK : EG_ERR_INTERNAL;
@@ -44,7 +44,7 @@ static int run_case(const oc_case *c, eg_dtype dtype, uint64_t seed, char *why, 
         return 1;
     }
     eg_tensor *eager[OC_MAX_OUTPUTS] = {0}, *lazy[OC_MAX_OUTPUTS] = {0};
-    int n = c->apply(c, (const eg_tensor *const *)views, eager);
+    int n = c->apply(c, views, eager);
     if (n <= 0) { /* the op refuses these inputs eagerly: nothing to compare */
         eg_clear_error();
         oc_inputs_free(&inputs);
@@ -52,7 +52,7 @@ static int run_case(const oc_case *c, eg_dtype dtype, uint64_t seed, char *why, 
         return 0;
     }
     eg_lazy_begin();
-    int n_lazy = c->apply(c, (const eg_tensor *const *)views, lazy);
+    int n_lazy = c->apply(c, views, lazy);
     eg_lazy_end();
     if (n_lazy != n) {
         snprintf(why, size, "lazy: %d outputs, eager %d (%s)", n_lazy, n, eg_last_error());
@@ -64,7 +64,7 @@ static int run_case(const oc_case *c, eg_dtype dtype, uint64_t seed, char *why, 
                 failures++;
             }
         }
-        if (eg_realize(n, (const eg_tensor *const *)lazy) != EG_OK) {
+        if (eg_realize(n, lazy) != EG_OK) {
             snprintf(why, size, "lazy: realize failed: %s", eg_last_error());
             failures++;
         }
@@ -78,7 +78,7 @@ static int run_case(const oc_case *c, eg_dtype dtype, uint64_t seed, char *why, 
     eg_function *f = eg_function_new(c->name, traced_case, inputs.n, n, (void *)c);
     for (int call = 0; call < 3 && !failures; call++) {
         eg_tensor *graph[OC_MAX_OUTPUTS] = {0};
-        if (eg_function_call(f, (const eg_tensor *const *)views, graph) != EG_OK) {
+        if (eg_function_call(f, views, graph) != EG_OK) {
             snprintf(why, size, "graph call %d failed: %s", call, eg_last_error());
             failures++;
             break;

@@ -562,7 +562,7 @@ static void test_sparse_crossentropy_fused_matches_unfused(void **state) {
     assert_non_null(unfused);
     assert_float_equal(eg_item(fused), eg_item(unfused), 1e-12);
 
-    const eg_tensor *sources[1] = {logits};
+    eg_tensor *sources[1] = {logits};
     eg_tensor *g_fused = NULL, *g_unfused = NULL;
     assert_int_equal(eg_tape_gradient(tape, fused, 1, sources, &g_fused, EG_UNCONNECTED_NULL),
                      EG_OK);
@@ -648,7 +648,7 @@ static void test_binary_crossentropy(void **state) {
     assert_non_null(loss);
     assert_float_equal(eg_item(loss), expected, 1e-12);
     /* the gradient (sigmoid(x) - z) / n everywhere, x = 0 included */
-    const eg_tensor *sources[1] = {x};
+    eg_tensor *sources[1] = {x};
     eg_tensor *g = NULL;
     assert_int_equal(eg_tape_gradient(tape, loss, 1, sources, &g, EG_UNCONNECTED_NULL), EG_OK);
     for (int i = 0; i < 6; i++) assert_float_equal(at(g, i), (sigmoid(x_v[i]) - z_v[i]) / 6, 1e-12);
@@ -711,7 +711,7 @@ static void test_regression_losses(void **state) {
     eg_tape_watch(tape, p);
     eg_tensor *loss = eg_loss_mean_squared_error(t, p, EG_REDUCTION_MEAN);
     eg_tape_end(tape);
-    const eg_tensor *sources[1] = {p};
+    eg_tensor *sources[1] = {p};
     eg_tensor *g = NULL;
     assert_int_equal(eg_tape_gradient(tape, loss, 1, sources, &g, EG_UNCONNECTED_NULL), EG_OK);
     const double grad[4] = {0.25, 0, -0.5, 1};
@@ -828,8 +828,7 @@ static void test_training_loop(void **state) {
             eg_tensor *const *vars = eg_model_trainable_variables(model, &n_vars);
             assert_int_equal(n_vars, 4);
             eg_tensor *grads[4];
-            assert_int_equal(eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars,
-                                              grads, EG_UNCONNECTED_NULL),
+            assert_int_equal(eg_tape_gradient(tape, loss, n_vars, vars, grads, EG_UNCONNECTED_NULL),
                              EG_OK);
             assert_int_equal(eg_optimizer_apply_gradients(opt, n_vars, grads, vars), EG_OK);
             eg_tape_free(tape);

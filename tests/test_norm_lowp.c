@@ -517,7 +517,7 @@ static grads run_training(const problem *p, eg_dtype act, bool relu, bool compos
         x, p->c->n_axes, p->c->axes, offset, scale, EPS,
         relu ? EG_ACTIVATION_RELU : EG_ACTIVATION_NONE, NULL, NULL);
     r.y = read_values(p, y, act);
-    const eg_tensor *sources[3] = {x, scale, offset};
+    eg_tensor *sources[3] = {x, scale, offset};
     eg_tensor *out[3] = {0};
     size_t before = outer ? eg_tape_n_records(outer) : 0;
     assert_int_equal(eg_tape_gradient_ex(tape, y, up, 3, sources, out, EG_UNCONNECTED_ZERO), EG_OK);
@@ -682,7 +682,7 @@ static void run_layer(const problem *p, eg_dtype act, bool training, eg_policy p
     assert_int_equal(eg_tensor_copy_to_host(vars[2], *moving, c * sizeof **moving), EG_OK);
     assert_int_equal(eg_tensor_copy_to_host(vars[3], *moving + c, c * sizeof **moving), EG_OK);
     if (dgamma) {
-        const eg_tensor *sources[2] = {vars[0], vars[1]};
+        eg_tensor *sources[2] = {vars[0], vars[1]};
         eg_tensor *d[2] = {0};
         eg_tensor *g = eg_tensor_dtype(up) == out_dtype ? up : eg_cast(up, out_dtype);
         assert_int_equal(eg_tape_gradient_ex(tape, y, g, 2, sources, d, EG_UNCONNECTED_ZERO),

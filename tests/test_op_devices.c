@@ -251,7 +251,7 @@ static bool run_forward(const oc_case *c, int index, eg_dtype float_dtype, const
     oc_inputs inputs = {0};
     eg_tensor *views[OC_MAX_INPUTS], *out[OC_MAX_OUTPUTS] = {0};
     bool ok = inputs_on(c, index, float_dtype, device, &inputs, views, r);
-    int n = ok ? c->apply(c, (const eg_tensor *const *)views, out) : -1;
+    int n = ok ? c->apply(c, views, out) : -1;
     if (ok && n < 0) {
         eg_status status = eg_last_status();
         ok = result_fail(r, "the op failed: %s", eg_last_error());
@@ -333,7 +333,7 @@ static int run_gradient(const oc_case *c, int index, eg_dtype float_dtype, const
     }
     /* the views are recorded too: gradients flow to the created tensors through them */
     ok = ok && oc_inputs_views(&inputs, views);
-    int n = ok ? c->apply(c, (const eg_tensor *const *)views, out) : -1;
+    int n = ok ? c->apply(c, views, out) : -1;
     if (ok && n < 1) ok = result_fail(r, "the op failed: %s", eg_last_error());
     eg_tensor *loss = NULL;
     for (int k = 0; ok && k < n; k++) {
@@ -347,8 +347,7 @@ static int run_gradient(const oc_case *c, int index, eg_dtype float_dtype, const
         if (!loss) ok = result_fail(r, "cannot form the loss: %s", eg_last_error());
     }
     if (ok && verdict == 1 &&
-        eg_tape_gradient(tape, loss, n_sources, (const eg_tensor *const *)sources, grads,
-                         EG_UNCONNECTED_ZERO) != EG_OK)
+        eg_tape_gradient(tape, loss, n_sources, sources, grads, EG_UNCONNECTED_ZERO) != EG_OK)
         ok = result_fail(r, "no gradient: %s", eg_last_error());
     eg_tape_free(tape);
     if (ok && verdict == 1) r->n = n_sources;
@@ -543,7 +542,7 @@ static void test_supports_op_matches_the_calls(void **state) {
                 if (!inputs_on(c, i, dtype, device, &inputs, views, &r)) {
                     failure(c, device, "%s: %s", eg_dtype_name(dtype), r.error);
                 } else {
-                    int n = c->apply(c, (const eg_tensor *const *)views, out);
+                    int n = c->apply(c, views, out);
                     eg_status status = eg_last_status();
                     totals.dtype_runs++;
                     /* a composite case may also meet an f32-only op among the others */

@@ -221,7 +221,7 @@ static bool run_forward_case(const oc_case *c, int index, eg_dtype float_dtype, 
     eg_tensor *views[OC_MAX_INPUTS], *out[OC_MAX_OUTPUTS] = {0};
     ok = ok && oc_inputs_make(c, float_dtype, (uint64_t)index + 1, &inputs) &&
          oc_inputs_views(&inputs, views);
-    int n = ok ? c->apply(c, (const eg_tensor *const *)views, out) : -1;
+    int n = ok ? c->apply(c, views, out) : -1;
     if (ok && n < 0 && skipped && is_low_precision(float_dtype) &&
         eg_last_status() == EG_ERR_DTYPE &&
         (!eg_device_supports_op(eg_device_cpu(), c->op, float_dtype) ||

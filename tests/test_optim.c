@@ -493,9 +493,7 @@ static void test_adam_solves_regression(void **state) {
         eg_tensor *const *vars = eg_model_trainable_variables(model, &n);
         assert_int_equal(n, 2);
         eg_tensor *grads[2];
-        assert_int_equal(eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)vars, grads,
-                                          EG_UNCONNECTED_NULL),
-                         EG_OK);
+        assert_int_equal(eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_NULL), EG_OK);
         assert_int_equal(eg_optimizer_apply_gradients(opt, n, grads, vars), EG_OK);
         if (step == 0) first = eg_item(loss);
         last = eg_item(loss);

@@ -116,9 +116,7 @@ static void test_round_trip_every_dtype(void **state) {
     join(path, sizeof path, "all.safetensors");
     const char *keys[] = {"epoch", "note"};
     const char *values[] = {"3", "quote \" backslash \\ newline \n unicode \xc3\xa9"};
-    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names, (const eg_tensor *const *)t,
-                                         2, keys, values),
-                     EG_OK);
+    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names, t, 2, keys, values), EG_OK);
     assert_int_equal(count_temp_files(temp_dir), 0);
 
     eg_safetensors *st = eg_safetensors_open(path);
@@ -163,8 +161,7 @@ static void test_exact_layout(void **state) {
     join(path, sizeof path, "layout.safetensors");
     eg_tensor *t = eg_tensor_from_data((float[]){1.0f, 2.0f}, EG_DTYPE_F32, 1, (int64_t[]){2});
     const char *name = "w";
-    assert_int_equal(
-        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL), EG_OK);
+    assert_int_equal(eg_safetensors_save(path, 1, &name, &t, 0, NULL, NULL), EG_OK);
     size_t n = 0;
     uint8_t *bytes = read_whole(path, &n);
     char expected[256];
@@ -206,8 +203,7 @@ static void test_odd_names_round_trip(void **state) {
     const char *names[] = {"", "a\"b\\c", "tab\there", "\xe2\x82\xac/layer.0", "\x01"};
     eg_tensor *t[5];
     for (int i = 0; i < 5; i++) t[i] = eg_full(EG_DTYPE_I32, 1, (int64_t[]){i + 1}, i);
-    assert_int_equal(
-        eg_safetensors_save(path, 5, names, (const eg_tensor *const *)t, 0, NULL, NULL), EG_OK);
+    assert_int_equal(eg_safetensors_save(path, 5, names, t, 0, NULL, NULL), EG_OK);
     eg_safetensors *st = eg_safetensors_open(path);
     assert_non_null(st);
     for (int i = 0; i < 5; i++) {
@@ -224,7 +220,7 @@ static void test_save_argument_errors(void **state) {
     char path[PATH_MAX];
     join(path, sizeof path, "args.safetensors");
     eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){2});
-    const eg_tensor *two[] = {t, t};
+    eg_tensor *two[] = {t, t};
     const char *dup[] = {"x", "x"}, *reserved[] = {"__metadata__"}, *bad_utf8[] = {"\xff"};
     const char *ok[] = {"x", "y"};
 
@@ -239,7 +235,7 @@ static void test_save_argument_errors(void **state) {
     assert_int_equal(eg_safetensors_save(path, 1, bad_utf8, two, 0, NULL, NULL),
                      EG_ERR_INVALID_ARGUMENT);
     assert_error_contains(EG_ERR_INVALID_ARGUMENT, "not valid UTF-8");
-    const eg_tensor *with_null[] = {t, NULL};
+    eg_tensor *with_null[] = {t, NULL};
     assert_int_equal(eg_safetensors_save(path, 2, ok, with_null, 0, NULL, NULL),
                      EG_ERR_NULL_ARGUMENT);
     assert_error_contains(EG_ERR_NULL_ARGUMENT, "tensor 'y' is NULL");
@@ -534,9 +530,7 @@ static void test_open_memory(void **state) {
     make_samples(t);
     char path[PATH_MAX];
     join(path, sizeof path, "mem.safetensors");
-    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names, (const eg_tensor *const *)t,
-                                         0, NULL, NULL),
-                     EG_OK);
+    assert_int_equal(eg_safetensors_save(path, N_SAMPLES, sample_names, t, 0, NULL, NULL), EG_OK);
     size_t n = 0;
     uint8_t *bytes = read_whole(path, &n);
     eg_safetensors *st = NULL;
@@ -568,8 +562,7 @@ static void test_open_memory(void **state) {
 static void save_value(const char *path, float value) {
     eg_tensor *t = eg_full(EG_DTYPE_F32, 1, (int64_t[]){4}, value);
     const char *name = "v";
-    assert_int_equal(
-        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL), EG_OK);
+    assert_int_equal(eg_safetensors_save(path, 1, &name, &t, 0, NULL, NULL), EG_OK);
     eg_release(t);
 }
 
@@ -590,9 +583,7 @@ static void test_save_into_missing_directory(void **state) {
     join(path, sizeof path, "no/such/dir/model.safetensors");
     eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){2});
     const char *name = "x";
-    assert_int_equal(
-        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL),
-        EG_ERR_IO);
+    assert_int_equal(eg_safetensors_save(path, 1, &name, &t, 0, NULL, NULL), EG_ERR_IO);
     assert_error_contains(EG_ERR_IO, "cannot create the temporary file");
     assert_false(file_exists(path));
     eg_release(t);
@@ -610,8 +601,7 @@ static void test_failed_write_keeps_old_checkpoint(void **state) {
     eg_tensor *big = eg_full(EG_DTYPE_F32, 1, (int64_t[]){1 << 20}, 2.0);
     const char *name = "v";
     struct rlimit old = limit_file_size(64 << 10);
-    eg_status status =
-        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&big, 0, NULL, NULL);
+    eg_status status = eg_safetensors_save(path, 1, &name, &big, 0, NULL, NULL);
     restore_file_size(old);
     assert_int_equal(status, EG_ERR_IO);
     assert_error_contains(EG_ERR_IO, "keep.safetensors: write failed: File too large");
@@ -637,8 +627,7 @@ static void test_failed_rename_keeps_old_checkpoint(void **state) {
     write_bytes(inside, "x", 1);
     eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){2});
     const char *name = "x";
-    assert_int_equal(
-        eg_safetensors_save(dir, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL), EG_ERR_IO);
+    assert_int_equal(eg_safetensors_save(dir, 1, &name, &t, 0, NULL, NULL), EG_ERR_IO);
     assert_error_contains(EG_ERR_IO, "rename failed");
     assert_true(file_exists(inside));
     assert_int_equal(count_temp_files(temp_dir), 0);
@@ -655,8 +644,7 @@ static void test_read_only_directory(void **state) {
     assert_int_equal(chmod(dir, 0555), 0);
     eg_tensor *t = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){4});
     const char *name = "v";
-    eg_status status =
-        eg_safetensors_save(path, 1, &name, (const eg_tensor *const *)&t, 0, NULL, NULL);
+    eg_status status = eg_safetensors_save(path, 1, &name, &t, 0, NULL, NULL);
     assert_int_equal(chmod(dir, 0755), 0);
     if (geteuid() != 0) { /* root writes anywhere: then only the old file is checked */
         assert_int_equal(status, EG_ERR_IO);

@@ -49,8 +49,7 @@ static void test_inference_graph_matches_eager(void **state) {
         eg_tensor *expected_y = eg_sum(eg_mul(expected_h, expected_h), 0, NULL, false);
         eg_tensor *results[2];
         uint64_t before = allocator_calls();
-        assert_int_equal(
-            eg_session_run(s, 1, &x, (const eg_tensor *const *)&value, 2, fetches, results), EG_OK);
+        assert_int_equal(eg_session_run(s, 1, &x, &value, 2, fetches, results), EG_OK);
         if (run >= 2) assert_int_equal(allocator_calls(), before); /* replayed */
         assert_memory_equal(eg_tensor_data(results[0]), eg_tensor_data(expected_h),
                             12 * sizeof(float));
@@ -90,9 +89,7 @@ static void test_training_graph_updates_at_every_run(void **state) {
     eg_tensor *loss =
         eg_mean(eg_mul(eg_sum(eg_mul(h, h), 1, (int[]){1}, false), target), 0, NULL, false);
     eg_tensor *grad;
-    assert_int_equal(eg_tape_gradient(tape, loss, 1, (const eg_tensor *const *)&w[1], &grad,
-                                      EG_UNCONNECTED_ZERO),
-                     EG_OK);
+    assert_int_equal(eg_tape_gradient(tape, loss, 1, &w[1], &grad, EG_UNCONNECTED_ZERO), EG_OK);
     eg_tape_free(tape);
     assert_int_equal(eg_optimizer_apply_gradients(opt[1], 1, &grad, &w[1]), EG_OK);
     assert_int_equal(eg_graph_end(g), EG_OK);
@@ -101,15 +98,15 @@ static void test_training_graph_updates_at_every_run(void **state) {
     eg_tensor *placeholders[2] = {x, target};
     for (int run = 0; run < 3; run++) {
         eg_scope_begin();
-        const eg_tensor *feeds[2] = {uniform_tensor(2, xs, 20 + (uint64_t)run),
-                                     uniform_tensor(1, &batch, 30 + (uint64_t)run)};
+        eg_tensor *feeds[2] = {uniform_tensor(2, xs, 20 + (uint64_t)run),
+                               uniform_tensor(1, &batch, 30 + (uint64_t)run)};
         /* eager */
         eg_tape *t = eg_tape_begin(false);
         eg_tensor *eh = eg_relu(eg_matmul(feeds[0], w[0]));
         eg_tensor *eloss =
             eg_mean(eg_mul(eg_sum(eg_mul(eh, eh), 1, (int[]){1}, false), feeds[1]), 0, NULL, false);
         eg_tensor *egrad;
-        eg_tape_gradient(t, eloss, 1, (const eg_tensor *const *)&w[0], &egrad, EG_UNCONNECTED_ZERO);
+        eg_tape_gradient(t, eloss, 1, &w[0], &egrad, EG_UNCONNECTED_ZERO);
         eg_tape_free(t);
         eg_optimizer_apply_gradients(opt[0], 1, &egrad, &w[0]);
         /* graph */
@@ -163,11 +160,11 @@ static void test_bad_feeds_and_placeholders_give_clear_errors(void **state) {
     eg_session *s = eg_session_new(g);
     eg_scope_begin();
     eg_tensor *result = NULL;
-    const eg_tensor *wrong_shape = eg_zeros(EG_DTYPE_F32, 2, other);
+    eg_tensor *wrong_shape = eg_zeros(EG_DTYPE_F32, 2, other);
     assert_int_equal(eg_session_run(s, 1, &x, &wrong_shape, 1, &y, &result), EG_ERR_SHAPE);
     assert_non_null(strstr(eg_last_error(), "placeholder 'x' is (4, 3), fed (5, 3)"));
     eg_clear_error();
-    const eg_tensor *wrong_dtype = eg_zeros(EG_DTYPE_F64, 2, xs);
+    eg_tensor *wrong_dtype = eg_zeros(EG_DTYPE_F64, 2, xs);
     assert_int_equal(eg_session_run(s, 1, &x, &wrong_dtype, 1, &y, &result), EG_ERR_DTYPE);
     assert_non_null(strstr(eg_last_error(), "'x' is f32"));
     eg_clear_error();
@@ -176,7 +173,7 @@ static void test_bad_feeds_and_placeholders_give_clear_errors(void **state) {
     eg_clear_error();
     assert_int_equal(eg_session_stats_get(s, &(eg_function_stats){0}), EG_ERR_STATE);
     eg_clear_error();
-    const eg_tensor *good = eg_ones(EG_DTYPE_F32, 2, xs);
+    eg_tensor *good = eg_ones(EG_DTYPE_F32, 2, xs);
     assert_int_equal(eg_session_run(s, 1, &x, &good, 1, &y, &result), EG_OK);
     assert_true(eg_item(eg_sum(result, 0, NULL, false)) == 12 * (double)expf(1.0f));
     eg_release(result);

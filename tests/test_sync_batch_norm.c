@@ -68,7 +68,7 @@ static eg_status replica_step(const eg_replica_context *c, void *user) {
     eg_tensor *const *vars = eg_layer_variables(layer, &n_vars);
     eg_status status = y && loss && n_vars == 4 ? EG_OK : eg_last_status();
     eg_tensor *grads[3] = {NULL, NULL, NULL};
-    const eg_tensor *sources[3] = {x, n_vars == 4 ? vars[0] : NULL, n_vars == 4 ? vars[1] : NULL};
+    eg_tensor *sources[3] = {x, n_vars == 4 ? vars[0] : NULL, n_vars == 4 ? vars[1] : NULL};
     if (status == EG_OK)
         status = eg_tape_gradient(tape, loss, 3, sources, grads, EG_UNCONNECTED_NULL);
     eg_tape_free(tape);

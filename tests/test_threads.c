@@ -170,7 +170,7 @@ static void compute_matmul(result_set *set) {
     eg_tensor *w = eg_variable(random_tensor(11, EG_DTYPE_F32, 2, (int64_t[]){384, 128}), "w");
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *loss = eg_mean(eg_square(eg_relu(eg_matmul(a, w))), 0, NULL, false);
-    const eg_tensor *source = w;
+    eg_tensor *source = w;
     eg_tensor *grad = NULL;
     assert_int_equal(eg_tape_gradient(tape, loss, 1, &source, &grad, EG_UNCONNECTED_NULL), EG_OK);
     keep(set, "mlp loss", loss);
@@ -253,7 +253,7 @@ static void worker_body(worker *w) {
         WORKER_CHECK(w, loss != NULL);
         double value = k + (double)it; /* v's value this iteration */
         WORKER_CHECK(w, eg_item(loss) == (double)n * (value * value + 3 * value));
-        const eg_tensor *source = v;
+        eg_tensor *source = v;
         eg_tensor *grad = NULL;
         WORKER_CHECK(w,
                      eg_tape_gradient(tape, loss, 1, &source, &grad, EG_UNCONNECTED_NULL) == EG_OK);
@@ -352,8 +352,7 @@ static void train_small_model(training_run *run) {
         eg_tensor *const *variables = eg_model_trainable_variables(model, &n);
         eg_tensor *grads[4] = {0};
         ok = loss && n == 4 &&
-             eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)variables, grads,
-                              EG_UNCONNECTED_ZERO) == EG_OK &&
+             eg_tape_gradient(tape, loss, n, variables, grads, EG_UNCONNECTED_ZERO) == EG_OK &&
              eg_optimizer_apply_gradients(adam, n, grads, variables) == EG_OK;
         eg_tape_free(tape);
         eg_scope_end();

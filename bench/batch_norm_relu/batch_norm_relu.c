@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
                                                             1e-3, EG_ACTIVATION_RELU, NULL, NULL)
                         : eg_relu(eg_batch_norm_training(x[l], n_axes, axes, offset[l], scale[l],
                                                          1e-3, NULL, NULL));
-                const eg_tensor *sources[3] = {x[l], scale[l], offset[l]};
+                eg_tensor *sources[3] = {x[l], scale[l], offset[l]};
                 eg_tensor *grads[3];
                 if (eg_tape_gradient_ex(tape, y, g[l], 3, sources, grads, EG_UNCONNECTED_ZERO) !=
                     EG_OK) {

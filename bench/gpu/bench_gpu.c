@@ -316,7 +316,7 @@ typedef struct step_state {
 /* tools/eagle/mlp.c's mlp_step, the step `eagle train` runs in every mode: forward, sparse
  * softmax cross-entropy from logits, tape gradient, Adam; out[0] the mean loss, out[1] the
  * number of correct predictions. */
-static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status train_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     step_state *s = user;
     int n_vars;
     eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n_vars);
@@ -327,8 +327,7 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
     eg_tensor *logits = eg_model_call(s->model, in[0], true);
     eg_tensor *loss =
         eg_loss_sparse_categorical_crossentropy(in[1], logits, true, EG_REDUCTION_MEAN);
-    eg_status status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
-                                        EG_UNCONNECTED_ZERO);
+    eg_status status = eg_tape_gradient(tape, loss, n_vars, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(s->optimizer, n_vars, grads, vars);
     out[0] = loss;
@@ -350,10 +349,9 @@ typedef struct runner {
 
 /* One step and the sync that ends it; *loss (when not NULL) gets the step's loss, read after
  * the time is taken. In lazy mode the step's results are computed by the eg_realize. */
-static bool run_step(runner *r, const eg_tensor *x, const eg_tensor *y, double *seconds,
-                     double *loss) {
+static bool run_step(runner *r, eg_tensor *x, eg_tensor *y, double *seconds, double *loss) {
     eg_scope_begin();
-    const eg_tensor *in[2] = {x, y};
+    eg_tensor *in[2] = {x, y};
     eg_tensor *out[2] = {NULL, NULL};
     double start = now_seconds(CLOCK_MONOTONIC);
     eg_status status;
@@ -364,7 +362,7 @@ static bool run_step(runner *r, const eg_tensor *x, const eg_tensor *y, double *
         status = train_step(in, out, &r->state);
         if (r->mode == LAZY) eg_lazy_end();
     }
-    if (status == EG_OK) status = eg_realize(2, (const eg_tensor *const *)out);
+    if (status == EG_OK) status = eg_realize(2, out);
     if (status == EG_OK) status = eg_device_sync(device);
     *seconds = now_seconds(CLOCK_MONOTONIC) - start;
     if (status == EG_OK && loss) {
@@ -378,8 +376,8 @@ static bool run_step(runner *r, const eg_tensor *x, const eg_tensor *y, double *
 /* Trains build()'s model on the fixed batch (x, y) in each mode of `modes` (bits 1 << EAGER
  * ...), one step of each in turn so that every mode meets the same state of the GPU and host,
  * and prints each mode's median step time. */
-static void bench_steps(const char *workload, eg_model *(*build)(void), const eg_tensor *x,
-                        const eg_tensor *y, unsigned modes, int steps) {
+static void bench_steps(const char *workload, eg_model *(*build)(void), eg_tensor *x, eg_tensor *y,
+                        unsigned modes, int steps) {
     runner runners[N_MODES];
     char impl[N_MODES][32];
     memset(runners, 0, sizeof runners);

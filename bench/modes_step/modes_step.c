@@ -58,9 +58,9 @@ static bool runner_init(runner *r, int mode, const mlp_config *config, long step
            (mode != GRAPH || r->function);
 }
 
-static bool runner_step(runner *r, long step, const eg_tensor *x, const eg_tensor *y) {
+static bool runner_step(runner *r, long step, eg_tensor *x, eg_tensor *y) {
     eg_scope_begin();
-    const eg_tensor *in[2] = {x, y};
+    eg_tensor *in[2] = {x, y};
     eg_tensor *out[2] = {NULL, NULL};
     double t0 = thread_cpu_seconds(), w0 = wall_seconds();
     eg_status status;

@@ -81,7 +81,7 @@ static void mlp_body(void *context) {
     eg_tensor *hidden = eg_relu(eg_add(eg_matmul(c->x, c->w1), c->b1));
     eg_tensor *logits = eg_add(eg_matmul(hidden, c->w2), c->b2);
     eg_tensor *loss = eg_mean(eg_sparse_softmax_cross_entropy(logits, c->labels), 0, NULL, false);
-    const eg_tensor *sources[4] = {c->w1, c->b1, c->w2, c->b2};
+    eg_tensor *sources[4] = {c->w1, c->b1, c->w2, c->b2};
     eg_tensor *grads[4];
     eg_tape_gradient(tape, loss, 4, sources, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
@@ -137,7 +137,7 @@ static void seed_relu_grad(void *context) {
     eg_tape *tape = eg_tape_begin(false);
     eg_tensor *y = eg_relu(c->hidden);
     eg_tensor *grad;
-    const eg_tensor *sources[1] = {c->hidden};
+    eg_tensor *sources[1] = {c->hidden};
     eg_tape_gradient_ex(tape, y, c->dhidden, 1, sources, &grad, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_scope_end();

@@ -142,7 +142,7 @@ static int run_synthetic(int64_t elements, int rounds) {
 /* train.c's step on a ready batch (mlp_step: forward, loss, tape gradient, Adam update). */
 static void train_step(eg_model *model, eg_optimizer *optimizer, eg_tensor *x, eg_tensor *y) {
     mlp_step_state state = {model, optimizer, false};
-    const eg_tensor *in[2] = {x, y};
+    eg_tensor *in[2] = {x, y};
     eg_tensor *out[2] = {NULL, NULL};
     check(mlp_step(in, out, &state) == EG_OK, "train step");
 }

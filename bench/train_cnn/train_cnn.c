@@ -39,8 +39,7 @@ static eg_status train_step(eg_model *model, eg_optimizer *optimizer, const mlp_
         eg_tensor *logits = eg_model_call(model, x, true);
         eg_tensor *loss =
             eg_loss_sparse_categorical_crossentropy(y, logits, true, EG_REDUCTION_MEAN);
-        status = eg_tape_gradient(tape, loss, n_vars, (const eg_tensor *const *)vars, grads,
-                                  EG_UNCONNECTED_ZERO);
+        status = eg_tape_gradient(tape, loss, n_vars, vars, grads, EG_UNCONNECTED_ZERO);
         eg_tape_free(tape);
         if (status == EG_OK) status = eg_optimizer_apply_gradients(optimizer, n_vars, grads, vars);
         eg_metric_mean hits = {0};

@@ -41,7 +41,7 @@ eg_status eg_tape_watch(eg_tape *tape, const eg_tensor *t);
  * any outer tape, which is how higher-order gradients are taken). EG_ERR_STATE for a second call
  * on a non-persistent tape. A refused call does not use a non-persistent tape up. */
 eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
-                           const eg_tensor *const *sources, eg_tensor **grads,
+                           eg_tensor *const *sources, eg_tensor **grads,
                            eg_unconnected unconnected);
 /* eg_tape_gradient into an array the library sizes, for sources that are a model's variables
  * (eg_model_trainable_variables' eg_tensor *const *, no cast needed): n_sources new references
@@ -56,7 +56,7 @@ void eg_gradients_free(eg_tensor **grads, int n);
  * output_gradient == NULL means ones. */
 eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
                               const eg_tensor *output_gradient, int n_sources,
-                              const eg_tensor *const *sources, eg_tensor **grads,
+                              eg_tensor *const *sources, eg_tensor **grads,
                               eg_unconnected unconnected);
 /* Told of one source's gradient as soon as no op left in the backward pass can add to it (index
  * into the sources; gradient borrowed, NULL for a source the target does not depend on when
@@ -69,7 +69,7 @@ typedef eg_status (*eg_gradient_ready_fn)(int source, const eg_tensor *gradient,
  * what lets a data-parallel step start summing a bucket of gradients while the rest are still
  * being computed. ready NULL is eg_tape_gradient. */
 eg_status eg_tape_gradient_notify(eg_tape *tape, const eg_tensor *target, int n_sources,
-                                  const eg_tensor *const *sources, eg_tensor **grads,
+                                  eg_tensor *const *sources, eg_tensor **grads,
                                   eg_unconnected unconnected, eg_gradient_ready_fn ready,
                                   void *user);
 /* Number of ops recorded so far. */
@@ -100,8 +100,8 @@ void eg_no_grad_end(void);
  * is: the current scope owns what its ops make) from the borrowed inputs. Runs in a no-grad
  * region. A failing status stops eg_custom_gradient with that status and the error the forward
  * left (an op's failure), or a message naming the callback when it left none. */
-typedef eg_status (*eg_custom_forward_fn)(int n_inputs, const eg_tensor *const *inputs,
-                                          int n_outputs, eg_tensor **outputs, void *ctx);
+typedef eg_status (*eg_custom_forward_fn)(int n_inputs, eg_tensor *const *inputs, int n_outputs,
+                                          eg_tensor **outputs, void *ctx);
 /* Writes into input_grads[i] the gradient for inputs[i], a new reference with that input's shape,
  * dtype and device, or leaves it NULL for none (entries start NULL). inputs and outputs are those
  * of the forward; output_grads[k] is the gradient reaching outputs[k] (zeros shaped like it when
@@ -109,10 +109,10 @@ typedef eg_status (*eg_custom_forward_fn)(int n_inputs, const eg_tensor *const *
  * tensor it makes is a plain reference, so it releases its temporaries with eg_release. Errors
  * as for the forward, raised by eg_tape_gradient; a gradient of the wrong shape, dtype or device
  * is an error naming the input's index. */
-typedef eg_status (*eg_custom_backward_fn)(int n_inputs, const eg_tensor *const *inputs,
-                                           int n_outputs, const eg_tensor *const *outputs,
-                                           const eg_tensor *const *output_grads,
-                                           eg_tensor **input_grads, void *ctx);
+typedef eg_status (*eg_custom_backward_fn)(int n_inputs, eg_tensor *const *inputs, int n_outputs,
+                                           eg_tensor *const *outputs,
+                                           eg_tensor *const *output_grads, eg_tensor **input_grads,
+                                           void *ctx);
 typedef struct eg_custom_gradient_def {
     const char *name; /* in error messages (copied, up to 63 bytes); NULL: "custom_gradient" */
     eg_custom_forward_fn forward;
@@ -135,7 +135,7 @@ typedef struct eg_custom_gradient_def {
  * n_inputs < 0 or n_outputs < 1; a forward that returns EG_OK with an output left NULL is
  * EG_ERR_STATE naming its index. */
 eg_status eg_custom_gradient(const eg_custom_gradient_def *def, void *ctx, int n_inputs,
-                             const eg_tensor *const *inputs, int n_outputs, eg_tensor **outputs);
+                             eg_tensor *const *inputs, int n_outputs, eg_tensor **outputs);
 
 /* ---- variables: trainable state that outlives scopes; watched by every tape ----
  * A variable is an eg_tensor: use it in ops like any other. It is never owned by a scope: the

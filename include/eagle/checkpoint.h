@@ -61,7 +61,7 @@ extern "C" {
  *     disk, rename failed; the message names the step and the system's reason),
  *   EG_ERR_OUT_OF_MEMORY, or the error of reading a tensor's data from its device. */
 eg_status eg_safetensors_save(const char *path, int n, const char *const *names,
-                              const eg_tensor *const *tensors, int n_metadata,
+                              eg_tensor *const *tensors, int n_metadata,
                               const char *const *metadata_keys, const char *const *metadata_values);
 
 /* An open, validated safetensors file. Opaque; free with eg_safetensors_close(). */

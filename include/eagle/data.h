@@ -7,7 +7,7 @@
  * shuffle, batch, padded_batch, unbatch, repeat, take, skip, cache, prefetch, zip, interleave).
  * Nothing runs until an ITERATOR walks the dataset; each iterator is one pass (an epoch):
  *
- *     eg_dataset *ds = eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){images, labels});
+ *     eg_dataset *ds = eg_dataset_from_tensor_slices(2, (eg_tensor *[]){images, labels});
  *     ds = eg_dataset_shuffle(ds, 60000, 42, true);
  *     ds = eg_dataset_map(ds, my_augment, NULL, EG_AUTOTUNE, true);
  *     ds = eg_dataset_batch(ds, 32, false);
@@ -164,7 +164,7 @@ typedef struct eg_dataset_generator {
  * size of the first one. Errors: EG_ERR_NULL_ARGUMENT (tensors or one of them NULL),
  * EG_ERR_INVALID_ARGUMENT (n out of range), EG_ERR_SHAPE (a 0-d tensor, differing first
  * dimensions: "dataset_from_tensor_slices: tensor 1 has 100 rows, tensor 0 has 60000"). */
-eg_dataset *eg_dataset_from_tensor_slices(int n, const eg_tensor *const *tensors);
+eg_dataset *eg_dataset_from_tensor_slices(int n, eg_tensor *const *tensors);
 
 /* 0-d i64 elements start, start + step, ... up to stop (excluded). step != 0
  * (EG_ERR_INVALID_ARGUMENT). */

@@ -152,8 +152,8 @@ eg_status eg_strategy_run(eg_strategy *strategy, eg_replica_fn fn, void *user);
  * with an error naming the first variable that differs and the replicas that disagree. Sources
  * the target does not depend on get zeros. f32 and f64 sources. */
 eg_status eg_replica_gradient(const eg_replica_context *replica, eg_tape *tape,
-                              const eg_tensor *target, int n_sources,
-                              const eg_tensor *const *sources, eg_tensor **grads);
+                              const eg_tensor *target, int n_sources, eg_tensor *const *sources,
+                              eg_tensor **grads);
 /* Sets every replica's variables to replica 0's values (after building the models), after the
  * same comparison as eg_replica_gradient's. */
 eg_status eg_replica_broadcast_variables(const eg_replica_context *replica, int n,

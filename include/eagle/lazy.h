@@ -34,7 +34,7 @@ eg_status eg_lazy_end(void);
 bool eg_lazy_active(void);
 /* Computes the n tensors together, sharing their common work (realizing them one by one would
  * recompute what they share). Realized tensors are skipped. */
-eg_status eg_realize(int n, const eg_tensor *const *tensors);
+eg_status eg_realize(int n, eg_tensor *const *tensors);
 /* True when t has storage (always in eager mode). */
 bool eg_tensor_is_realized(const eg_tensor *t);
 
@@ -61,8 +61,7 @@ typedef struct eg_function eg_function;
  * variable was traced before it). Ops of the graph therefore read variables as they were when
  * the call began, even if traced after the update. It must not read values (eg_item,
  * eg_tensor_data ...) while traced: return them as outputs instead. */
-typedef eg_status (*eg_traced_fn)(const eg_tensor *const *inputs, eg_tensor **outputs,
-                                  void *user_data);
+typedef eg_status (*eg_traced_fn)(eg_tensor *const *inputs, eg_tensor **outputs, void *user_data);
 
 /* A function object; nothing is traced until the first call. name is copied (for messages).
  * Free with eg_function_free. */
@@ -74,8 +73,7 @@ void eg_function_free(eg_function *function);
  * their memory belongs to the function's arena until they are released: keep at most one call's
  * outputs alive, or copy them (holding them while calling again makes that call allocate a new
  * arena). */
-eg_status eg_function_call(eg_function *function, const eg_tensor *const *inputs,
-                           eg_tensor **outputs);
+eg_status eg_function_call(eg_function *function, eg_tensor *const *inputs, eg_tensor **outputs);
 /* More traces than this (default 5) set a retracing warning in the stats. */
 void eg_function_set_retrace_limit(eg_function *function, int limit);
 /* A budget in bytes for the arena of traces made from now on (0: none, the default). When the

@@ -319,8 +319,8 @@ void eg_layer_free(eg_layer *layer);
  *                    ? EG_OK : eg_last_status();
  *     }
  *     static eg_tensor *scale_call(eg_layer *layer, void *state, int n_inputs,
- *                                  const eg_tensor *const *inputs,
- *                                  const eg_tensor *const *variables, bool training) {
+ *                                  eg_tensor *const *inputs,
+ *                                  eg_tensor *const *variables, bool training) {
  *         return eg_mul(inputs[0], variables[0]);
  *     }
  *     static const eg_layer_class scale_class = {
@@ -361,8 +361,8 @@ typedef struct eg_layer_class {
      * variables are the layer's weights in eg_layer_add_weight order, cast to the compute dtype
      * under a mixed policy (to assign to a weight, take it from eg_layer_variables). `training`
      * is the model's (fit passes true while training, false when evaluating). */
-    eg_tensor *(*call)(eg_layer *layer, void *state, int n_inputs, const eg_tensor *const *inputs,
-                       const eg_tensor *const *variables, bool training);
+    eg_tensor *(*call)(eg_layer *layer, void *state, int n_inputs, eg_tensor *const *inputs,
+                       eg_tensor *const *variables, bool training);
     /* Frees the state when the layer is freed (NULL: the state is not the layer's to free). */
     void (*free_state)(void *state);
 } eg_layer_class;
@@ -390,7 +390,7 @@ eg_tensor *eg_layer_add_weight(eg_layer *layer, const char *name, int n_dims, co
 /* Runs a layer on n_inputs inputs (Add, Concatenate or a custom layer that takes several), as
  * eg_layer_call does on one; builds it first from their shapes. NULL with an error when the
  * count is not the layer's, or as eg_layer_call. */
-eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
+eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *inputs,
                                bool training);
 
 /* ---- merging layers (Keras' Add and Concatenate), for the functional API ---- */
@@ -439,7 +439,7 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training);
  * failure every outputs[i] is NULL: EG_ERR_NULL_ARGUMENT, EG_ERR_INVALID_ARGUMENT for counts that
  * are not the model's, EG_ERR_SHAPE / EG_ERR_DTYPE for an input that does not fit, or the error
  * of the layer that failed. */
-eg_status eg_model_call_multi(eg_model *model, int n_inputs, const eg_tensor *const *inputs,
+eg_status eg_model_call_multi(eg_model *model, int n_inputs, eg_tensor *const *inputs,
                               bool training, int n_outputs, eg_tensor **outputs);
 /* How many inputs and outputs the model takes and gives (1 and 1 for a Sequential one). */
 int eg_model_n_inputs(const eg_model *model);
@@ -454,8 +454,8 @@ const char *eg_model_name(const eg_model *model);
  * dense/kernel, dense/bias, dense_1/kernel, dense_1/bias), as an array owned by the model, valid
  * until the next call of this function or a change to the model; the variables are borrowed.
  * *n_variables gets the count (0 before the model is built). NULL with an error when model or
- * n_variables is NULL or host memory runs out; otherwise never NULL.
- * Passing the array to eg_tape_gradient needs a cast: (const eg_tensor *const *)variables. */
+ * n_variables is NULL or host memory runs out; otherwise never NULL. The array passes as is to
+ * eg_tape_gradient and eg_optimizer_apply_gradients. */
 eg_tensor *const *eg_model_trainable_variables(eg_model *model, int *n_variables);
 /* Every variable of all layers (trainable or not: e.g. BatchNormalization's moving statistics
  * too) in layer order, each layer's in creation order; what a checkpoint must save and restore

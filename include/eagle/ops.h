@@ -124,9 +124,9 @@ eg_tensor *eg_copy(const eg_tensor *t);
  * gradient is copied back to t's device. NULL + error for a NULL device. */
 eg_tensor *eg_tensor_to(const eg_tensor *t, const eg_device *device);
 /* Joins n tensors of equal shape except along axis. */
-eg_tensor *eg_concat(int n, const eg_tensor *const *tensors, int axis);
+eg_tensor *eg_concat(int n, eg_tensor *const *tensors, int axis);
 /* Joins n tensors of equal shape along a new axis. */
-eg_tensor *eg_stack(int n, const eg_tensor *const *tensors, int axis);
+eg_tensor *eg_stack(int n, eg_tensor *const *tensors, int axis);
 /* Splits t along axis into n pieces of the given sizes (sizes == NULL: n equal pieces; then the
  * axis size must divide by n). Writes n new references into out. */
 eg_status eg_split(const eg_tensor *t, int axis, int n, const int64_t *sizes, eg_tensor **out);
@@ -303,7 +303,7 @@ eg_tensor *eg_all_reduce(const eg_tensor *x);
  * packed in order, which is being summed while the caller goes on (the first way to overlap
  * communication with computation); *tag gets the reduction's name. Only eg_all_reduce_done may
  * read the buffer. Not differentiable. */
-eg_tensor *eg_all_reduce_start(int n, const eg_tensor *const *tensors, int64_t *tag);
+eg_tensor *eg_all_reduce_start(int n, eg_tensor *const *tensors, int64_t *tag);
 /* Waits for the sum started as `tag` and returns it (a new 1-d tensor). */
 eg_tensor *eg_all_reduce_done(const eg_tensor *started, int64_t tag);
 

@@ -63,7 +63,7 @@ void eg_session_free(eg_session *session);
  * for eg_function_call). The first run with a set of fetches plans it; later runs with the same
  * fetches (same pointers, same order) replay with no allocator calls. */
 eg_status eg_session_run(eg_session *session, int n_feeds, eg_tensor *const *placeholders,
-                         const eg_tensor *const *feeds, int n_fetches, eg_tensor *const *fetches,
+                         eg_tensor *const *feeds, int n_fetches, eg_tensor *const *fetches,
                          eg_tensor **results);
 
 /* The stats of the plan used by the last run (as eg_function_stats_get; n_traces counts the

@@ -373,7 +373,8 @@ eg_tensor *eg_contiguous(const eg_tensor *t) {
     return eg_copy(t);
 }
 
-eg_tensor *eg_concat(int n, const eg_tensor *const *tensors, int axis) {
+eg_tensor *eg_concat(int n, eg_tensor *const *tensors_in, int axis) {
+    const eg_tensor *const *tensors = eg__const_tensors(tensors_in);
     if (n < 1 || !tensors) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "concat: needs at least one tensor");
         return NULL;
@@ -391,7 +392,8 @@ eg_tensor *eg_concat(int n, const eg_tensor *const *tensors, int axis) {
     return eg__execute(EG__OP_CONCAT, n, tensors, &attrs);
 }
 
-eg_tensor *eg_stack(int n, const eg_tensor *const *tensors, int axis) {
+eg_tensor *eg_stack(int n, eg_tensor *const *tensors_in, int axis) {
+    const eg_tensor *const *tensors = eg__const_tensors(tensors_in);
     if (n < 1 || !tensors) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "stack: needs at least one tensor");
         return NULL;

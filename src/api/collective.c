@@ -18,7 +18,8 @@ eg_tensor *eg_all_reduce(const eg_tensor *x) {
     return eg__execute(EG__OP_ALL_REDUCE, 1, &x, &attrs);
 }
 
-eg_tensor *eg_all_reduce_start(int n, const eg_tensor *const *tensors, int64_t *tag) {
+eg_tensor *eg_all_reduce_start(int n, eg_tensor *const *tensors_in, int64_t *tag) {
+    const eg_tensor *const *tensors = eg__const_tensors(tensors_in);
     if (n < 1 || !tensors || !tag) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "all_reduce_start: needs tensors and a tag to fill");
         return NULL;

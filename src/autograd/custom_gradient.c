@@ -85,7 +85,8 @@ static eg_status run_forward(const eg_custom_gradient_def *def, eg__custom_node 
     int line;
     eg__callsite_get(&file, &line); /* the forward's own calls set theirs */
     eg_no_grad_begin();
-    eg_status status = def->forward(n_inputs, inputs, n_outputs, outputs, node->ctx);
+    eg_status status =
+        def->forward(n_inputs, eg__tensor_handles(inputs), n_outputs, outputs, node->ctx);
     if (status == EG_OK && eg__error_pending()) status = eg_last_status();
     eg_callsite_set(file, line);
     if (status != EG_OK) status = callback_error(node, "forward", status);
@@ -111,7 +112,8 @@ static eg_status run_forward(const eg_custom_gradient_def *def, eg__custom_node 
 }
 
 eg_status eg_custom_gradient(const eg_custom_gradient_def *def, void *ctx, int n_inputs,
-                             const eg_tensor *const *inputs, int n_outputs, eg_tensor **outputs) {
+                             eg_tensor *const *inputs_in, int n_outputs, eg_tensor **outputs) {
+    const eg_tensor *const *inputs = eg__const_tensors(inputs_in);
     for (int k = 0; outputs && k < n_outputs; k++) outputs[k] = NULL;
     if (!def) return eg__error(EG_ERR_NULL_ARGUMENT, "custom_gradient: def is NULL");
     eg__custom_node *node = calloc(1, sizeof *node);
@@ -214,9 +216,8 @@ eg_status eg__custom_backward(eg__custom_node *node, const eg__backward_call *ca
         const char *file;
         int line;
         eg__callsite_get(&file, &line); /* the backward's own calls set theirs */
-        status =
-            node->backward(call->n_inputs, call->inputs, n, (const eg_tensor *const *)node->outputs,
-                           (const eg_tensor *const *)output_grads, call->grad_inputs, node->ctx);
+        status = node->backward(call->n_inputs, eg__tensor_handles(call->inputs), n, node->outputs,
+                                output_grads, call->grad_inputs, node->ctx);
         if (status == EG_OK && eg__error_pending()) status = eg_last_status();
         eg_callsite_set(file, line);
         if (status != EG_OK)

@@ -268,7 +268,7 @@ static eg_status call_listener(const ready_listener *listener, int source, eg_te
 
 /* Tells the listener of every source whose last contribution is record `index`. */
 static eg_status tell_ready(const ready_listener *listener, const eg__idmap *grads, size_t index,
-                            int n_sources, const eg_tensor *const *sources) {
+                            int n_sources, eg_tensor *const *sources) {
     for (int s = 0; s < n_sources; s++) {
         if (listener->last_contribution[s] != (int64_t)index) continue;
         eg_tensor *g = eg__idmap_get(grads, sources[s]->id);
@@ -280,7 +280,7 @@ static eg_status tell_ready(const ready_listener *listener, const eg__idmap *gra
 
 static eg_status backpropagate(eg_tape *tape, const eg_tensor *target,
                                const eg_tensor *output_gradient, int n_sources,
-                               const eg_tensor *const *sources, eg_tensor **grads_out,
+                               eg_tensor *const *sources, eg_tensor **grads_out,
                                eg_unconnected unconnected, ready_listener *listener) {
     eg__idmap reachable = {0}, grads = {0};
     eg_status status = EG_OK;
@@ -407,7 +407,7 @@ done:
 
 static eg_status tape_gradient(eg_tape *tape, const eg_tensor *target,
                                const eg_tensor *output_gradient, int n_sources,
-                               const eg_tensor *const *sources, eg_tensor **grads,
+                               eg_tensor *const *sources, eg_tensor **grads,
                                eg_unconnected unconnected, ready_listener *listener) {
     if (!tape) return eg__error(EG_ERR_NULL_ARGUMENT, "tape_gradient: tape is NULL");
     if (!grads || (n_sources > 0 && !sources) || n_sources < 0)
@@ -475,14 +475,14 @@ static eg_status tape_gradient(eg_tape *tape, const eg_tensor *target,
 
 eg_status eg_tape_gradient_ex(eg_tape *tape, const eg_tensor *target,
                               const eg_tensor *output_gradient, int n_sources,
-                              const eg_tensor *const *sources, eg_tensor **grads,
+                              eg_tensor *const *sources, eg_tensor **grads,
                               eg_unconnected unconnected) {
     return tape_gradient(tape, target, output_gradient, n_sources, sources, grads, unconnected,
                          NULL);
 }
 
 eg_status eg_tape_gradient(eg_tape *tape, const eg_tensor *target, int n_sources,
-                           const eg_tensor *const *sources, eg_tensor **grads,
+                           eg_tensor *const *sources, eg_tensor **grads,
                            eg_unconnected unconnected) {
     return tape_gradient(tape, target, NULL, n_sources, sources, grads, unconnected, NULL);
 }
@@ -499,8 +499,7 @@ eg_tensor **eg_tape_gradients(eg_tape *tape, const eg_tensor *target, int n_sour
         eg__error(EG_ERR_OUT_OF_MEMORY, "tape_gradients: out of host memory");
         return NULL;
     }
-    if (tape_gradient(tape, target, NULL, n_sources, (const eg_tensor *const *)sources, grads,
-                      unconnected, NULL) != EG_OK) {
+    if (tape_gradient(tape, target, NULL, n_sources, sources, grads, unconnected, NULL) != EG_OK) {
         eg_gradients_free(grads, n_sources);
         return NULL;
     }
@@ -514,7 +513,7 @@ void eg_gradients_free(eg_tensor **grads, int n) {
 }
 
 eg_status eg_tape_gradient_notify(eg_tape *tape, const eg_tensor *target, int n_sources,
-                                  const eg_tensor *const *sources, eg_tensor **grads,
+                                  eg_tensor *const *sources, eg_tensor **grads,
                                   eg_unconnected unconnected, eg_gradient_ready_fn ready,
                                   void *user) {
     if (!ready)

@@ -273,4 +273,15 @@ eg_status eg__read_element(const eg_tensor *t, int64_t offset, void *out);
 double eg__load_as_double(const void *data, eg_dtype dtype, int64_t index);
 void eg__store_from_double(void *data, eg_dtype dtype, int64_t index, double value);
 
+/* The public API takes and hands out arrays of tensors as eg_tensor *const *, the type of what
+ * ops return, because C converts T ** to const T *const * only with a cast. Inside, kernels and
+ * records read inputs as const eg_tensor *const *; these two cross that line in one place. A
+ * handle's const promises nothing about the tensor's memory, so dropping it is safe. */
+static inline const eg_tensor *const *eg__const_tensors(eg_tensor *const *tensors) {
+    return (const eg_tensor *const *)tensors;
+}
+static inline eg_tensor *const *eg__tensor_handles(const eg_tensor *const *tensors) {
+    return (eg_tensor *const *)tensors;
+}
+
 #endif

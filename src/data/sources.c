@@ -108,7 +108,8 @@ eg_dataset *eg__dataset_slices_take(int n, eg_tensor **tensors, const char *name
     return slices_new(n, tensors, name, "tensor");
 }
 
-eg_dataset *eg_dataset_from_tensor_slices(int n, const eg_tensor *const *tensors) {
+eg_dataset *eg_dataset_from_tensor_slices(int n, eg_tensor *const *tensors_in) {
+    const eg_tensor *const *tensors = eg__const_tensors(tensors_in);
     const char *name = "dataset_from_tensor_slices";
     if (n < 1 || n > EG_ELEMENT_MAX_TENSORS) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "%s: n is %d; 1 to %d tensors allowed", name, n,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "core/tensor_internal.h"
 #include "dist/strategy_internal.h"
 #include "eagle/ops.h"
 
@@ -50,7 +51,7 @@ static eg_status check_context(const eg_replica_context *replica, const char *wh
 
 /* n tensors at `tensors`, none NULL ("source" or "variable" names them in the error). */
 static eg_status check_tensors(const char *what, const char *noun, int n,
-                               const eg_tensor *const *tensors) {
+                               eg_tensor *const *tensors) {
     if (n < 0 || (n > 0 && !tensors))
         return eg__error(EG_ERR_NULL_ARGUMENT, "%s: no %ss", what, noun);
     for (int i = 0; i < n; i++)
@@ -61,7 +62,7 @@ static eg_status check_tensors(const char *what, const char *noun, int n,
 /* ---- comparing the replicas' variables ---- */
 
 /* "name f32 (784, 512)\n" per tensor; malloc'd. */
-static char *describe(int n, const eg_tensor *const *tensors, size_t *length) {
+static char *describe(int n, eg_tensor *const *tensors, size_t *length) {
     size_t size = 64, used = 0;
     char *text = malloc(size);
     for (int i = 0; text && i < n; i++) {
@@ -111,7 +112,7 @@ static void line_at(const char *text, int index, char *buf, size_t size) {
 /* The replicas' tensors must agree in names, dtypes, shapes and order: every replica learns the
  * others' description, so all of them fail alike, naming the first difference. */
 static eg_status compare_tensors(const eg_replica_context *replica, const char *what, int n,
-                                 const eg_tensor *const *tensors, uint64_t *agreed) {
+                                 eg_tensor *const *tensors, uint64_t *agreed) {
     eg_strategy *s = replica->strategy;
     size_t length;
     char *mine = describe(n, tensors, &length);
@@ -192,7 +193,7 @@ static eg_status close_bucket(gathering *g) {
     bucket *b = &g->buckets[g->n_buckets];
     b->first = g->open_first;
     b->n = n;
-    b->started = eg_all_reduce_start(n, g->ready + g->open_first, &b->tag);
+    b->started = eg_all_reduce_start(n, eg__tensor_handles(g->ready + g->open_first), &b->tag);
     if (!b->started) return eg_last_status();
     g->n_buckets++;
     g->open_first = g->n_ready;
@@ -222,7 +223,7 @@ static eg_status on_ready(int source, const eg_tensor *gradient, void *user) {
 }
 
 /* grads[order[k]] = the summed gradients, cut out of the buckets' sums. */
-static eg_status finish_buckets(gathering *g, const eg_tensor *const *sources, eg_tensor **grads) {
+static eg_status finish_buckets(gathering *g, eg_tensor *const *sources, eg_tensor **grads) {
     eg_status status = EG_OK;
     for (int k = 0; k < g->n_buckets && status == EG_OK; k++) {
         bucket *b = &g->buckets[k];
@@ -249,8 +250,8 @@ static eg_status finish_buckets(gathering *g, const eg_tensor *const *sources, e
 }
 
 eg_status eg_replica_gradient(const eg_replica_context *replica, eg_tape *tape,
-                              const eg_tensor *target, int n_sources,
-                              const eg_tensor *const *sources, eg_tensor **grads) {
+                              const eg_tensor *target, int n_sources, eg_tensor *const *sources,
+                              eg_tensor **grads) {
     eg_status status = check_context(replica, "replica_gradient");
     if (status != EG_OK) return status;
     if (n_sources < 0 || (n_sources > 0 && (!sources || !grads)))
@@ -300,10 +301,9 @@ eg_status eg_replica_broadcast_variables(const eg_replica_context *replica, int 
                                          eg_tensor *const *variables) {
     eg_status status = check_context(replica, "replica_broadcast_variables");
     if (status != EG_OK || alone(replica)) return status;
-    const eg_tensor *const *tensors = (const eg_tensor *const *)variables;
-    if ((status = check_tensors("replica_broadcast_variables", "variable", n, tensors)) != EG_OK)
+    if ((status = check_tensors("replica_broadcast_variables", "variable", n, variables)) != EG_OK)
         return status;
-    status = compare_tensors(replica, "replica_broadcast_variables", n, tensors, NULL);
+    status = compare_tensors(replica, "replica_broadcast_variables", n, variables, NULL);
     void *member = member_of(replica);
     for (int i = 0; i < n && status == EG_OK; i++) {
         eg_tensor *v = variables[i];
@@ -331,10 +331,9 @@ eg_status eg_replica_average_variables(const eg_replica_context *replica, int n,
                                        eg_tensor *const *variables) {
     eg_status status = check_context(replica, "replica_average_variables");
     if (status != EG_OK || alone(replica)) return status;
-    const eg_tensor *const *tensors = (const eg_tensor *const *)variables;
-    if ((status = check_tensors("replica_average_variables", "variable", n, tensors)) != EG_OK)
+    if ((status = check_tensors("replica_average_variables", "variable", n, variables)) != EG_OK)
         return status;
-    status = compare_tensors(replica, "replica_average_variables", n, tensors, NULL);
+    status = compare_tensors(replica, "replica_average_variables", n, variables, NULL);
     double scale = 1.0 / replica->num_replicas;
     for (int i = 0; i < n && status == EG_OK; i++) {
         eg_tensor *sum = eg_all_reduce(variables[i]);

@@ -425,7 +425,7 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
         eg_lazy_begin();
         eg__callback_frame frame;
         eg__callback_begin(&frame);
-        status = f->fn((const eg_tensor *const *)t->placeholders, returned, f->user_data);
+        status = f->fn(t->placeholders, returned, f->user_data);
         eg__callback_end(&frame);
         eg_lazy_end();
         eg__random_set_observer(NULL);
@@ -696,7 +696,8 @@ static eg_status replay(eg_function *f, trace *t, const eg_tensor *const *inputs
     return status;
 }
 
-eg_status eg_function_call(eg_function *f, const eg_tensor *const *inputs, eg_tensor **outputs) {
+eg_status eg_function_call(eg_function *f, eg_tensor *const *inputs_in, eg_tensor **outputs) {
+    const eg_tensor *const *inputs = eg__const_tensors(inputs_in);
     if (!f || !outputs || (f->n_inputs > 0 && !inputs))
         return eg__error(EG_ERR_NULL_ARGUMENT, "function_call: NULL argument");
     for (int i = 0; i < f->n_inputs; i++)
@@ -775,7 +776,7 @@ eg_status eg__graph_sign(trace *t) {
     return EG_OK;
 }
 
-static eg_status no_function(const eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
+static eg_status no_function(eg_tensor *const *inputs, eg_tensor **outputs, void *user) {
     (void)inputs;
     (void)outputs;
     (void)user;

@@ -228,8 +228,9 @@ static eg_status plan_fetches(eg_session *s, int n_fetches, eg_tensor *const *fe
 }
 
 eg_status eg_session_run(eg_session *s, int n_feeds, eg_tensor *const *placeholders,
-                         const eg_tensor *const *feeds, int n_fetches, eg_tensor *const *fetches,
+                         eg_tensor *const *feeds_in, int n_fetches, eg_tensor *const *fetches,
                          eg_tensor **results) {
+    const eg_tensor *const *feeds = eg__const_tensors(feeds_in);
     if (!s || (n_feeds > 0 && (!placeholders || !feeds)) || !fetches || !results)
         return eg__error(EG_ERR_NULL_ARGUMENT, "session_run: NULL argument");
     eg_graph *g = s->graph;
@@ -292,7 +293,7 @@ eg_status eg_session_run(eg_session *s, int n_feeds, eg_tensor *const *placehold
     }
     g->ran = true;
     s->last = at;
-    return eg_function_call(s->plans[at].function, inputs, results);
+    return eg_function_call(s->plans[at].function, eg__tensor_handles(inputs), results);
 }
 
 eg_status eg_session_stats_get(const eg_session *s, eg_function_stats *out) {

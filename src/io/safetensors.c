@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "core/tensor_internal.h"
 #include "eagle/checkpoint.h"
 #include "eagle/runtime.h"
 #include "io/atomic_file.h"
@@ -839,9 +840,10 @@ static eg_status check_save_arguments(const char *path, int n, const char *const
 }
 
 eg_status eg_safetensors_save(const char *path, int n, const char *const *names,
-                              const eg_tensor *const *tensors, int n_metadata,
+                              eg_tensor *const *tensors_in, int n_metadata,
                               const char *const *metadata_keys,
                               const char *const *metadata_values) {
+    const eg_tensor *const *tensors = eg__const_tensors(tensors_in);
     eg_status status =
         check_save_arguments(path, n, names, tensors, n_metadata, metadata_keys, metadata_values);
     if (status != EG_OK) return status;

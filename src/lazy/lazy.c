@@ -702,7 +702,8 @@ static eg_status realize_one(const eg_tensor *t) {
     return eg__lazy_realize(1, &t);
 }
 
-eg_status eg_realize(int n, const eg_tensor *const *tensors) {
+eg_status eg_realize(int n, eg_tensor *const *tensors_in) {
+    const eg_tensor *const *tensors = eg__const_tensors(tensors_in);
     if (n < 0 || (n > 0 && !tensors))
         return eg__error(EG_ERR_INVALID_ARGUMENT, "realize: bad tensor list");
     for (int i = 0; i < n; i++)

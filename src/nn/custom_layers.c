@@ -155,7 +155,8 @@ eg_status eg__custom_layer_build(eg_layer *layer, int n_inputs, const eg_layer_s
 eg_tensor *eg__custom_layer_call(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
                                  const eg_tensor *const *variables, bool training) {
     const eg_layer_class *c = layer->layer_class;
-    eg_tensor *y = c->call(layer, layer->state, n_inputs, inputs, variables, training);
+    eg_tensor *y = c->call(layer, layer->state, n_inputs, eg__tensor_handles(inputs),
+                           eg__tensor_handles(variables), training);
     if (!y && !eg__error_pending())
         eg__error(EG_ERR_INTERNAL, "layer '%s' (%s): call returned NULL without an error",
                   eg_layer_name(layer), c->type);
@@ -198,9 +199,8 @@ static eg_status add_output_shape(eg_layer *layer, void *state, int n_inputs,
     return EG_OK;
 }
 
-static eg_tensor *add_call(eg_layer *layer, void *state, int n_inputs,
-                           const eg_tensor *const *inputs, const eg_tensor *const *variables,
-                           bool training) {
+static eg_tensor *add_call(eg_layer *layer, void *state, int n_inputs, eg_tensor *const *inputs,
+                           eg_tensor *const *variables, bool training) {
     (void)layer, (void)state, (void)variables, (void)training;
     eg_tensor *sum = eg_add(inputs[0], inputs[1]);
     for (int i = 2; i < n_inputs && sum; i++) {
@@ -257,9 +257,8 @@ static eg_status concat_output_shape(eg_layer *layer, void *state, int n_inputs,
     return EG_OK;
 }
 
-static eg_tensor *concat_call(eg_layer *layer, void *state, int n_inputs,
-                              const eg_tensor *const *inputs, const eg_tensor *const *variables,
-                              bool training) {
+static eg_tensor *concat_call(eg_layer *layer, void *state, int n_inputs, eg_tensor *const *inputs,
+                              eg_tensor *const *variables, bool training) {
     (void)state, (void)variables, (void)training;
     int axis = concat_axis(layer, inputs[0]->n_dims);
     if (axis < 0) {

@@ -429,7 +429,8 @@ eg_status eg__functional_call(eg_model *model, int n_inputs, const eg_tensor *co
         const eg_tensor *args[EG__LAYER_MAX_INPUTS];
         const int *from = model->input_positions + model->input_offsets[i];
         for (int k = 0; k < node->n_inputs; k++) args[k] = values[from[k]];
-        eg_tensor *y = eg_layer_call_multi(node->layer, node->n_inputs, args, training);
+        eg_tensor *y =
+            eg_layer_call_multi(node->layer, node->n_inputs, eg__tensor_handles(args), training);
         if (!y) status = eg_last_status();
         values[i] = y;
         for (int k = 0; k < node->n_inputs; k++)

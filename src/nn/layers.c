@@ -370,8 +370,9 @@ static eg_status build_for_inputs(eg_layer *layer, int n_inputs, const eg_tensor
     return eg__layer_build_multi(layer, n_inputs, shapes);
 }
 
-eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, const eg_tensor *const *inputs,
+eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *inputs_in,
                                bool training) {
+    const eg_tensor *const *inputs = eg__const_tensors(inputs_in);
     if (!layer) {
         eg__error(EG_ERR_NULL_ARGUMENT, "layer_call: layer is NULL");
         return NULL;
@@ -465,7 +466,7 @@ eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, const eg_tensor *c
 }
 
 eg_tensor *eg_layer_call(eg_layer *layer, const eg_tensor *x, bool training) {
-    return eg_layer_call_multi(layer, 1, &x, training);
+    return eg_layer_call_multi(layer, 1, eg__tensor_handles(&x), training);
 }
 
 eg_status eg__layer_rename_variables(eg_layer *layer) {

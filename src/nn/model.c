@@ -247,8 +247,9 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
     return h;
 }
 
-eg_status eg_model_call_multi(eg_model *model, int n_inputs, const eg_tensor *const *inputs,
+eg_status eg_model_call_multi(eg_model *model, int n_inputs, eg_tensor *const *inputs_in,
                               bool training, int n_outputs, eg_tensor **outputs) {
+    const eg_tensor *const *inputs = eg__const_tensors(inputs_in);
     if (outputs)
         for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
     if (!model || !outputs || (n_inputs > 0 && !inputs)) {

@@ -18,8 +18,7 @@ eg_status eg_model_save_weights(eg_model *model, const char *path) {
     const char **names = malloc(sizeof *names * (size_t)(n ? n : 1));
     if (!names) return eg__error(EG_ERR_OUT_OF_MEMORY, "model_save_weights: out of host memory");
     for (int i = 0; i < n; i++) names[i] = eg_variable_name(vars[i]);
-    eg_status status =
-        eg_safetensors_save(path, n, names, (const eg_tensor *const *)vars, 0, NULL, NULL);
+    eg_status status = eg_safetensors_save(path, n, names, vars, 0, NULL, NULL);
     free(names);
     return status;
 }

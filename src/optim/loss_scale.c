@@ -207,7 +207,7 @@ static eg_status run_step(void *context) {
     eg__lazy_depth = 0;
     eg_no_grad_begin();
     eg__scope_suspend();
-    eg_status status = eg_realize(c->n, (const eg_tensor *const *)c->grads);
+    eg_status status = eg_realize(c->n, c->grads);
     double sum = NAN;
     if (status == EG_OK) status = gradient_sum(c, &sum);
     bool finite = status == EG_OK && isfinite(sum);

@@ -346,7 +346,7 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
     int n_pending = 0;
     for (int i = 0; i < n; i++) n_pending += grads[i] && !grads[i]->storage;
     if (n_pending) {
-        const eg_tensor **pending = malloc(sizeof *pending * (size_t)n_pending);
+        eg_tensor **pending = malloc(sizeof *pending * (size_t)n_pending);
         if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
         n_pending = 0;
         for (int i = 0; i < n; i++)

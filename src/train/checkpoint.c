@@ -94,8 +94,8 @@ eg_status eg_training_save(const char *path, eg_model *model, const eg_optimizer
         all_values[N_OWN + i] = values[i];
     }
     if (status == EG_OK)
-        status =
-            eg_safetensors_save(path, n, names, tensors, N_OWN + n_metadata, all_keys, all_values);
+        status = eg_safetensors_save(path, n, names, eg__tensor_handles(tensors),
+                                     N_OWN + n_metadata, all_keys, all_values);
     free(slot_names);
     free(tensors);
     free(names);

@@ -139,7 +139,7 @@ static eg_tensor *replica_part(const eg_tensor *loss, const eg_tensor *share) {
 /* eg__fit_call's training step: forward, loss, gradient (of the optimizer's scaled loss; summed
  * over the replicas as a replica), update. A replica starts the sums of its loss and accuracy
  * before the backward pass, so they travel with the gradients. */
-static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status train_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     eg__fit_config *c = user;
     int n;
     eg_tensor *const *vars = eg_model_trainable_variables(c->model, &n);
@@ -161,10 +161,8 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
         scaled = eg_optimizer_scale_loss(c->optimizer, part ? part : loss);
     eg_status status = !scaled ? eg_last_status()
                        : c->replica
-                           ? eg_replica_gradient(c->replica, tape, scaled, n,
-                                                 (const eg_tensor *const *)vars, grads)
-                           : eg_tape_gradient(tape, scaled, n, (const eg_tensor *const *)vars,
-                                              grads, EG_UNCONNECTED_ZERO);
+                           ? eg_replica_gradient(c->replica, tape, scaled, n, vars, grads)
+                           : eg_tape_gradient(tape, scaled, n, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     if (status == EG_OK) status = eg_optimizer_apply_gradients(c->optimizer, n, grads, vars);
     for (int i = 0; i < n; i++) eg_release(grads[i]);
@@ -184,7 +182,7 @@ static eg_status train_step(const eg_tensor *const *in, eg_tensor **out, void *u
 }
 
 /* eg__fit_call's inference step: the loss and accuracy (summed over the replicas as one). */
-static eg_status test_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+static eg_status test_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     eg__fit_config *c = user;
     eg_no_grad_begin();
     eg_tensor *pred = eg_model_call(c->model, in[0], false);
@@ -210,8 +208,7 @@ static eg_status test_step(const eg_tensor *const *in, eg_tensor **out, void *us
     return status;
 }
 
-eg_status eg__fit_call(eg__fit_config *c, bool training, const eg_tensor *const *in,
-                       eg_tensor **out) {
+eg_status eg__fit_call(eg__fit_config *c, bool training, eg_tensor *const *in, eg_tensor **out) {
     bool replicated = c->replica != NULL;
     if (c->options.mode == EG_EXECUTION_GRAPH) {
         eg_function **f = &c->functions[training][replicated];
@@ -244,8 +241,8 @@ eg_status eg_model_train_step_stats(const eg_model *model, eg_function_stats *st
 }
 
 /* One step, alone or on the strategy's replicas; *loss and *accuracy get the host values. */
-static eg_status run_step(eg__fit_config *c, bool training, const eg_tensor *const *in,
-                          double *loss, double *accuracy) {
+static eg_status run_step(eg__fit_config *c, bool training, eg_tensor *const *in, double *loss,
+                          double *accuracy) {
     if (c->strategy) return eg__fit_replicated_step(c, training, in, loss, accuracy);
     eg_tensor *out[2] = {NULL, NULL};
     eg_status status = eg__fit_call(c, training, in, out);
@@ -263,8 +260,7 @@ static eg_status run_step(eg__fit_config *c, bool training, const eg_tensor *con
 static eg_status count_step(eg__fit_config *c, bool training, const eg_element *e,
                             eg_metric_mean *losses, eg_metric_mean *hits) {
     double loss = 0, accuracy = 0, n = (double)eg_tensor_dim(e->tensors[0], 0);
-    eg_status status =
-        run_step(c, training, (const eg_tensor *const *)e->tensors, &loss, &accuracy);
+    eg_status status = run_step(c, training, e->tensors, &loss, &accuracy);
     if (status == EG_OK) {
         eg_metric_mean_add(losses, loss, n);
         eg_metric_mean_add(hits, accuracy, n);
@@ -530,8 +526,7 @@ eg_history *eg_model_fit(eg_model *model, eg_dataset *train, const eg_fit_option
 static eg_dataset *rows_dataset(const eg_tensor *x, const eg_tensor *y, int64_t start, int64_t stop,
                                 int64_t batch_size, bool shuffle, uint64_t seed) {
     eg_tensor *xs = eg_slice(x, 0, start, stop, 1), *ys = eg_slice(y, 0, start, stop, 1);
-    eg_dataset *ds =
-        xs && ys ? eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){xs, ys}) : NULL;
+    eg_dataset *ds = xs && ys ? eg_dataset_from_tensor_slices(2, (eg_tensor *[]){xs, ys}) : NULL;
     eg_release(xs);
     eg_release(ys);
     if (shuffle) ds = eg_dataset_shuffle(ds, stop - start, seed, true);
@@ -611,7 +606,7 @@ eg_status eg_model_evaluate(eg_model *model, eg_dataset *data, const eg_evaluate
 static eg_tensor *join(int n, eg_tensor **pieces) {
     if (n == 1)
         return eg_reshape(pieces[0], eg_tensor_n_dims(pieces[0]), eg_tensor_shape(pieces[0]));
-    return eg_concat(n, (const eg_tensor *const *)pieces, 0);
+    return eg_concat(n, pieces, 0);
 }
 
 /* Collects the model's outputs for a sequence of inputs (next gives each, NULL at the end). */

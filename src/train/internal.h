@@ -41,8 +41,7 @@ struct eg_fit_state {
  * (0-d). As a replica (config->replica set): in x, y (the replica's share), its share of the
  * global batch and its stop request (1 or 0; f64 0-d each); out the loss and accuracy times the
  * examples and the stop requests, summed over the replicas (f64 0-d). */
-eg_status eg__fit_call(eg__fit_config *c, bool training, const eg_tensor *const *in,
-                       eg_tensor **out);
+eg_status eg__fit_call(eg__fit_config *c, bool training, eg_tensor *const *in, eg_tensor **out);
 
 /* ---- under a strategy (replicated.c) ---- */
 /* EG_ERR_UNSUPPORTED unless the strategy has one replica in this process or can_build. */
@@ -59,7 +58,7 @@ eg_status eg__fit_replicas_average_statistics(eg__fit_config *c);
 void eg__fit_replicas_end(eg__fit_config *c);
 /* One global batch (x, y) on every replica, each its share: *loss and *accuracy get the global
  * batch's means. */
-eg_status eg__fit_replicated_step(eg__fit_config *c, bool training, const eg_tensor *const *in,
+eg_status eg__fit_replicated_step(eg__fit_config *c, bool training, eg_tensor *const *in,
                                   double *loss, double *accuracy);
 /* [loss x examples, accuracy x examples, stop] of this replica's share, f64 (3,), its sum over
  * the replicas started (a new reference; *tag names it for eg_all_reduce_done). stop: the

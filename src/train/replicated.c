@@ -155,10 +155,8 @@ eg_tensor *eg__fit_totals_start(const eg_tensor *loss, const eg_tensor *accuracy
         eg_release(times);
         eg_release(wide);
     }
-    eg_tensor *totals =
-        parts[0] && parts[1] && parts[2] ? eg_concat(3, (const eg_tensor *const *)parts, 0) : NULL;
-    eg_tensor *started =
-        totals ? eg_all_reduce_start(1, (const eg_tensor *const *)&totals, tag) : NULL;
+    eg_tensor *totals = parts[0] && parts[1] && parts[2] ? eg_concat(3, parts, 0) : NULL;
+    eg_tensor *started = totals ? eg_all_reduce_start(1, &totals, tag) : NULL;
     eg_release(totals);
     for (int i = 0; i < 3; i++) eg_release(parts[i]);
     return started;
@@ -187,7 +185,7 @@ eg_status eg__fit_totals_finish(eg_status status, eg_tensor *totals, int64_t tag
 typedef struct replica_job {
     eg__fit_config *config;
     bool training;
-    const eg_tensor *const *batch; /* the global batch (x, y) */
+    eg_tensor *const *batch;       /* the global batch (x, y) */
     double stop;                   /* this process's stop request (1 or 0) */
     double sums[3]; /* loss and accuracy times the examples, stop requests: all replicas' */
 } replica_job;
@@ -212,10 +210,10 @@ static eg_status replica_step(const eg_replica_context *replica, void *user) {
                          "fit: a batch of %lld examples leaves replica %d of %d none (batches "
                          "need at least one example per replica)",
                          (long long)global, replica->replica_id, replica->num_replicas);
-    const eg_tensor *in[4] = {share_of(replica, job->batch[0], start, count),
-                              share_of(replica, job->batch[1], start, count),
-                              eg_scalar(EG_DTYPE_F64, (double)count / (double)global),
-                              eg_scalar(EG_DTYPE_F64, job->stop)};
+    eg_tensor *in[4] = {share_of(replica, job->batch[0], start, count),
+                        share_of(replica, job->batch[1], start, count),
+                        eg_scalar(EG_DTYPE_F64, (double)count / (double)global),
+                        eg_scalar(EG_DTYPE_F64, job->stop)};
     eg_status status = in[0] && in[1] && in[2] && in[3] ? EG_OK : eg_last_status();
     eg_tensor *out[3] = {NULL, NULL, NULL};
     c->replica = replica;
@@ -231,7 +229,7 @@ static eg_status replica_step(const eg_replica_context *replica, void *user) {
     return status; /* the replica's scope releases what it made */
 }
 
-eg_status eg__fit_replicated_step(eg__fit_config *c, bool training, const eg_tensor *const *in,
+eg_status eg__fit_replicated_step(eg__fit_config *c, bool training, eg_tensor *const *in,
                                   double *loss, double *accuracy) {
     replica_job job = {.config = c, .training = training, .batch = in, .stop = c->stop_asked};
     eg_status status = eg_strategy_run(c->strategy, replica_step, &job);

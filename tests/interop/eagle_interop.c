@@ -148,17 +148,15 @@ static void write_safetensors(const char *dir) {
     const char *keys[] = {"source"}, *values[] = {"eagle interop \xe2\x9c\x93"};
     char path[4096];
     path_in(path, sizeof path, dir, "eagle.safetensors");
-    CHECK(eg_safetensors_save(path, n, names, (const eg_tensor *const *)tensors, 1, keys, values) ==
-              EG_OK,
-          "%s", eg_last_error());
+    CHECK(eg_safetensors_save(path, n, names, tensors, 1, keys, values) == EG_OK, "%s",
+          eg_last_error());
     for (int i = 0; i < n; i++) eg_release(tensors[i]);
 
     const char *bf16_name = "bf16";
     eg_tensor *bf16 = make(find_spec("bf16"));
     path_in(path, sizeof path, dir, "eagle_bf16.safetensors");
-    CHECK(eg_safetensors_save(path, 1, &bf16_name, (const eg_tensor *const *)&bf16, 0, NULL,
-                              NULL) == EG_OK,
-          "%s", eg_last_error());
+    CHECK(eg_safetensors_save(path, 1, &bf16_name, &bf16, 0, NULL, NULL) == EG_OK, "%s",
+          eg_last_error());
     eg_release(bf16);
 }
 

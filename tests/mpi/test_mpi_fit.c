@@ -80,8 +80,8 @@ static eg_status fit_once(eg_strategy *s, eg_execution_mode mode, run *out) {
     eg_status status = eg_model_compile(model, opt, &c);
     eg_tensor *x = eg_tensor_from_data(xs, EG_DTYPE_F32, 2, (int64_t[]){N, FEATURES});
     eg_tensor *y = eg_tensor_from_data(ys, EG_DTYPE_I64, 1, (int64_t[]){N});
-    eg_dataset *ds = eg_dataset_batch(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}),
-                                      BATCH, false);
+    eg_dataset *ds =
+        eg_dataset_batch(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y}), BATCH, false);
     eg_fit_options o = eg_fit_options_default();
     o.epochs = 2;
     o.verbose = 0;

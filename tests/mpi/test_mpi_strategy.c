@@ -92,8 +92,7 @@ static eg_status reduce_twice(const eg_replica_context *c, void *user) {
     eg_tensor *x = eg_full(EG_DTYPE_F32, 1, &n, 1.0 + c->replica_id);
     eg_tensor *once = eg_all_reduce(x);
     int64_t tag = 0;
-    eg_tensor *started =
-        once ? eg_all_reduce_start(1, (const eg_tensor *const *)&once, &tag) : NULL;
+    eg_tensor *started = once ? eg_all_reduce_start(1, &once, &tag) : NULL;
     eg_tensor *twice = started ? eg_all_reduce_done(started, tag) : NULL;
     static float got[2][1000]; /* per local replica: one here */
     float *sums = got[c->local_index];

@@ -58,7 +58,7 @@ static bool run_mode(mode m, const mlp_config *config, const mlp_data *train, co
         eg_memory_reset_peak(NULL);
         eg_memory_stats_get(NULL, &before);
         double t0 = cli_seconds(), cpu0 = thread_cpu_seconds();
-        const eg_tensor *in[2] = {x, y};
+        eg_tensor *in[2] = {x, y};
         if (ok && m == MODE_EAGER) ok = mlp_step(in, out, &s) == EG_OK;
         if (ok && m == MODE_LAZY) {
             eg_lazy_begin();

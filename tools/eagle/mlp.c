@@ -259,7 +259,7 @@ eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, 
     return status;
 }
 
-eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
+eg_status mlp_step(eg_tensor *const *in, eg_tensor **out, void *user) {
     mlp_step_state *s = user;
     int n_vars;
     eg_tensor *const *vars = eg_model_trainable_variables(s->model, &n_vars);
@@ -282,8 +282,7 @@ eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user) {
     if (scaled) target = scaled;
     eg_profiler_range_pop();
     eg_profiler_range_push("backward");
-    eg_status status = eg_tape_gradient(tape, target, n_vars, (const eg_tensor *const *)vars, grads,
-                                        EG_UNCONNECTED_ZERO);
+    eg_status status = eg_tape_gradient(tape, target, n_vars, vars, grads, EG_UNCONNECTED_ZERO);
     eg_tape_free(tape);
     eg_release(scaled);
     eg_profiler_range_pop();

@@ -75,7 +75,7 @@ typedef struct mlp_step_state {
  * called directly (eager), between eg_lazy_begin/end (lazy) or traced by eg_function (graph).
  * Its phases are marked as profiler ranges. `eagle bench` and `eagle profile` time it; `eagle
  * train` trains with eg_model_fit. */
-eg_status mlp_step(const eg_tensor *const *in, eg_tensor **out, void *user);
+eg_status mlp_step(eg_tensor *const *in, eg_tensor **out, void *user);
 
 /* Accuracy and mean loss of the model on the whole split, in batches, without tapes. */
 eg_status mlp_evaluate(eg_model *model, const mlp_data *data, double *accuracy, double *loss);

@@ -121,7 +121,7 @@ static eg_status profile_step(eg_model *model, eg_optimizer *optimizer, eg_gener
     eg_status status = synthetic_batch(generator, n, &x, &y);
     eg_profiler_range_pop();
     if (status == EG_OK) {
-        const eg_tensor *in[2] = {x, y};
+        eg_tensor *in[2] = {x, y};
         eg_tensor *out[2] = {NULL, NULL};
         mlp_step_state state = {model, optimizer, false};
         status = mlp_step(in, out, &state);

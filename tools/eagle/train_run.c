@@ -302,7 +302,7 @@ static eg_dataset *test_batches(const mlp_data *test, bool cnn) {
     eg_scope_begin();
     eg_tensor *x = NULL, *y = NULL;
     if ((cnn ? cnn_batch : mlp_batch)(test, indices, test->n, &x, &y) == EG_OK)
-        batches = eg_dataset_batch(eg_dataset_from_tensor_slices(2, (const eg_tensor *[]){x, y}),
+        batches = eg_dataset_batch(eg_dataset_from_tensor_slices(2, (eg_tensor *[]){x, y}),
                                    cnn ? 500 : 1000, false);
     eg_scope_end();
     free(indices);

@@ -26,7 +26,7 @@ eg_status train_state_save(const char *path, eg_model *model, const eg_optimizer
     enum { MAX_TENSORS = MAX_VARIABLES * (1 + MAX_SLOTS) };
     static char slot_names[MAX_TENSORS][NAME_SIZE];
     const char *names[MAX_TENSORS];
-    const eg_tensor *tensors[MAX_TENSORS];
+    eg_tensor *tensors[MAX_TENSORS];
     int n = 0;
     for (int i = 0; i < n_all; i++) {
         names[n] = eg_variable_name(all[i]);

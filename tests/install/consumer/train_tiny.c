@@ -38,8 +38,7 @@ int main(void) {
         if (!loss || n != 2)
             status = eg_last_status() != EG_OK ? eg_last_status() : EG_ERR_STATE;
         else
-            status = eg_tape_gradient(tape, loss, n, (const eg_tensor *const *)variables, grads,
-                                      EG_UNCONNECTED_ZERO);
+            status = eg_tape_gradient(tape, loss, n, variables, grads, EG_UNCONNECTED_ZERO);
         if (status == EG_OK) status = eg_optimizer_apply_gradients(optimizer, n, grads, variables);
         if (status == EG_OK) {
             last = eg_item(loss);
