@@ -150,7 +150,7 @@ eg_status eg__graph_defer_update(const eg__updater *updater, void *optimizer, in
         if (grads[i]) eg__ref(grads[i]);
         eg__ref(variables[i]);
     }
-    eg_status status = eg__graph_defer(NULL, NULL, NULL, n, (const eg_tensor *const *)grads);
+    eg_status status = eg__graph_defer(NULL, NULL, NULL, n, eg__const_tensors(grads));
     if (status != EG_OK) {
         for (int i = 0; i < n; i++) {
             eg__unref(u->grads[i]);
@@ -351,7 +351,7 @@ eg_status eg__graph_finish_trace(trace *t, const char *name) {
     }
     eg_tensor **order;
     int n;
-    status = eg__lazy_topo_order(t->n_targets, (const eg_tensor *const *)t->targets, &order, &n);
+    status = eg__lazy_topo_order(t->n_targets, eg__const_tensors(t->targets), &order, &n);
     if (status != EG_OK) return status;
     t->entries = calloc((size_t)n + 1, sizeof *t->entries);
     if (!t->entries) {
@@ -560,7 +560,7 @@ eg_status eg__graph_run_kernel(trace *t, entry *e, bool prepared) {
     eg_tensor *x = e->tensor;
     const eg__lazy_node *node = x->lazy;
     if (e->role != ROLE_BUFFER) return EG_OK;
-    eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, x,
+    eg__kernel_call call = {node->op, node->n_inputs, eg__const_tensors(node->inputs), x,
                             &node->attrs};
     if (e->fused_part >= 0) {
         update_part *part = &t->parts[e->fused_part];
@@ -609,8 +609,7 @@ eg_status eg__graph_run_steps(trace *t, int n_inputs, bool parallel_ok, bool run
         status = run_part(t, &t->parts[t->part_order[p]]);
     bool parallel = false;
     if (status == EG_OK && parallel_ok && run_entries)
-        status = eg__graph_run_parallel(t, (const eg_tensor *const *)t->placeholders, n_inputs,
-                                        &parallel);
+        status = eg__graph_run_parallel(t, eg__const_tensors(t->placeholders), n_inputs, &parallel);
     for (int i = 0; i < t->n_entries && status == EG_OK && !parallel; i++) {
         entry *e = &t->entries[i];
         /* a refresh also runs the dropouts: their seeds are this call's too */

@@ -246,9 +246,8 @@ static eg__parallel_plan *make_plan(trace *t, int threads) {
                 k->n_sub = (int)eg__backend_of(e->tensor->device)->product_tile_count(e->tensor);
             } else if (e->n_members <= 1 &&
                        (node->op == EG__OP_MATMUL || node->op == EG__OP_DENSE)) {
-                eg__kernel_call call = {node->op, node->n_inputs,
-                                        (const eg_tensor *const *)node->inputs, e->tensor,
-                                        &node->attrs};
+                eg__kernel_call call = {node->op, node->n_inputs, eg__const_tensors(node->inputs),
+                                        e->tensor, &node->attrs};
                 int64_t parts =
                     eg__backend_of(e->tensor->device)->product_part_count(&call, threads);
                 if (parts > 1) {
@@ -330,8 +329,8 @@ static eg_status run_sub(eg__parallel_plan *plan, const task *k, int sub, int la
     trace *t = plan->trace;
     entry *e = &t->entries[k->entry];
     const eg__lazy_node *node = e->tensor->lazy;
-    eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs,
-                            e->tensor, &node->attrs};
+    eg__kernel_call call = {node->op, node->n_inputs, eg__const_tensors(node->inputs), e->tensor,
+                            &node->attrs};
     eg_status status = EG_OK;
     switch (k->kind) {
     case TASK_KERNEL:

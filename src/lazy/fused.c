@@ -278,8 +278,8 @@ done:
     }
     if (status == EG_OK) { /* check numerics sees the group's result as its last op's */
         const eg__lazy_node *node = root->lazy;
-        eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs,
-                                root, &node->attrs};
+        eg__kernel_call call = {node->op, node->n_inputs, eg__const_tensors(node->inputs), root,
+                                &node->attrs};
         status = eg__check_output(&call);
     }
     return status;

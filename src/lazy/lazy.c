@@ -500,7 +500,7 @@ static eg_status run_node(plan *p, int at) {
             return eg__lazy_run_fused(t, n, members);
         }
     }
-    eg__kernel_call call = {node->op, node->n_inputs, (const eg_tensor *const *)node->inputs, t,
+    eg__kernel_call call = {node->op, node->n_inputs, eg__const_tensors(node->inputs), t,
                             &node->attrs};
     return eg__launch(&call);
 }
