@@ -973,6 +973,31 @@ const oc_case oc_cases[] = {
     CASE(BATCH_NORM, "batch_norm_training relu (B, D) of a transposed view", batch_norm_relu,
          batch_norm_relu, IN("F 5,6:T n", "F 5 n", "F 1,5 n"), P(1, 0), D(1e-2),
          .flags = OC_MIXED_DTYPES),
+/* ---- recurrent cells (op_cases_recurrent.c) ---- */
+#define CELL(OP, NAME, FAMILY, REF, ...)                                                           \
+    {                                                                                              \
+        .op = EG__OP_##OP, .name = NAME, .apply = oc_apply_##FAMILY, .reference = oc_ref_##REF,    \
+        __VA_ARGS__                                                                                \
+    }
+    CELL(LSTM_CELL, "lstm_cell (3, 4 x 2)", lstm_cell, lstm_cell, IN("F 3,8 n", "F 3,2 n")),
+    CELL(LSTM_CELL, "lstm_cell of transposed views, large pre-activations", lstm_cell, lstm_cell,
+         IN("F 12,2:T w", "F 3,2:T n"), .flags = OC_FORWARD_ONLY),
+    CELL(LSTM_CELL, "lstm_cell of a step slice and a broadcast state", lstm_cell, lstm_cell,
+         IN("F 4,20:S n", "F 5:B n")),
+    CELL(LSTM_CELL_BACKWARD, "lstm_cell_backward", cell_backward, lstm_cell_backward,
+         IN("F 3,8 n", "F 3,2 n", "F 2,3,2 n")),
+    CELL(LSTM_CELL_BACKWARD, "lstm_cell_backward of a transposed gradient", cell_backward,
+         lstm_cell_backward, IN("F 2,12 n", "F 2,3 n", "F 2,3,2:T n")),
+    CELL(GRU_CELL, "gru_cell (3, 3 x 2)", gru_cell, gru_cell, IN("F 3,6 n", "F 3,6 n", "F 3,2 n")),
+    CELL(GRU_CELL, "gru_cell of views, large pre-activations", gru_cell, gru_cell,
+         IN("F 9,2:T w", "F 4,9:S n", "F 3,2:T n"), .flags = OC_FORWARD_ONLY),
+    CELL(GRU_CELL, "gru_cell of a broadcast state", gru_cell, gru_cell,
+         IN("F 2,12 n", "F 2,12 n", "F 4:B n")),
+    CELL(GRU_CELL_BACKWARD, "gru_cell_backward", cell_backward, gru_cell_backward,
+         IN("F 3,6 n", "F 3,6 n", "F 3,2 n", "F 3,2 n")),
+    CELL(GRU_CELL_BACKWARD, "gru_cell_backward of views", cell_backward, gru_cell_backward,
+         IN("F 6,2:T n", "F 4,6:S n", "F 2,2 n", "F 2:B n")),
+#undef CELL
     CASE(BATCH_NORM_BACKWARD_SUMS, "batch_norm_backward_sums NHWC over (0,1,2)",
          batch_norm_backward, batch_norm_backward_sums,
          IN("F 2,3,3,4 n", "F 2,3,3,4 n", "Fs 1,1,1,4 n"), P(3, 0, 1, 2)),

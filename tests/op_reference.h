@@ -50,6 +50,14 @@ int oc_ref_batch_norm_relu(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_backward_input(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_layer_norm(const oc_case *c, const oc_ref *in, oc_ref *out);
+/* the recurrent cells (op_cases_recurrent.c): calls and references */
+int oc_apply_lstm_cell(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_apply_gru_cell(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_apply_cell_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_ref_lstm_cell(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_lstm_cell_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_gru_cell(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_gru_cell_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
 bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out, char *why,
                       size_t why_size);
 

@@ -290,6 +290,24 @@ eg_tensor *eg_batch_norm_training_activation(const eg_tensor *x, int n_axes, con
                                              double epsilon, eg_activation activation,
                                              eg_tensor **batch_mean, eg_tensor **batch_variance);
 
+/* ---- recurrent cells: one time step, its gates in one kernel ----
+ * The products that make a cell's pre-activations are separate ops (a layer computes the whole
+ * sequence's input projection as one product). f32 or f64, one dtype for all arguments; the
+ * gradient flows to every argument (second order too). */
+/* An LSTM step as Keras' LSTM computes it (activation tanh, recurrent activation sigmoid): z
+ * (B, 4H) = x kernel + h recurrent_kernel + bias, gates in Keras' order i, f, c, o; c (B, H) the
+ * previous cell state. i = sigmoid(z_i), f = sigmoid(z_f), g = tanh(z_c), o = sigmoid(z_o);
+ * c' = f c + i g; h' = o tanh(c'). *h_out and *c_out get new references to h' and c' (B, H); both
+ * NULL with an error for other shapes or dtypes, or NULL h_out / c_out. */
+eg_status eg_lstm_cell(const eg_tensor *z, const eg_tensor *c, eg_tensor **h_out,
+                       eg_tensor **c_out);
+/* A GRU step as Keras' GRU with reset_after = true (its default, and cuDNN's): x_proj (B, 3H) =
+ * x kernel + input bias, h_proj (B, 3H) = h recurrent_kernel + recurrent bias, gates in Keras'
+ * order z, r, h; h (B, H) the previous state. z = sigmoid(x_z + h_z), r = sigmoid(x_r + h_r),
+ * n = tanh(x_h + r h_h), h' = z h + (1 - z) n. New reference (B, H), NULL with an error for other
+ * shapes or dtypes. */
+eg_tensor *eg_gru_cell(const eg_tensor *x_proj, const eg_tensor *h_proj, const eg_tensor *h);
+
 /* ---- collectives: sums over the replicas of a data-parallel step (eagle/distribute.h) ----
  * Inside a replica's step (eg_strategy_run) they sum over every replica of the strategy, each
  * replica getting the sum, added in replica order (replica 0 first) whatever the timing, so the
@@ -394,6 +412,8 @@ eg_tensor *eg_all_reduce_done(const eg_tensor *started, int64_t tag);
 #define eg_dense_low_precision(...) EG_CALLSITE_(eg_dense_low_precision(__VA_ARGS__))
 #define eg_batch_norm_training_activation(...)                                                     \
     EG_CALLSITE_(eg_batch_norm_training_activation(__VA_ARGS__))
+#define eg_lstm_cell(...)        EG_CALLSITE_(eg_lstm_cell(__VA_ARGS__))
+#define eg_gru_cell(...)         EG_CALLSITE_(eg_gru_cell(__VA_ARGS__))
 #define eg_all_reduce(...)       EG_CALLSITE_(eg_all_reduce(__VA_ARGS__))
 #define eg_all_reduce_start(...) EG_CALLSITE_(eg_all_reduce_start(__VA_ARGS__))
 #define eg_all_reduce_done(...)  EG_CALLSITE_(eg_all_reduce_done(__VA_ARGS__))

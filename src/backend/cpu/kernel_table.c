@@ -28,6 +28,10 @@ KERNEL(moments)
 KERNEL(batch_norm)
 KERNEL(batch_norm_backward_sums)
 KERNEL(batch_norm_backward_input)
+KERNEL(lstm_cell)
+KERNEL(lstm_cell_backward)
+KERNEL(gru_cell)
+KERNEL(gru_cell_backward)
 KERNEL(conv2d)
 KERNEL(conv2d_backward_input)
 KERNEL(conv2d_backward_filter)
@@ -110,6 +114,10 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_BATCH_NORM] = eg__cpu_batch_norm,
     [EG__OP_BATCH_NORM_BACKWARD_SUMS] = eg__cpu_batch_norm_backward_sums,
     [EG__OP_BATCH_NORM_BACKWARD_INPUT] = eg__cpu_batch_norm_backward_input,
+    [EG__OP_LSTM_CELL] = eg__cpu_lstm_cell,
+    [EG__OP_LSTM_CELL_BACKWARD] = eg__cpu_lstm_cell_backward,
+    [EG__OP_GRU_CELL] = eg__cpu_gru_cell,
+    [EG__OP_GRU_CELL_BACKWARD] = eg__cpu_gru_cell_backward,
     [EG__OP_CONV2D] = eg__cpu_conv2d,
     [EG__OP_CONV2D_BACKWARD_INPUT] = eg__cpu_conv2d_backward_input,
     [EG__OP_CONV2D_BACKWARD_FILTER] = eg__cpu_conv2d_backward_filter,
