@@ -45,6 +45,11 @@ typedef enum eg_initializer_kind {
     EG_INITIALIZER_CONSTANT,       /* every element = value */
     EG_INITIALIZER_RANDOM_NORMAL,  /* N(mean, stddev^2), not truncated (Keras RandomNormal) */
     EG_INITIALIZER_RANDOM_UNIFORM, /* U(minval, maxval) */
+    EG_INITIALIZER_ORTHOGONAL,     /* Keras Orthogonal (gain 1): the shape as a (rows, last dim)
+                                      matrix with orthonormal columns (rows >= cols) or rows,
+                                      from the QR decomposition of a standard normal draw with
+                                      R's diagonal made positive; Keras' default recurrent
+                                      kernel initializer */
     EG_INITIALIZER_COUNT
 } eg_initializer_kind;
 
@@ -258,6 +263,72 @@ eg_layer *eg_layer_norm_new(const eg_layer_norm_options *options);
  * (eg_generator_next_seed; eg_manual_seed makes runs repeatable); at inference the identity.
  * name NULL: "dropout". */
 eg_layer *eg_dropout_new(double rate, const char *name);
+
+/* ---- sequences: Embedding and the recurrent layers LSTM and GRU (Keras' defaults) ---- */
+
+/* Everything an Embedding layer can be told; start from eg_embedding_options_default(). */
+typedef struct eg_embedding_options {
+    bool mask_zero;                        /* id 0 is padding: the layer's mask is ids != 0, which
+                                              a Sequential hands to the recurrent layers after it
+                                              (default false) */
+    eg_initializer embeddings_initializer; /* default random_uniform(-0.05, 0.05) */
+    eg_dtype dtype;                        /* of the table; default EG_DTYPE_F32 */
+    eg_generator *generator;               /* as eg_dense_options' */
+    const char *name;                      /* NULL (default): "embedding". Copied. */
+} eg_embedding_options;
+eg_embedding_options eg_embedding_options_default(void);
+
+/* Embedding(input_dim, output_dim): integer ids (any shape, i32 or i64, each in [0, input_dim))
+ * -> their rows of the table "<layer>/embeddings" (input_dim, output_dim): shape (..., output_dim).
+ * An id out of range is an error naming it. options NULL = the defaults. Caller owns the result.
+ * NULL with an error for sizes < 1 or invalid options. */
+eg_layer *eg_embedding_new(int64_t input_dim, int64_t output_dim,
+                           const eg_embedding_options *options);
+
+/* Everything a recurrent layer can be told; start from eg_rnn_options_default(). */
+typedef struct eg_rnn_options {
+    bool return_sequences; /* the output at every step (B, T, units), else the last (B, units) */
+    bool go_backwards;     /* process the sequence in reverse (return_sequences: reversed too) */
+    bool use_bias;         /* default true */
+    bool unit_forget_bias; /* LSTM: the forget gate's bias starts at 1 (default true) */
+    eg_initializer kernel_initializer;    /* default glorot_uniform */
+    eg_initializer recurrent_initializer; /* default orthogonal */
+    eg_initializer bias_initializer;      /* default zeros */
+    eg_dtype dtype;                       /* of the variables, f32 or f64; default EG_DTYPE_F32 */
+    eg_generator *generator;              /* as eg_dense_options' */
+    const char *name;                     /* NULL (default): "lstm" / "gru". Copied. */
+} eg_rnn_options;
+eg_rnn_options eg_rnn_options_default(void);
+
+/* LSTM(units) as Keras' (tanh, sigmoid recurrent activation): x (B, T, features) -> (B, units),
+ * or (B, T, units) with return_sequences. Variables in Keras' layout and gate order i, f, c, o:
+ * "<layer>/kernel" (features, 4 units), "<layer>/recurrent_kernel" (units, 4 units),
+ * "<layer>/bias" (4 units). Each step is one product h recurrent_kernel and one fused cell op
+ * (eg_lstm_cell); the input projection of all steps is one product. Runs in its variables' dtype
+ * under every policy (its state is carried over many steps). Caller owns the result; NULL with an
+ * error for units < 1 or invalid options. */
+eg_layer *eg_lstm_new(int64_t units, const eg_rnn_options *options);
+/* GRU(units) as Keras' with reset_after = true (gates z, r, h; eg_gru_cell): variables
+ * "<layer>/kernel" (features, 3 units), "<layer>/recurrent_kernel" (units, 3 units) and
+ * "<layer>/bias" (2, 3 units): the input bias, then the recurrent one. Otherwise as eg_lstm_new. */
+eg_layer *eg_gru_new(int64_t units, const eg_rnn_options *options);
+
+/* The states a recurrent layer carries: 2 for LSTM (h, c), 1 for GRU (h); 0 (with an error) for
+ * another layer. */
+int eg_rnn_state_count(const eg_layer *layer);
+/* Runs a recurrent layer with everything Keras' call takes. mask (B, T) bool or NULL: at a step
+ * where it is false the states carry over unchanged and the step's output is the previous one
+ * (zeros before the first unmasked step). initial_state NULL (zeros) or eg_rnn_state_count
+ * tensors (B, units). *output gets the layer's output (as eg_layer_call's); final_state NULL or
+ * room for eg_rnn_state_count new references: the states after the last step (Keras'
+ * return_state). Builds the layer first when needed. Everything NULL on failure, with an error
+ * for a layer that is not recurrent, shapes that do not fit, or a failed op. */
+eg_status eg_rnn_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
+                      eg_tensor *const *initial_state, bool training, eg_tensor **output,
+                      eg_tensor **final_state);
+/* An Embedding layer's mask for ids: ids != 0 (bool, ids' shape) with mask_zero, NULL without
+ * an error otherwise (no mask). NULL with an error for a layer that is not an Embedding. */
+eg_tensor *eg_embedding_mask(const eg_layer *layer, const eg_tensor *ids);
 
 /* Runs the layer on x (borrowed) and returns a new tensor; builds the layer first when it is
  * not built. `training` selects the training behaviour of the layers that have one (Dropout
@@ -676,6 +747,12 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_batch_norm_new(...)        EG_CALLSITE_(eg_batch_norm_new(__VA_ARGS__))
 #define eg_layer_norm_new(...)        EG_CALLSITE_(eg_layer_norm_new(__VA_ARGS__))
 #define eg_dropout_new(...)           EG_CALLSITE_(eg_dropout_new(__VA_ARGS__))
+#define eg_embedding_new(...)         EG_CALLSITE_(eg_embedding_new(__VA_ARGS__))
+#define eg_lstm_new(...)              EG_CALLSITE_(eg_lstm_new(__VA_ARGS__))
+#define eg_gru_new(...)               EG_CALLSITE_(eg_gru_new(__VA_ARGS__))
+#define eg_rnn_state_count(...)       EG_CALLSITE_(eg_rnn_state_count(__VA_ARGS__))
+#define eg_rnn_call(...)              EG_CALLSITE_(eg_rnn_call(__VA_ARGS__))
+#define eg_embedding_mask(...)        EG_CALLSITE_(eg_embedding_mask(__VA_ARGS__))
 #define eg_layer_call(...)            EG_CALLSITE_(eg_layer_call(__VA_ARGS__))
 #define eg_layer_build(...)           EG_CALLSITE_(eg_layer_build(__VA_ARGS__))
 #define eg_sequential_add(...)        EG_CALLSITE_(eg_sequential_add(__VA_ARGS__))

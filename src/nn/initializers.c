@@ -14,6 +14,7 @@ static const char *const initializer_names[EG_INITIALIZER_COUNT] = {
     [EG_INITIALIZER_CONSTANT] = "constant",
     [EG_INITIALIZER_RANDOM_NORMAL] = "random_normal",
     [EG_INITIALIZER_RANDOM_UNIFORM] = "random_uniform",
+    [EG_INITIALIZER_ORTHOGONAL] = "orthogonal",
 };
 
 const char *eg_initializer_name(eg_initializer_kind kind) {
@@ -97,6 +98,68 @@ static eg_tensor *truncated_normal(eg_generator *generator, eg_dtype dtype, int 
     return out;
 }
 
+/* An orthogonal matrix as Keras' Orthogonal makes it: the shape flattened to (rows, cols), cols
+ * its last dim; a standard normal (n, k) draw, n = max, k = min of the two, orthonormalized
+ * column by column (modified Gram-Schmidt in double: the Q of its QR decomposition with R's
+ * diagonal positive, which is Keras' sign fix), transposed when rows < cols. */
+static eg_tensor *orthogonal(eg_generator *generator, eg_dtype dtype, int n_dims,
+                             const int64_t *shape) {
+    if (n_dims < 2) {
+        eg__error(EG_ERR_SHAPE, "initializer_generate: orthogonal needs at least 2 dims, got %d",
+                  n_dims);
+        return NULL;
+    }
+    int64_t cols = shape[n_dims - 1], rows = eg__shape_n_elems(n_dims, shape) / (cols ? cols : 1);
+    if (rows == 0 || cols == 0) return eg_zeros(dtype, n_dims, shape);
+    int64_t n = rows > cols ? rows : cols, k = rows > cols ? cols : rows;
+    eg_tensor *out = eg__tensor_alloc(dtype, n_dims, shape, NULL);
+    if (!out) return NULL;
+    eg__staging staging;
+    void *data = eg__staging_begin(out, &staging);
+    if (!data) {
+        eg_release(out);
+        return NULL;
+    }
+    eg__scope_suspend();
+    eg_device_scope_begin(eg_device_cpu());
+    int64_t draw_shape[2] = {n, k};
+    eg_tensor *draw = eg_random_normal(generator, EG_DTYPE_F64, 2, draw_shape, 0.0, 1.0);
+    double *q = draw ? malloc(sizeof *q * (size_t)(n * k)) : NULL;
+    bool ok = q != NULL;
+    if (ok) {
+        const double *a = eg__data(draw); /* row-major (n, k) */
+        for (int64_t i = 0; i < n * k; i++) q[i] = a[i];
+        for (int64_t j = 0; j < k && ok; j++) {
+            for (int64_t p = 0; p < j; p++) {
+                double dot = 0;
+                for (int64_t i = 0; i < n; i++) dot += q[i * k + p] * q[i * k + j];
+                for (int64_t i = 0; i < n; i++) q[i * k + j] -= dot * q[i * k + p];
+            }
+            double norm = 0;
+            for (int64_t i = 0; i < n; i++) norm += q[i * k + j] * q[i * k + j];
+            norm = sqrt(norm);
+            ok = norm > 0; /* a draw of measure zero */
+            for (int64_t i = 0; ok && i < n; i++) q[i * k + j] /= norm;
+        }
+        for (int64_t r = 0; ok && r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                eg__store_from_double(data, dtype, r * cols + c,
+                                      rows >= cols ? q[r * k + c] : q[c * k + r]);
+    }
+    free(q);
+    eg__unref(draw);
+    eg_device_scope_end();
+    eg__scope_resume();
+    eg_status copied = eg__staging_finish(out, &staging);
+    if (!ok || copied != EG_OK) {
+        if (!ok && !eg__error_pending())
+            eg__error(EG_ERR_OUT_OF_MEMORY, "initializer_generate: orthogonal: out of host memory");
+        eg_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 /* sqrt(var) / .879...: the stddev of the underlying normal whose 2-sigma truncation has
  * variance var (Keras' VarianceScaling constant). */
 #define TRUNCATED_STDDEV_FACTOR 0.87962566103423978
@@ -146,6 +209,8 @@ eg_tensor *eg_initializer_generate(const eg_initializer *init, eg_generator *gen
         if (!isfinite(init->minval) || !isfinite(init->maxval) || !(init->minval < init->maxval))
             break;
         return eg_random_uniform(generator, dtype, n_dims, shape, init->minval, init->maxval);
+    case EG_INITIALIZER_ORTHOGONAL:
+        return orthogonal(generator, dtype, n_dims, shape);
     default:
         eg__error(EG_ERR_INVALID_ARGUMENT, "initializer_generate: invalid initializer kind %d",
                   (int)init->kind);

@@ -21,6 +21,9 @@ typedef enum eg__layer_kind {
     EG__LAYER_BATCH_NORM,
     EG__LAYER_LAYER_NORM,
     EG__LAYER_DROPOUT,
+    EG__LAYER_EMBEDDING, /* recurrent_layers.c */
+    EG__LAYER_LSTM,
+    EG__LAYER_GRU,
     EG__LAYER_CUSTOM, /* a user's eg_layer_class (custom_layers.c); Add and Concatenate too */
     EG__LAYER_INPUT,  /* the functional API's InputLayer (functional.c) */
     EG__LAYER_KIND_COUNT
@@ -74,6 +77,9 @@ struct eg_layer {
     int norm_axis;
     /* DROPOUT */
     double rate;
+    /* EMBEDDING (input_dim: the vocabulary, units: output_dim), LSTM and GRU (units) */
+    eg_embedding_options embedding;
+    eg_rnn_options rnn;
     /* CUSTOM: the class (borrowed), the user's state (owned: free_state at destruction) and the
      * default name prefix (owned: the class's, or its type in snake_case) */
     const eg_layer_class *layer_class;
@@ -117,6 +123,13 @@ eg_status eg__conv_layer_build(eg_layer *layer, int n_dims, const int64_t *input
 /* variables: the layer's, cast to what the call computes in (eg_layer_call). */
 eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x,
                                const eg_tensor *const *variables, bool training);
+
+/* Build and call for EMBEDDING, LSTM and GRU (recurrent_layers.c); mask NULL or (B, T) bool. */
+eg_status eg__recurrent_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape);
+eg_tensor *eg__recurrent_layer_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
+                                    const eg_tensor *const *variables);
+/* Whether the layer is LSTM or GRU. */
+bool eg__layer_is_recurrent(const eg_layer *layer);
 
 /* Undoes a build: releases the layer's variables and marks it unbuilt (a model build that failed
  * after it). */

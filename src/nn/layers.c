@@ -18,6 +18,9 @@ static const char *const layer_types[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_BATCH_NORM] = "BatchNormalization",
     [EG__LAYER_LAYER_NORM] = "LayerNormalization",
     [EG__LAYER_DROPOUT] = "Dropout",
+    [EG__LAYER_EMBEDDING] = "Embedding",
+    [EG__LAYER_LSTM] = "LSTM",
+    [EG__LAYER_GRU] = "GRU",
     [EG__LAYER_INPUT] = "InputLayer",
 };
 static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
@@ -31,6 +34,9 @@ static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_BATCH_NORM] = "batch_normalization",
     [EG__LAYER_LAYER_NORM] = "layer_normalization",
     [EG__LAYER_DROPOUT] = "dropout",
+    [EG__LAYER_EMBEDDING] = "embedding",
+    [EG__LAYER_LSTM] = "lstm",
+    [EG__LAYER_GRU] = "gru",
     [EG__LAYER_INPUT] = "input_layer",
 };
 
@@ -279,6 +285,11 @@ eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape
     }
     case EG__LAYER_INPUT:
         break;
+    case EG__LAYER_EMBEDDING:
+    case EG__LAYER_LSTM:
+    case EG__LAYER_GRU:
+        status = eg__recurrent_layer_build(layer, n_dims, input_shape);
+        break;
     default:
         status = eg__conv_layer_build(layer, n_dims, input_shape);
         break;
@@ -355,7 +366,7 @@ static eg_tensor *call_flatten(const eg_tensor *x) {
  * variables as they are and compute the statistics and normalization in f32 (conv_layers.c,
  * call_norm), with no cast passes over the activations. */
 static bool runs_in_full_precision(const eg_layer *layer) {
-    return layer->kind == EG__LAYER_LAYER_NORM;
+    return layer->kind == EG__LAYER_LAYER_NORM || eg__layer_is_recurrent(layer);
 }
 
 /* Builds a custom layer from its inputs' shapes (batch unknown) at its first call. */
@@ -450,6 +461,11 @@ eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *
             break;
         case EG__LAYER_CUSTOM:
             y = eg__custom_layer_call(layer, n_inputs, cast_inputs, variables, training);
+            break;
+        case EG__LAYER_EMBEDDING:
+        case EG__LAYER_LSTM:
+        case EG__LAYER_GRU:
+            y = eg__recurrent_layer_call(layer, input, NULL, variables);
             break;
         default:
             y = eg__conv_layer_call(layer, input, variables, training);

@@ -220,6 +220,39 @@ eg_status eg_model_build(eg_model *model, int n_dims, const int64_t *input_shape
     return EG_OK;
 }
 
+/* The mask (Keras' masking) after a layer of a Sequential: an Embedding with mask_zero makes one
+ * from its ids; layers that keep the time axis (elementwise ones, Dense, recurrent layers that
+ * return sequences) hand it on; any other layer drops it. Consumes *mask and replaces it;
+ * false with an error when the Embedding's mask could not be made. */
+static bool next_mask(const eg_layer *layer, const eg_tensor *in, const eg_tensor *out,
+                      eg_tensor **mask) {
+    if (layer->kind == EG__LAYER_EMBEDDING) {
+        eg_release(*mask);
+        *mask = eg_embedding_mask(layer, in);
+        return *mask || !layer->embedding.mask_zero;
+    }
+    bool keeps = out->n_dims >= 2 && in->n_dims >= 2 && out->shape[1] == in->shape[1];
+    switch (layer->kind) {
+    case EG__LAYER_DROPOUT:
+    case EG__LAYER_ACTIVATION:
+    case EG__LAYER_DENSE:
+    case EG__LAYER_LAYER_NORM:
+        break;
+    case EG__LAYER_LSTM:
+    case EG__LAYER_GRU:
+        keeps = keeps && layer->rnn.return_sequences;
+        break;
+    default:
+        keeps = false;
+        break;
+    }
+    if (!keeps) {
+        eg_release(*mask);
+        *mask = NULL;
+    }
+    return true;
+}
+
 eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
     if (!model) {
         eg__error(EG_ERR_NULL_ARGUMENT, "model_call: model is NULL");
@@ -237,13 +270,26 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
         if (eg_model_build(model, x->n_dims, shape) != EG_OK) return NULL;
     }
     if (model->n_layers == 0) return eg_reshape(x, x->n_dims, x->shape);
-    eg_tensor *h = NULL;
+    eg_tensor *h = NULL, *mask = NULL;
     for (int i = 0; i < model->n_layers; i++) {
-        eg_tensor *next = eg_layer_call(model->layers[i], h ? h : x, training);
+        eg_layer *layer = model->layers[i];
+        const eg_tensor *in = h ? h : x;
+        eg_tensor *next = NULL;
+        if (mask && eg__layer_is_recurrent(layer)) {
+            if (eg_rnn_call(layer, in, mask, NULL, training, &next, NULL) != EG_OK) next = NULL;
+        } else {
+            next = eg_layer_call(layer, in, training);
+        }
+        bool masked = next && next_mask(layer, in, next, &mask);
         eg_release(h); /* tapes keep what they need */
         h = next;
-        if (!h) return NULL;
+        if (!masked) {
+            eg_release(mask);
+            eg_release(h);
+            return NULL;
+        }
     }
+    eg_release(mask);
     return h;
 }
 
