@@ -58,6 +58,11 @@ int oc_ref_lstm_cell(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_lstm_cell_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_gru_cell(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_gru_cell_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
+/* the fused attention (op_cases_attention.c): calls and references */
+int oc_apply_attention(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_apply_attention_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_ref_attention(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_attention_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
 bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out, char *why,
                       size_t why_size);
 

@@ -308,6 +308,19 @@ eg_status eg_lstm_cell(const eg_tensor *z, const eg_tensor *c, eg_tensor **h_out
  * shapes or dtypes. */
 eg_tensor *eg_gru_cell(const eg_tensor *x_proj, const eg_tensor *h_proj, const eg_tensor *h);
 
+/* ---- attention ---- */
+/* softmax(scale q k^T, masked) v per batch and head, fused (FlashAttention's scheme: the keys are
+ * visited in blocks with an online softmax), so the (Tq, Tk) scores never exist whole: memory
+ * beyond the result is a few blocks per thread whatever the lengths. q (B, N, Tq, D), k (B, N,
+ * Tk, D), v (B, N, Tk, Dv), one float dtype (f32 or f64); key_mask NULL or bool (B, Tk), true
+ * where a key may be attended (padding false); causal: query i sees keys j <= i (PyTorch's
+ * is_causal). scale 0 means 1 / sqrt(D). A query with no visible key gets zeros. Result (B, N,
+ * Tq, Dv); the gradient flows to q, k and v (second order too). NULL with an error for other
+ * shapes or dtypes or a negative scale. */
+eg_tensor *eg_scaled_dot_product_attention(const eg_tensor *q, const eg_tensor *k,
+                                           const eg_tensor *v, const eg_tensor *key_mask,
+                                           bool causal, double scale);
+
 /* ---- collectives: sums over the replicas of a data-parallel step (eagle/distribute.h) ----
  * Inside a replica's step (eg_strategy_run) they sum over every replica of the strategy, each
  * replica getting the sum, added in replica order (replica 0 first) whatever the timing, so the
@@ -412,6 +425,8 @@ eg_tensor *eg_all_reduce_done(const eg_tensor *started, int64_t tag);
 #define eg_dense_low_precision(...) EG_CALLSITE_(eg_dense_low_precision(__VA_ARGS__))
 #define eg_batch_norm_training_activation(...)                                                     \
     EG_CALLSITE_(eg_batch_norm_training_activation(__VA_ARGS__))
+#define eg_scaled_dot_product_attention(...)                                                       \
+    EG_CALLSITE_(eg_scaled_dot_product_attention(__VA_ARGS__))
 #define eg_lstm_cell(...)        EG_CALLSITE_(eg_lstm_cell(__VA_ARGS__))
 #define eg_gru_cell(...)         EG_CALLSITE_(eg_gru_cell(__VA_ARGS__))
 #define eg_all_reduce(...)       EG_CALLSITE_(eg_all_reduce(__VA_ARGS__))

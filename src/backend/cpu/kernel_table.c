@@ -32,6 +32,8 @@ KERNEL(lstm_cell)
 KERNEL(lstm_cell_backward)
 KERNEL(gru_cell)
 KERNEL(gru_cell_backward)
+KERNEL(attention)
+KERNEL(attention_backward)
 KERNEL(conv2d)
 KERNEL(conv2d_backward_input)
 KERNEL(conv2d_backward_filter)
@@ -118,6 +120,8 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_LSTM_CELL_BACKWARD] = eg__cpu_lstm_cell_backward,
     [EG__OP_GRU_CELL] = eg__cpu_gru_cell,
     [EG__OP_GRU_CELL_BACKWARD] = eg__cpu_gru_cell_backward,
+    [EG__OP_ATTENTION] = eg__cpu_attention,
+    [EG__OP_ATTENTION_BACKWARD] = eg__cpu_attention_backward,
     [EG__OP_CONV2D] = eg__cpu_conv2d,
     [EG__OP_CONV2D_BACKWARD_INPUT] = eg__cpu_conv2d_backward_input,
     [EG__OP_CONV2D_BACKWARD_FILTER] = eg__cpu_conv2d_backward_filter,
