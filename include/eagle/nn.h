@@ -330,6 +330,59 @@ eg_status eg_rnn_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask
  * an error otherwise (no mask). NULL with an error for a layer that is not an Embedding. */
 eg_tensor *eg_embedding_mask(const eg_layer *layer, const eg_tensor *ids);
 
+/* ---- attention and Transformer blocks ----
+ * They take several inputs (eg_layer_call_multi, the functional API) or one (a Sequential): the
+ * float inputs are sequences (batch, time, features); a bool input (batch, time) is a key mask,
+ * true where a position may be attended (padding false), as Keras derives from padded inputs. A
+ * Sequential hands an Embedding's mask_zero mask to MultiHeadAttention and TransformerEncoder.
+ * Attention runs fused (eg_scaled_dot_product_attention): memory grows linearly with length. */
+
+/* Everything MultiHeadAttention can be told; start from eg_mha_options_default. */
+typedef struct eg_mha_options {
+    int num_heads;
+    int64_t key_dim;                   /* per head, for queries and keys */
+    int64_t value_dim;                 /* per head; 0 (default): key_dim */
+    int64_t output_dim;                /* 0 (default): the query's features (Keras' output_shape) */
+    bool use_bias;                     /* default true */
+    bool use_causal_mask;              /* query i sees keys j <= i (default false) */
+    eg_initializer kernel_initializer; /* default glorot_uniform */
+    eg_initializer bias_initializer;   /* default zeros */
+    const char *name;                  /* NULL (default): "multi_head_attention". Copied. */
+} eg_mha_options;
+eg_mha_options eg_mha_options_default(int num_heads, int64_t key_dim);
+
+/* Keras' MultiHeadAttention, batch first: inputs (query[, value[, key]][, key mask]); value
+ * defaults to the query (self-attention), key to the value. Weights in Keras' shapes, named with
+ * '_' for Keras' '/': query_kernel (E_q, heads, key_dim), query_bias (heads, key_dim), key_*,
+ * value_* (value_dim), attention_output_kernel (heads, value_dim, E_out), attention_output_bias
+ * (E_out). Output (batch, T_query, E_out). f32 weights. NULL with an error for invalid options. */
+eg_layer *eg_multi_head_attention_new(const eg_mha_options *options);
+
+/* KerasNLP's PositionEmbedding, added: x (batch, T, E) + the first T rows of a learned
+ * (sequence_length, E) table "embeddings" (glorot_uniform). T > sequence_length is an error. */
+eg_layer *eg_position_embedding_new(int64_t sequence_length, const char *name);
+
+/* Everything a Transformer block can be told; start from eg_transformer_options_default. */
+typedef struct eg_transformer_options {
+    int num_heads;             /* the features split into this many heads (key_dim = E / heads) */
+    int64_t intermediate_dim;  /* the feed-forward's hidden width */
+    double dropout;            /* after attention and feed-forward, while training; default 0 */
+    double layer_norm_epsilon; /* default 1e-5 */
+    eg_activation activation;  /* the feed-forward's; default RELU */
+    bool normalize_first;      /* pre-LN (x + f(LN(x))); default false: post-LN, LN(x + f(x)) */
+    bool causal;               /* encoder: causal self-attention (a decoder-only model's block) */
+    const char *name;          /* NULL (default): the type's prefix. Copied. */
+} eg_transformer_options;
+eg_transformer_options eg_transformer_options_default(int num_heads, int64_t intermediate_dim);
+
+/* KerasNLP's TransformerEncoder: inputs (x[, padding mask]); self-attention, residual and layer
+ * norm, then Dense(intermediate, activation), Dense(E), residual and layer norm. 16 weights. */
+eg_layer *eg_transformer_encoder_new(const eg_transformer_options *options);
+/* KerasNLP's TransformerDecoder: inputs (x, encoder outputs[, decoder mask[, encoder mask]]);
+ * causal self-attention, cross-attention over the encoder outputs, then the feed-forward, each
+ * with its residual and layer norm. 26 weights. */
+eg_layer *eg_transformer_decoder_new(const eg_transformer_options *options);
+
 /* Runs the layer on x (borrowed) and returns a new tensor; builds the layer first when it is
  * not built. `training` selects the training behaviour of the layers that have one (Dropout
  * drops, BatchNormalization uses and updates batch statistics); the others ignore it. Recorded on
@@ -449,7 +502,7 @@ eg_layer *eg_layer_new_custom(const eg_layer_class *layer_class, void *state, co
 void *eg_layer_state(const eg_layer *layer);
 /* Keras' add_weight: a new variable "<layer>/<name>" of `dtype` (f32 or f64) and shape, filled
  * by `initializer` (NULL: zeros) from the default generator, appended to the layer's variables
- * (at most 16) and owned by the layer. A non-trainable weight is a variable the model lists but
+ * (at most 32) and owned by the layer. A non-trainable weight is a variable the model lists but
  * fit never updates (like BatchNormalization's moving statistics). Returns it, borrowed: it lives
  * as long as the layer, unless the layer is renamed by the model it joins (an unnamed layer
  * built before it was added): read the weights in `call` from its `variables` argument or with
@@ -751,6 +804,10 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_lstm_new(...)              EG_CALLSITE_(eg_lstm_new(__VA_ARGS__))
 #define eg_gru_new(...)               EG_CALLSITE_(eg_gru_new(__VA_ARGS__))
 #define eg_rnn_state_count(...)       EG_CALLSITE_(eg_rnn_state_count(__VA_ARGS__))
+#define eg_multi_head_attention_new(...) EG_CALLSITE_(eg_multi_head_attention_new(__VA_ARGS__))
+#define eg_position_embedding_new(...)   EG_CALLSITE_(eg_position_embedding_new(__VA_ARGS__))
+#define eg_transformer_encoder_new(...)  EG_CALLSITE_(eg_transformer_encoder_new(__VA_ARGS__))
+#define eg_transformer_decoder_new(...)  EG_CALLSITE_(eg_transformer_decoder_new(__VA_ARGS__))
 #define eg_rnn_call(...)              EG_CALLSITE_(eg_rnn_call(__VA_ARGS__))
 #define eg_embedding_mask(...)        EG_CALLSITE_(eg_embedding_mask(__VA_ARGS__))
 #define eg_layer_call(...)            EG_CALLSITE_(eg_layer_call(__VA_ARGS__))

@@ -29,8 +29,9 @@ typedef enum eg__layer_kind {
     EG__LAYER_KIND_COUNT
 } eg__layer_kind;
 
-/* Custom layers add weights freely; the built-in ones use at most 4. */
-#define EG__LAYER_MAX_VARIABLES 16
+/* Custom layers add weights freely (a TransformerDecoder has 26); the built-in kinds use at
+ * most 4. */
+#define EG__LAYER_MAX_VARIABLES 32
 /* The most inputs one call of a layer takes (a custom class's max_inputs). */
 #define EG__LAYER_MAX_INPUTS 16
 
@@ -128,6 +129,12 @@ eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x,
 eg_status eg__recurrent_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape);
 eg_tensor *eg__recurrent_layer_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
                                     const eg_tensor *const *variables);
+/* Whether the layer takes a bool key mask among its inputs (MultiHeadAttention and
+ * TransformerEncoder: attention_layers.c), which a Sequential then hands it. */
+bool eg__layer_takes_mask(const eg_layer *layer);
+/* Whether a Sequential hands a mask on past the layer (it keeps the time axis): the ones that
+ * take a mask, and PositionEmbedding. */
+bool eg__layer_passes_mask(const eg_layer *layer);
 /* Whether the layer is LSTM or GRU. */
 bool eg__layer_is_recurrent(const eg_layer *layer);
 
@@ -141,7 +148,7 @@ eg_status eg__layer_rename_variables(eg_layer *layer);
 void eg__layer_destroy(eg_layer *layer);
 
 /* Temporaries of one computation: released together by eg__temps_release. */
-#define EG__TEMPS_MAX 24
+#define EG__TEMPS_MAX 64
 typedef struct eg__temps {
     eg_tensor *items[EG__TEMPS_MAX];
     int n;

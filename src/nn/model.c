@@ -242,6 +242,9 @@ static bool next_mask(const eg_layer *layer, const eg_tensor *in, const eg_tenso
     case EG__LAYER_GRU:
         keeps = keeps && layer->rnn.return_sequences;
         break;
+    case EG__LAYER_CUSTOM:
+        keeps = keeps && eg__layer_passes_mask(layer);
+        break;
     default:
         keeps = false;
         break;
@@ -277,6 +280,9 @@ eg_tensor *eg_model_call(eg_model *model, const eg_tensor *x, bool training) {
         eg_tensor *next = NULL;
         if (mask && eg__layer_is_recurrent(layer)) {
             if (eg_rnn_call(layer, in, mask, NULL, training, &next, NULL) != EG_OK) next = NULL;
+        } else if (mask && eg__layer_takes_mask(layer)) {
+            eg_tensor *both[2] = {(eg_tensor *)in, mask};
+            next = eg_layer_call_multi(layer, 2, both, training);
         } else {
             next = eg_layer_call(layer, in, training);
         }
