@@ -182,6 +182,72 @@ static void test_masked_steps_keep_the_state(void **state) {
 
 /* Keras' defaults: the forget gate's bias starts at 1, the rest at 0; the recurrent kernel is
  * orthogonal per gate-wide matrix (units, 4 units): its rows are orthonormal. */
+/* Bidirectional: the forward half as the reference runs forward, the backward half as it runs
+ * backwards with the second set of weights, its sequence put back in time order. */
+static void check_bidirectional(bool lstm, bool sequences, const bool *keep) {
+    eg_manual_seed(8);
+    eg_layer *inner = new_rnn(lstm, sequences, false, EG_DTYPE_F32);
+    eg_layer *bidi = eg_bidirectional_new(inner, NULL);
+    assert_non_null(bidi);
+    int64_t xs[3] = {B, T, F}, ms[2] = {B, T};
+    eg_tensor *x = uniform(EG_DTYPE_F32, 3, xs, 21);
+    eg_tensor *mask = keep ? eg_tensor_from_data(keep, EG_DTYPE_BOOL, 2, ms) : NULL;
+    eg_tensor *y = NULL, *states[4] = {NULL};
+    assert_int_equal(eg_rnn_call(bidi, x, mask, NULL, false, &y, states), EG_OK);
+    assert_int_equal(eg_rnn_state_count(bidi), lstm ? 4 : 2);
+    assert_int_equal(eg_tensor_shape(y)[eg_tensor_n_dims(y) - 1], 2 * H);
+    int n = 0;
+    eg_tensor *const *vars = eg_layer_variables(bidi, &n);
+    assert_int_equal(n, 6);
+    assert_string_equal(eg_variable_name(vars[3]), "bidirectional/backward_kernel");
+    double *xv = values_of(x), *got = values_of(y);
+    for (int dir = 0; dir < 2; dir++) {
+        double *kernel = values_of(vars[3 * dir]), *rec = values_of(vars[3 * dir + 1]);
+        double *bias = values_of(vars[3 * dir + 2]);
+        double out[B * T * H], h[B * H], c[B * H];
+        reference_rnn(lstm, xv, kernel, rec, bias, keep, dir == 1, out, h, c);
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < H; j++) {
+                if (!sequences) {
+                    double want = out[(b * T + T - 1) * H + j];
+                    double have = got[b * 2 * H + dir * H + j];
+                    if (!(fabs(have - want) <= 1e-5))
+                        fail_msg("dir %d: %.9g, expected %.9g", dir, have, want);
+                    continue;
+                }
+                for (int t = 0; t < T; t++) {
+                    int k = dir == 1 ? T - 1 - t : t; /* the backward run's step for time t */
+                    double want = out[(b * T + k) * H + j];
+                    double have = got[(b * T + t) * 2 * H + dir * H + j];
+                    if (!(fabs(have - want) <= 1e-5))
+                        fail_msg("dir %d t %d: %.9g, expected %.9g", dir, t, have, want);
+                }
+            }
+        double *got_h = values_of(states[dir * (lstm ? 2 : 1)]);
+        assert_close(got_h, h, B * H, 1e-5);
+        free(got_h);
+        free(kernel);
+        free(rec);
+        free(bias);
+    }
+    free(xv);
+    free(got);
+    eg_layer_free(bidi);
+}
+
+static void test_bidirectional(void **state) {
+    (void)state;
+    static const bool keep[B * T] = {true, true, true, false, true, true, false, true};
+    check_bidirectional(true, true, NULL);
+    check_bidirectional(true, false, keep);
+    check_bidirectional(false, true, keep);
+    check_bidirectional(false, false, NULL);
+    eg_layer *built = eg_lstm_new(H, NULL);
+    assert_int_equal(eg_layer_build(built, 3, (const int64_t[]){-1, T, F}), EG_OK);
+    assert_null(eg_bidirectional_new(built, NULL)); /* consumed: freed */
+    expect_error_containing(EG_ERR_INVALID_ARGUMENT, "unbuilt LSTM or GRU", NULL);
+}
+
 static void test_lstm_default_variables(void **state) {
     (void)state;
     eg_layer *layer = eg_lstm_new(H, NULL);
@@ -474,6 +540,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_gru_matches_keras_formulas, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_masked_steps_keep_the_state, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_bidirectional, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_lstm_default_variables, fresh_scope_setup,
                                         strict_scope_teardown),

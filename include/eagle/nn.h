@@ -313,8 +313,14 @@ eg_layer *eg_lstm_new(int64_t units, const eg_rnn_options *options);
  * "<layer>/bias" (2, 3 units): the input bias, then the recurrent one. Otherwise as eg_lstm_new. */
 eg_layer *eg_gru_new(int64_t units, const eg_rnn_options *options);
 
-/* The states a recurrent layer carries: 2 for LSTM (h, c), 1 for GRU (h); 0 (with an error) for
- * another layer. */
+/* Keras' Bidirectional (merge_mode "concat"): layer (an unbuilt LSTM or GRU, consumed: freed
+ * with the wrapper, or at once when this call fails) runs forward and, with its own variables,
+ * backward over the sequence; the outputs (B, [T,] 2 units) are the forward's then the
+ * backward's, the backward's sequences in the input's time order. Variables "<wrapper>/forward_*"
+ * then "<wrapper>/backward_*" (kernel, recurrent_kernel, bias). name NULL: "bidirectional". */
+eg_layer *eg_bidirectional_new(eg_layer *layer, const char *name);
+/* The states a recurrent layer carries: 2 for LSTM (h, c), 1 for GRU (h), twice that for a
+ * Bidirectional (the forward's, then the backward's); 0 (with an error) for another layer. */
 int eg_rnn_state_count(const eg_layer *layer);
 /* Runs a recurrent layer with everything Keras' call takes. mask (B, T) bool or NULL: at a step
  * where it is false the states carry over unchanged and the step's output is the previous one
@@ -803,6 +809,7 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_embedding_new(...)         EG_CALLSITE_(eg_embedding_new(__VA_ARGS__))
 #define eg_lstm_new(...)              EG_CALLSITE_(eg_lstm_new(__VA_ARGS__))
 #define eg_gru_new(...)               EG_CALLSITE_(eg_gru_new(__VA_ARGS__))
+#define eg_bidirectional_new(...)        EG_CALLSITE_(eg_bidirectional_new(__VA_ARGS__))
 #define eg_rnn_state_count(...)       EG_CALLSITE_(eg_rnn_state_count(__VA_ARGS__))
 #define eg_multi_head_attention_new(...) EG_CALLSITE_(eg_multi_head_attention_new(__VA_ARGS__))
 #define eg_position_embedding_new(...)   EG_CALLSITE_(eg_position_embedding_new(__VA_ARGS__))

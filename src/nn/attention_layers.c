@@ -468,7 +468,7 @@ static eg_tensor *transformer_call(eg_layer *layer, void *state, int n, eg_tenso
                              : NULL;
         eg_tensor *out3 = out ? eg__temp(&t, eg_reshape(out, 3, h->shape)) : NULL;
         eg_tensor *r = out3 ? residual_norm(&b, h, out3, norm) : NULL;
-        y = r ? eg_retain(r) : NULL;
+        y = r ? eg_reshape(r, r->n_dims, r->shape) : NULL; /* a scope-registered handle */
     }
     eg__temps_release(&t);
     return y;

@@ -24,6 +24,7 @@ typedef enum eg__layer_kind {
     EG__LAYER_EMBEDDING, /* recurrent_layers.c */
     EG__LAYER_LSTM,
     EG__LAYER_GRU,
+    EG__LAYER_BIDIRECTIONAL,
     EG__LAYER_CUSTOM, /* a user's eg_layer_class (custom_layers.c); Add and Concatenate too */
     EG__LAYER_INPUT,  /* the functional API's InputLayer (functional.c) */
     EG__LAYER_KIND_COUNT
@@ -81,6 +82,7 @@ struct eg_layer {
     /* EMBEDDING (input_dim: the vocabulary, units: output_dim), LSTM and GRU (units) */
     eg_embedding_options embedding;
     eg_rnn_options rnn;
+    struct eg_layer *inner; /* BIDIRECTIONAL: the wrapped LSTM or GRU (owned; its cell only) */
     /* CUSTOM: the class (borrowed), the user's state (owned: free_state at destruction) and the
      * default name prefix (owned: the class's, or its type in snake_case) */
     const eg_layer_class *layer_class;
@@ -135,7 +137,7 @@ bool eg__layer_takes_mask(const eg_layer *layer);
 /* Whether a Sequential hands a mask on past the layer (it keeps the time axis): the ones that
  * take a mask, and PositionEmbedding. */
 bool eg__layer_passes_mask(const eg_layer *layer);
-/* Whether the layer is LSTM or GRU. */
+/* Whether the layer is LSTM, GRU or Bidirectional. */
 bool eg__layer_is_recurrent(const eg_layer *layer);
 
 /* Undoes a build: releases the layer's variables and marks it unbuilt (a model build that failed

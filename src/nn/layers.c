@@ -21,6 +21,7 @@ static const char *const layer_types[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_EMBEDDING] = "Embedding",
     [EG__LAYER_LSTM] = "LSTM",
     [EG__LAYER_GRU] = "GRU",
+    [EG__LAYER_BIDIRECTIONAL] = "Bidirectional",
     [EG__LAYER_INPUT] = "InputLayer",
 };
 static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
@@ -37,6 +38,7 @@ static const char *const layer_prefixes[EG__LAYER_KIND_COUNT] = {
     [EG__LAYER_EMBEDDING] = "embedding",
     [EG__LAYER_LSTM] = "lstm",
     [EG__LAYER_GRU] = "gru",
+    [EG__LAYER_BIDIRECTIONAL] = "bidirectional",
     [EG__LAYER_INPUT] = "input_layer",
 };
 
@@ -288,6 +290,7 @@ eg_status eg_layer_build(eg_layer *layer, int n_dims, const int64_t *input_shape
     case EG__LAYER_EMBEDDING:
     case EG__LAYER_LSTM:
     case EG__LAYER_GRU:
+    case EG__LAYER_BIDIRECTIONAL:
         status = eg__recurrent_layer_build(layer, n_dims, input_shape);
         break;
     default:
@@ -465,6 +468,7 @@ eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *
         case EG__LAYER_EMBEDDING:
         case EG__LAYER_LSTM:
         case EG__LAYER_GRU:
+        case EG__LAYER_BIDIRECTIONAL:
             y = eg__recurrent_layer_call(layer, input, NULL, variables);
             break;
         default:
@@ -530,6 +534,7 @@ void eg_layer_set_trainable(eg_layer *layer, bool trainable) {
 
 void eg__layer_destroy(eg_layer *layer) {
     for (int i = 0; i < layer->n_variables; i++) eg_release(layer->variables[i]);
+    if (layer->inner) eg__layer_destroy(layer->inner);
     eg__layer_free_nodes(layer);
     if (layer->layer_class && layer->layer_class->free_state)
         layer->layer_class->free_state(layer->state);

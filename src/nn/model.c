@@ -240,6 +240,7 @@ static bool next_mask(const eg_layer *layer, const eg_tensor *in, const eg_tenso
         break;
     case EG__LAYER_LSTM:
     case EG__LAYER_GRU:
+    case EG__LAYER_BIDIRECTIONAL:
         keeps = keeps && layer->rnn.return_sequences;
         break;
     case EG__LAYER_CUSTOM:

@@ -4,6 +4,7 @@
  * input projection of every step is one product and each step's rows are a contiguous view of
  * it; each step is then one product h recurrent_kernel (GRU: eg_dense with the recurrent bias)
  * and one fused cell op. Masked steps keep the states with eg_where, which also records them. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,18 @@
 enum { LSTM_GATES = 4, GRU_GATES = 3 };
 
 bool eg__layer_is_recurrent(const eg_layer *layer) {
-    return layer->kind == EG__LAYER_LSTM || layer->kind == EG__LAYER_GRU;
+    return layer->kind == EG__LAYER_LSTM || layer->kind == EG__LAYER_GRU ||
+           layer->kind == EG__LAYER_BIDIRECTIONAL;
+}
+
+/* The cell a recurrent layer runs: its own kind, or a Bidirectional's wrapped layer's. */
+static eg__layer_kind cell_kind(const eg_layer *layer) {
+    return layer->kind == EG__LAYER_BIDIRECTIONAL ? layer->inner->kind : layer->kind;
+}
+
+/* The variables one direction of the layer has: kernel, recurrent kernel and bias. */
+static int direction_variables(const eg_layer *layer) {
+    return layer->rnn.use_bias ? 3 : 2;
 }
 
 static bool valid_initializer(const eg_initializer *init) {
@@ -100,13 +112,40 @@ eg_layer *eg_gru_new(int64_t units, const eg_rnn_options *options) {
     return rnn_new(EG__LAYER_GRU, units, options, "gru");
 }
 
+eg_layer *eg_bidirectional_new(eg_layer *layer, const char *name) {
+    if (!layer) {
+        eg__error(EG_ERR_NULL_ARGUMENT, "bidirectional: layer is NULL");
+        return NULL;
+    }
+    if ((layer->kind != EG__LAYER_LSTM && layer->kind != EG__LAYER_GRU) || layer->built ||
+        layer->owner) {
+        eg__error(EG_ERR_INVALID_ARGUMENT,
+                  "bidirectional: '%s' (%s) must be an unbuilt LSTM or GRU of no model",
+                  eg_layer_name(layer), eg_layer_type(layer));
+        eg_layer_free(layer->owner ? NULL : layer);
+        return NULL;
+    }
+    eg_layer *wrapper = eg__layer_new(EG__LAYER_BIDIRECTIONAL, name, "bidirectional");
+    if (!wrapper) {
+        eg_layer_free(layer);
+        return NULL;
+    }
+    wrapper->inner = layer;
+    wrapper->units = layer->units;
+    wrapper->dtype = layer->dtype;
+    wrapper->generator = layer->generator;
+    wrapper->rnn = layer->rnn;
+    return wrapper;
+}
+
 int eg_rnn_state_count(const eg_layer *layer) {
     if (!layer || !eg__layer_is_recurrent(layer)) {
         eg__error(EG_ERR_INVALID_ARGUMENT, "rnn_state_count: '%s' is not a recurrent layer",
                   layer ? eg_layer_name(layer) : "(null)");
         return 0;
     }
-    return layer->kind == EG__LAYER_LSTM ? 2 : 1;
+    int per_direction = cell_kind(layer) == EG__LAYER_LSTM ? 2 : 1;
+    return layer->kind == EG__LAYER_BIDIRECTIONAL ? 2 * per_direction : per_direction;
 }
 
 /* ---- building ---- */
@@ -130,9 +169,9 @@ static eg_status build_embedding(eg_layer *layer, int n_dims, const int64_t *inp
 }
 
 /* The LSTM bias with the forget gate's quarter at 1 (Keras' unit_forget_bias). */
-static eg_tensor *forget_bias(eg_layer *layer) {
+static eg_tensor *forget_bias(eg_layer *layer, const char *name) {
     int64_t units = layer->units, n = LSTM_GATES * units;
-    eg_tensor *bias = eg__layer_make_variable(layer, "bias", &layer->rnn.bias_initializer, 1, &n);
+    eg_tensor *bias = eg__layer_make_variable(layer, name, &layer->rnn.bias_initializer, 1, &n);
     if (!bias || !layer->rnn.unit_forget_bias) return bias;
     eg_tensor *ones = eg_ones(layer->dtype, 1, &units);
     eg_tensor *updated = NULL;
@@ -157,6 +196,38 @@ static eg_tensor *forget_bias(eg_layer *layer) {
     return bias;
 }
 
+/* One direction's variables "<layer>/<prefix>kernel", "<prefix>recurrent_kernel" and
+ * "<prefix>bias" into v (direction_variables of them). */
+static eg_status make_cell_variables(eg_layer *layer, const char *prefix, int64_t features,
+                                     int gates, eg_tensor **v) {
+    int64_t units = layer->units;
+    int64_t kernel_shape[2] = {features, gates * units},
+            recurrent_shape[2] = {units, gates * units};
+    char kernel[64], recurrent[64], bias[64];
+    snprintf(kernel, sizeof kernel, "%skernel", prefix);
+    snprintf(recurrent, sizeof recurrent, "%srecurrent_kernel", prefix);
+    snprintf(bias, sizeof bias, "%sbias", prefix);
+    eg_tensor *made[3] = {NULL, NULL, NULL};
+    made[0] =
+        eg__layer_make_variable(layer, kernel, &layer->rnn.kernel_initializer, 2, kernel_shape);
+    made[1] = made[0] ? eg__layer_make_variable(layer, recurrent, &layer->rnn.recurrent_initializer,
+                                                2, recurrent_shape)
+                      : NULL;
+    if (made[1] && layer->rnn.use_bias) {
+        int64_t gru_bias[2] = {2, gates * units};
+        made[2] =
+            cell_kind(layer) == EG__LAYER_LSTM
+                ? forget_bias(layer, bias)
+                : eg__layer_make_variable(layer, bias, &layer->rnn.bias_initializer, 2, gru_bias);
+    }
+    if (made[1] && (!layer->rnn.use_bias || made[2])) {
+        for (int i = 0; i < direction_variables(layer); i++) v[i] = made[i];
+        return EG_OK;
+    }
+    for (int i = 0; i < 3; i++) eg_release(made[i]);
+    return eg_last_status();
+}
+
 static eg_status build_rnn(eg_layer *layer, int n_dims, const int64_t *input_shape) {
     char buf[160];
     const char *type = eg_layer_type(layer);
@@ -165,41 +236,36 @@ static eg_status build_rnn(eg_layer *layer, int n_dims, const int64_t *input_sha
             EG_ERR_SHAPE, "%s: '%s' takes (batch, time, features) with features known, got %s",
             type, eg_layer_name(layer), eg__shape_format(n_dims, input_shape, buf, sizeof buf));
     int64_t features = input_shape[2], units = layer->units;
-    int gates = layer->kind == EG__LAYER_LSTM ? LSTM_GATES : GRU_GATES;
+    int gates = cell_kind(layer) == EG__LAYER_LSTM ? LSTM_GATES : GRU_GATES;
     if (layer->n_variables) {
         if (features != layer->input_dim)
             return eg__error(EG_ERR_SHAPE, "%s: '%s' was built for %lld features, got %lld", type,
                              eg_layer_name(layer), (long long)layer->input_dim,
                              (long long)features);
     } else {
-        int64_t kernel_shape[2] = {features, gates * units},
-                recurrent_shape[2] = {units, gates * units};
-        eg_tensor *v[3] = {NULL, NULL, NULL};
-        v[0] = eg__layer_make_variable(layer, "kernel", &layer->rnn.kernel_initializer, 2,
-                                       kernel_shape);
-        v[1] = v[0] ? eg__layer_make_variable(layer, "recurrent_kernel",
-                                              &layer->rnn.recurrent_initializer, 2, recurrent_shape)
-                    : NULL;
-        if (v[1] && layer->rnn.use_bias) {
-            int64_t gru_bias[2] = {2, gates * units};
-            v[2] = layer->kind == EG__LAYER_LSTM
-                       ? forget_bias(layer)
-                       : eg__layer_make_variable(layer, "bias", &layer->rnn.bias_initializer, 2,
-                                                 gru_bias);
+        int directions = layer->kind == EG__LAYER_BIDIRECTIONAL ? 2 : 1;
+        int per = direction_variables(layer);
+        for (int d = 0; d < directions; d++) {
+            const char *prefix = directions == 1 ? "" : d == 0 ? "forward_" : "backward_";
+            eg_status made =
+                make_cell_variables(layer, prefix, features, gates, layer->variables + d * per);
+            if (made != EG_OK) {
+                for (int i = 0; i < d * per; i++) {
+                    eg_release(layer->variables[i]);
+                    layer->variables[i] = NULL;
+                }
+                return made;
+            }
         }
-        if (!v[1] || (layer->rnn.use_bias && !v[2])) {
-            for (int i = 0; i < 3; i++) eg_release(v[i]);
-            return eg_last_status();
-        }
-        for (int i = 0; i < 3; i++) layer->variables[i] = v[i];
-        layer->n_variables = layer->rnn.use_bias ? 3 : 2;
+        layer->n_variables = directions * per;
         layer->input_dim = features;
     }
     bool sequences = layer->rnn.return_sequences;
+    int64_t width = layer->kind == EG__LAYER_BIDIRECTIONAL ? 2 * units : units;
     layer->output_n_dims = sequences ? 3 : 2;
     layer->output_shape[0] = input_shape[0];
-    layer->output_shape[1] = sequences ? input_shape[1] : units;
-    if (sequences) layer->output_shape[2] = units;
+    layer->output_shape[1] = sequences ? input_shape[1] : width;
+    if (sequences) layer->output_shape[2] = width;
     return EG_OK;
 }
 
@@ -279,6 +345,13 @@ static eg_status rnn_step(rnn_run *run, int64_t t, eg_tensor **next) {
     return status;
 }
 
+/* A new reference to t's values: a view of its own, registered with the current scope like an
+ * op's result. (eg_retain would add a reference to t itself, and releasing the scope's reference
+ * elsewhere would then take t out of its scope.) */
+static eg_tensor *new_handle(const eg_tensor *t) {
+    return eg_reshape(t, t->n_dims, t->shape);
+}
+
 /* where(mask_t, new, old) for each state (and the output): a masked step keeps the old. */
 static eg_status keep_masked(const eg_tensor *keep, int n, eg_tensor **next,
                              eg_tensor *const *old) {
@@ -319,10 +392,12 @@ static eg_status check_rnn_inputs(const eg_layer *layer, const eg_tensor *x, con
     return EG_OK;
 }
 
-/* Runs the sequence; *output and final (n_states, may be NULL) get new references. */
+/* Runs the sequence; *output and final (n_states, may be NULL) get new references. Outputs of
+ * every step are stacked in processing order (Keras' go_backwards), or in the input's time
+ * order with time_order (a Bidirectional's backward half). */
 static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
                          eg_tensor *const *initial, const eg_tensor *const *variables,
-                         eg_tensor **output, eg_tensor **final) {
+                         bool time_order, eg_tensor **output, eg_tensor **final) {
     int n_states = layer->kind == EG__LAYER_LSTM ? 2 : 1;
     eg_status status = check_rnn_inputs(layer, x, mask, initial, n_states);
     if (status != EG_OK) return status;
@@ -358,7 +433,7 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
         status = rnn_step(&run, step, next);
         if (status == EG_OK && mask) {
             eg_tensor *column = eg_slice(mask, 1, step, step + 1, 1);
-            next[n_states] = next[0] ? eg_retain(next[0]) : NULL;
+            next[n_states] = next[0] ? new_handle(next[0]) : NULL;
             eg_tensor *old[3] = {run.state[0], run.state[1], last};
             if (n_states == 1) old[1] = last;
             status = column ? keep_masked(column, n_states + 1, next, old) : eg_last_status();
@@ -370,11 +445,12 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
             eg_release(run.state[i]);
             run.state[i] = next[i];
         }
-        if (status == EG_OK && sequences) outputs[k] = eg_retain(mask ? last : run.state[0]);
+        if (status == EG_OK && sequences)
+            outputs[time_order ? step : k] = new_handle(mask ? last : run.state[0]);
     }
     if (status == EG_OK)
         *output = sequences ? eg_stack((int)run.steps, outputs, 1)
-                            : eg_retain(mask ? last : run.state[0]);
+                            : new_handle(mask ? last : run.state[0]);
     if (status == EG_OK && !*output) status = eg_last_status();
     for (int i = 0; i < n_states; i++) {
         if (status == EG_OK && final)
@@ -389,11 +465,43 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
     return status;
 }
 
+/* A recurrent layer's run: one direction, or a Bidirectional's two with their outputs joined on
+ * the last axis (Keras' merge_mode "concat"); final gets the forward states, then the backward. */
+static eg_status run_layer(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
+                           eg_tensor *const *initial, const eg_tensor *const *variables,
+                           eg_tensor **output, eg_tensor **final) {
+    if (layer->kind != EG__LAYER_BIDIRECTIONAL)
+        return run_rnn(layer, x, mask, initial, variables, false, output, final);
+    eg_layer forward = *layer->inner; /* the wrapped layer's cell, the wrapper's name */
+    forward.name = layer->name;
+    forward.rnn = layer->rnn;
+    eg_layer backward = forward;
+    backward.rnn.go_backwards = !forward.rnn.go_backwards;
+    int per = direction_variables(layer), n = eg_rnn_state_count(layer) / 2;
+    eg_tensor *halves[2] = {NULL, NULL};
+    eg_status status = run_rnn(&forward, x, mask, initial, variables, false, &halves[0], final);
+    if (status == EG_OK)
+        status = run_rnn(&backward, x, mask, initial ? initial + n : NULL, variables + per, true,
+                         &halves[1], final ? final + n : NULL);
+    if (status == EG_OK) {
+        *output = eg_concat(2, halves, -1);
+        if (!*output) status = eg_last_status();
+    }
+    if (status != EG_OK && final && halves[1])
+        for (int i = 0; i < 2 * n; i++) {
+            eg_release(final[i]);
+            final[i] = NULL;
+        }
+    eg_release(halves[0]);
+    eg_release(halves[1]);
+    return status;
+}
+
 eg_tensor *eg__recurrent_layer_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
                                     const eg_tensor *const *variables) {
     if (layer->kind == EG__LAYER_EMBEDDING) return call_embedding(layer, x, variables[0]);
     eg_tensor *y = NULL;
-    return run_rnn(layer, x, mask, NULL, variables, &y, NULL) == EG_OK ? y : NULL;
+    return run_layer(layer, x, mask, NULL, variables, &y, NULL) == EG_OK ? y : NULL;
 }
 
 eg_status eg_rnn_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask,
@@ -423,8 +531,8 @@ eg_status eg_rnn_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask
     if (layer->policy != EG_POLICY_FLOAT32 && eg_dtype_is_float(x->dtype) &&
         x->dtype != layer->dtype)
         input = eg__temp(&temps, eg_cast(x, layer->dtype));
-    eg_status status = input ? run_rnn(layer, input, mask, initial_state,
-                                       eg__const_tensors(layer->variables), output, final_state)
+    eg_status status = input ? run_layer(layer, input, mask, initial_state,
+                                         eg__const_tensors(layer->variables), output, final_state)
                              : eg_last_status();
     eg_dtype compute = eg__layer_compute_dtype(layer);
     if (status == EG_OK && (*output)->dtype != compute) {
