@@ -40,7 +40,7 @@
 #include "op_cases.h"
 #include "op_reference.h"
 
-static int one(eg_tensor *t, eg_tensor **out) {
+int oc_one(eg_tensor *t, eg_tensor **out) {
     out[0] = t;
     return t ? 1 : -1;
 }
@@ -49,41 +49,41 @@ static int apply_unary(const oc_case *c, eg_tensor *const *in, eg_tensor **out) 
     const eg_tensor *x = in[0];
     switch (c->op) {
     case EG__OP_NEG:
-        return one(eg_neg(x), out);
+        return oc_one(eg_neg(x), out);
     case EG__OP_ABS:
-        return one(eg_abs(x), out);
+        return oc_one(eg_abs(x), out);
     case EG__OP_EXP:
-        return one(eg_exp(x), out);
+        return oc_one(eg_exp(x), out);
     case EG__OP_LOG:
-        return one(eg_log(x), out);
+        return oc_one(eg_log(x), out);
     case EG__OP_SQRT:
-        return one(eg_sqrt(x), out);
+        return oc_one(eg_sqrt(x), out);
     case EG__OP_RSQRT:
-        return one(eg_rsqrt(x), out);
+        return oc_one(eg_rsqrt(x), out);
     case EG__OP_SIN:
-        return one(eg_sin(x), out);
+        return oc_one(eg_sin(x), out);
     case EG__OP_COS:
-        return one(eg_cos(x), out);
+        return oc_one(eg_cos(x), out);
     case EG__OP_TANH:
-        return one(eg_tanh(x), out);
+        return oc_one(eg_tanh(x), out);
     case EG__OP_SIGMOID:
-        return one(eg_sigmoid(x), out);
+        return oc_one(eg_sigmoid(x), out);
     case EG__OP_RELU:
-        return one(eg_relu(x), out);
+        return oc_one(eg_relu(x), out);
     case EG__OP_GELU:
-        return one(eg_gelu(x), out);
+        return oc_one(eg_gelu(x), out);
     case EG__OP_SOFTPLUS:
-        return one(eg_softplus(x), out);
+        return oc_one(eg_softplus(x), out);
     case EG__OP_SIGN:
-        return one(eg_sign(x), out);
+        return oc_one(eg_sign(x), out);
     case EG__OP_SQUARE:
-        return one(eg_square(x), out);
+        return oc_one(eg_square(x), out);
     case EG__OP_RECIPROCAL:
-        return one(eg_reciprocal(x), out);
+        return oc_one(eg_reciprocal(x), out);
     case EG__OP_ERF:
-        return one(eg_erf(x), out);
+        return oc_one(eg_erf(x), out);
     case EG__OP_CLIP:
-        return one(eg_clip(x, c->d[0], c->d[1]), out);
+        return oc_one(eg_clip(x, c->d[0], c->d[1]), out);
     default:
         return -1;
     }
@@ -94,42 +94,42 @@ static int apply_binary(const oc_case *c, eg_tensor *const *in, eg_tensor **out)
     if (c->p[0]) {
         switch (c->op) {
         case EG__OP_ADD:
-            return one(eg_add_scalar(a, c->d[0]), out);
+            return oc_one(eg_add_scalar(a, c->d[0]), out);
         case EG__OP_MUL:
-            return one(eg_mul_scalar(a, c->d[0]), out);
+            return oc_one(eg_mul_scalar(a, c->d[0]), out);
         case EG__OP_POW:
-            return one(eg_pow_scalar(a, c->d[0]), out);
+            return oc_one(eg_pow_scalar(a, c->d[0]), out);
         default:
             return -1;
         }
     }
     switch (c->op) {
     case EG__OP_ADD:
-        return one(eg_add(a, b), out);
+        return oc_one(eg_add(a, b), out);
     case EG__OP_SUB:
-        return one(eg_sub(a, b), out);
+        return oc_one(eg_sub(a, b), out);
     case EG__OP_MUL:
-        return one(eg_mul(a, b), out);
+        return oc_one(eg_mul(a, b), out);
     case EG__OP_DIV:
-        return one(eg_div(a, b), out);
+        return oc_one(eg_div(a, b), out);
     case EG__OP_POW:
-        return one(eg_pow(a, b), out);
+        return oc_one(eg_pow(a, b), out);
     case EG__OP_MAXIMUM:
-        return one(eg_maximum(a, b), out);
+        return oc_one(eg_maximum(a, b), out);
     case EG__OP_MINIMUM:
-        return one(eg_minimum(a, b), out);
+        return oc_one(eg_minimum(a, b), out);
     case EG__OP_EQUAL:
-        return one(eg_equal(a, b), out);
+        return oc_one(eg_equal(a, b), out);
     case EG__OP_NOT_EQUAL:
-        return one(eg_not_equal(a, b), out);
+        return oc_one(eg_not_equal(a, b), out);
     case EG__OP_LESS:
-        return one(eg_less(a, b), out);
+        return oc_one(eg_less(a, b), out);
     case EG__OP_LESS_EQUAL:
-        return one(eg_less_equal(a, b), out);
+        return oc_one(eg_less_equal(a, b), out);
     case EG__OP_GREATER:
-        return one(eg_greater(a, b), out);
+        return oc_one(eg_greater(a, b), out);
     case EG__OP_GREATER_EQUAL:
-        return one(eg_greater_equal(a, b), out);
+        return oc_one(eg_greater_equal(a, b), out);
     default:
         return -1;
     }
@@ -137,81 +137,81 @@ static int apply_binary(const oc_case *c, eg_tensor *const *in, eg_tensor **out)
 
 static int apply_where(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     (void)c;
-    return one(eg_where(in[0], in[1], in[2]), out);
+    return oc_one(eg_where(in[0], in[1], in[2]), out);
 }
 
 static int apply_cast(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     eg_tensor *y = eg_cast(in[0], (eg_dtype)c->p[0]);
     if (y && c->p[2]) y = eg_cast(y, eg_tensor_dtype(in[0]));
-    return one(y, out);
+    return oc_one(y, out);
 }
 
-static void int_axes(const oc_case *c, int first, int n, int *axes) {
+void oc_int_axes(const oc_case *c, int first, int n, int *axes) {
     for (int i = 0; i < n; i++) axes[i] = (int)c->p[first + i];
 }
 
 static int apply_reduce(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[4], n = (int)c->p[0];
-    int_axes(c, 1, n, axes);
+    oc_int_axes(c, 1, n, axes);
     const int *a = n ? axes : NULL;
     bool keep = c->p[5] != 0;
     switch (c->op) {
     case EG__OP_SUM:
-        return one(eg_sum(in[0], n, a, keep), out);
+        return oc_one(eg_sum(in[0], n, a, keep), out);
     case EG__OP_MEAN:
-        return one(eg_mean(in[0], n, a, keep), out);
+        return oc_one(eg_mean(in[0], n, a, keep), out);
     case EG__OP_MAX:
-        return one(eg_max(in[0], n, a, keep), out);
+        return oc_one(eg_max(in[0], n, a, keep), out);
     case EG__OP_MIN:
-        return one(eg_min(in[0], n, a, keep), out);
+        return oc_one(eg_min(in[0], n, a, keep), out);
     case EG__OP_LOGSUMEXP:
-        return one(eg_logsumexp(in[0], n, a, keep), out);
+        return oc_one(eg_logsumexp(in[0], n, a, keep), out);
     case EG__OP_VAR:
-        return one(eg_var(in[0], n, a, keep), out);
+        return oc_one(eg_var(in[0], n, a, keep), out);
     default:
         return -1;
     }
 }
 
 static int apply_arg(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    if (c->op == EG__OP_ARGMAX) return one(eg_argmax(in[0], (int)c->p[0], c->p[1] != 0), out);
-    return one(eg_argmin(in[0], (int)c->p[0], c->p[1] != 0), out);
+    if (c->op == EG__OP_ARGMAX) return oc_one(eg_argmax(in[0], (int)c->p[0], c->p[1] != 0), out);
+    return oc_one(eg_argmin(in[0], (int)c->p[0], c->p[1] != 0), out);
 }
 
 static int apply_softmax(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    if (c->op == EG__OP_SOFTMAX) return one(eg_softmax(in[0], (int)c->p[0]), out);
-    return one(eg_log_softmax(in[0], (int)c->p[0]), out);
+    if (c->op == EG__OP_SOFTMAX) return oc_one(eg_softmax(in[0], (int)c->p[0]), out);
+    return oc_one(eg_log_softmax(in[0], (int)c->p[0]), out);
 }
 
 static int apply_matmul(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    if (!c->p[0] && !c->p[1]) return one(eg_matmul(in[0], in[1]), out);
-    return one(eg_matmul_ex(in[0], in[1], c->p[0] != 0, c->p[1] != 0), out);
+    if (!c->p[0] && !c->p[1]) return oc_one(eg_matmul(in[0], in[1]), out);
+    return oc_one(eg_matmul_ex(in[0], in[1], c->p[0] != 0, c->p[1] != 0), out);
 }
 
 static int apply_reshape(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_reshape(in[0], (int)c->p[0], &c->p[1]), out);
+    return oc_one(eg_reshape(in[0], (int)c->p[0], &c->p[1]), out);
 }
 
 static int apply_squeeze(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_squeeze(in[0], (int)c->p[0]), out);
+    return oc_one(eg_squeeze(in[0], (int)c->p[0]), out);
 }
 
 static int apply_unsqueeze(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_unsqueeze(in[0], (int)c->p[0]), out);
+    return oc_one(eg_unsqueeze(in[0], (int)c->p[0]), out);
 }
 
 static int apply_permute(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     int axes[EG_MAX_DIMS];
-    int_axes(c, 0, eg_tensor_n_dims(in[0]), axes);
-    return one(eg_permute(in[0], axes), out);
+    oc_int_axes(c, 0, eg_tensor_n_dims(in[0]), axes);
+    return oc_one(eg_permute(in[0], axes), out);
 }
 
 static int apply_transpose(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_transpose(in[0], (int)c->p[0], (int)c->p[1]), out);
+    return oc_one(eg_transpose(in[0], (int)c->p[0], (int)c->p[1]), out);
 }
 
 static int apply_slice(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_slice(in[0], (int)c->p[0], c->p[1], c->p[2], c->p[3]), out);
+    return oc_one(eg_slice(in[0], (int)c->p[0], c->p[1], c->p[2], c->p[3]), out);
 }
 
 static int apply_split(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
@@ -221,11 +221,11 @@ static int apply_split(const oc_case *c, eg_tensor *const *in, eg_tensor **out) 
 }
 
 static int apply_broadcast_to(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_broadcast_to(in[0], (int)c->p[0], &c->p[1]), out);
+    return oc_one(eg_broadcast_to(in[0], (int)c->p[0], &c->p[1]), out);
 }
 
 static int apply_copy(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(c->p[0] ? eg_contiguous(in[0]) : eg_copy(in[0]), out);
+    return oc_one(c->p[0] ? eg_contiguous(in[0]) : eg_copy(in[0]), out);
 }
 
 /* Onto the last visible device (cpu:1 with EG_CPU_DEVICES=2; the input's own device when the
@@ -233,33 +233,33 @@ static int apply_copy(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
 static int apply_to_device(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     const eg_device *there = eg_device_at(eg_device_count() - 1);
     eg_tensor *moved = eg_tensor_to(in[0], there);
-    if (!c->p[0]) return one(moved, out);
+    if (!c->p[0]) return oc_one(moved, out);
     eg_tensor *back = eg_tensor_to(moved, eg_tensor_device(in[0]));
     eg_release(moved);
-    return one(back, out);
+    return oc_one(back, out);
 }
 
 static int apply_concat(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_concat(oc_case_n_inputs(c), in, (int)c->p[0]), out);
+    return oc_one(eg_concat(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
 
 /* Outside a replica the collectives act on a group of one: all_reduce is the tensor, and
  * all_reduce_start + _done pack the inputs (both cases run the pair). */
 static int apply_collective(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    if (c->op == EG__OP_ALL_REDUCE) return one(eg_all_reduce(in[0]), out);
+    if (c->op == EG__OP_ALL_REDUCE) return oc_one(eg_all_reduce(in[0]), out);
     int64_t tag = -1;
     eg_tensor *started = eg_all_reduce_start(oc_case_n_inputs(c), in, &tag);
     eg_tensor *sum = eg_all_reduce_done(started, tag);
     eg_release(started);
-    return one(sum, out);
+    return oc_one(sum, out);
 }
 
 static int apply_stack(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_stack(oc_case_n_inputs(c), in, (int)c->p[0]), out);
+    return oc_one(eg_stack(oc_case_n_inputs(c), in, (int)c->p[0]), out);
 }
 
 static int apply_gather(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_gather(in[0], in[1], (int)c->p[0]), out);
+    return oc_one(eg_gather(in[0], in[1], (int)c->p[0]), out);
 }
 
 /* scatter_add is internal (the adjoint of gather): called through eg__execute. */
@@ -269,7 +269,7 @@ static int apply_scatter_add(const oc_case *c, eg_tensor *const *in, eg_tensor *
     eg__attrs attrs = {.axis = axis, .n_dims = eg_tensor_n_dims(in[0]) - n_idx + 1};
     for (int d = 0; d < attrs.n_dims; d++)
         attrs.shape[d] = d < axis ? u[d] : d == axis ? c->p[1] : u[d - 1 + n_idx];
-    return one(eg__execute(EG__OP_SCATTER_ADD, 2, eg__const_tensors(in), &attrs), out);
+    return oc_one(eg__execute(EG__OP_SCATTER_ADD, 2, eg__const_tensors(in), &attrs), out);
 }
 
 /* unslice is internal (the adjoint of slice): called through eg__execute. */
@@ -282,190 +282,24 @@ static int apply_unslice(const oc_case *c, eg_tensor *const *in, eg_tensor **out
     attrs.ints[0] = c->p[1];
     attrs.ints[1] = c->p[1] + (count - 1) * c->p[2] + 1;
     attrs.ints[2] = c->p[2];
-    return one(eg__execute(EG__OP_UNSLICE, 1, eg__const_tensors(in), &attrs), out);
+    return oc_one(eg__execute(EG__OP_UNSLICE, 1, eg__const_tensors(in), &attrs), out);
 }
 
 static int apply_one_hot(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_one_hot(in[0], c->p[0], (eg_dtype)c->p[1]), out);
+    return oc_one(eg_one_hot(in[0], c->p[0], (eg_dtype)c->p[1]), out);
 }
 
 static int apply_pad(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_pad(in[0], c->p, c->d[0]), out);
+    return oc_one(eg_pad(in[0], c->p, c->d[0]), out);
 }
 
 static int apply_sparse_xent(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
     (void)c;
-    return one(eg_sparse_softmax_cross_entropy(in[0], in[1]), out);
+    return oc_one(eg_sparse_softmax_cross_entropy(in[0], in[1]), out);
 }
 
 static int apply_dropout(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_dropout(in[0], c->d[0], (uint64_t)c->p[0], true), out);
-}
-
-/* ---- convolution, pooling, normalization ---- */
-
-static eg_conv2d_options case_conv_options(const oc_case *c) {
-    eg_conv2d_options o = {{(int)c->p[0], (int)c->p[1]},
-                           {(int)c->p[2], (int)c->p[3]},
-                           (eg_padding)(c->p[5] % 10),
-                           {c->p[6], c->p[7], c->p[8], c->p[9]},
-                           (int)c->p[4],
-                           (eg_data_format)(c->p[5] / 10)};
-    return o;
-}
-
-static eg_pool2d_options case_pool_options(const oc_case *c) {
-    eg_pool2d_options o = {{(int)c->p[0], (int)c->p[1]},
-                           {(int)c->p[2], (int)c->p[3]},
-                           (eg_padding)(c->p[5] % 10),
-                           {c->p[6], c->p[7], c->p[8], c->p[9]},
-                           (eg_data_format)(c->p[5] / 10)};
-    return o;
-}
-
-static int apply_conv2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    eg_conv2d_options o = case_conv_options(c);
-    return one(eg_conv2d(in[0], in[1], &o), out);
-}
-
-static int apply_conv2d_transpose(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    eg_conv2d_options o = case_conv_options(c);
-    if (c->d[0] <= 0) return one(eg_conv2d_transpose(in[0], in[1], NULL, &o), out);
-    bool first = o.data_format == EG_DATA_FORMAT_NCHW;
-    int64_t channels = eg_tensor_dim(in[1], 2) * (o.groups ? o.groups : 1);
-    int64_t shape[4] = {eg_tensor_dim(in[0], 0), first ? channels : (int64_t)c->d[0],
-                        first ? (int64_t)c->d[0] : (int64_t)c->d[1],
-                        first ? (int64_t)c->d[1] : channels};
-    return one(eg_conv2d_transpose(in[0], in[1], shape, &o), out);
-}
-
-/* conv2d_backward_filter is internal: inputs (x, dy), filter (KH, KW) = d. */
-static int apply_conv2d_backward_filter(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    eg_conv2d_options o = case_conv_options(c);
-    int groups = o.groups ? o.groups : 1;
-    bool first = o.data_format == EG_DATA_FORMAT_NCHW;
-    int64_t filter[4] = {(int64_t)c->d[0], (int64_t)c->d[1],
-                         eg_tensor_dim(in[0], first ? 1 : 3) / groups,
-                         eg_tensor_dim(in[1], first ? 1 : 3)};
-    eg__attrs attrs;
-    if (!eg__conv2d_attrs(&attrs, &o, eg_tensor_shape(in[0]), filter, "test")) return -1;
-    attrs.n_dims = 4;
-    memcpy(attrs.shape, filter, sizeof filter);
-    return one(eg__execute(EG__OP_CONV2D_BACKWARD_FILTER, 2, eg__const_tensors(in), &attrs), out);
-}
-
-static int apply_pool2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    eg_pool2d_options o = case_pool_options(c);
-    if (c->op == EG__OP_MAX_POOL2D) return one(eg_max_pool2d(in[0], &o), out);
-    if (c->op == EG__OP_AVG_POOL2D) return one(eg_avg_pool2d(in[0], &o), out);
-    eg__attrs attrs; /* the internal ops */
-    if (!eg__pool2d_attrs(&attrs, &o, eg_tensor_shape(in[0]), "test")) return -1;
-    if (c->op == EG__OP_MAX_POOL2D_ARGMAX)
-        return one(eg__execute(EG__OP_MAX_POOL2D_ARGMAX, 1, eg__const_tensors(in), &attrs), out);
-    return one(eg__execute(EG__OP_MAX_POOL2D_BACKWARD, 2, eg__const_tensors(in), &attrs), out);
-}
-
-/* avg_pool2d_backward is internal: input dy; the input's (H, W) is d, its batch and channels
- * are dy's. */
-static int apply_avg_pool2d_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    eg_pool2d_options o = case_pool_options(c);
-    bool first = o.data_format == EG_DATA_FORMAT_NCHW;
-    int64_t channels = eg_tensor_dim(in[0], first ? 1 : 3);
-    int64_t shape[4] = {eg_tensor_dim(in[0], 0), first ? channels : (int64_t)c->d[0],
-                        first ? (int64_t)c->d[0] : (int64_t)c->d[1],
-                        first ? (int64_t)c->d[1] : channels};
-    eg__attrs attrs;
-    if (!eg__pool2d_attrs(&attrs, &o, shape, "test")) return -1;
-    attrs.n_dims = 4;
-    memcpy(attrs.shape, shape, sizeof shape);
-    return one(eg__execute(EG__OP_AVG_POOL2D_BACKWARD, 1, eg__const_tensors(in), &attrs), out);
-}
-
-/* moments: two outputs (mean, variance); p as for reductions */
-static int apply_moments(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    int axes[4], n = (int)c->p[0];
-    int_axes(c, 1, n, axes);
-    return eg_moments(in[0], n, n ? axes : NULL, c->p[5] != 0, &out[0], &out[1]) == EG_OK ? 2 : -1;
-}
-
-/* relu_backward is internal: inputs (x, g) */
-static int apply_relu_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    (void)c;
-    static const eg__attrs no_attrs;
-    return one(eg__execute(EG__OP_RELU_BACKWARD, 2, eg__const_tensors(in), &no_attrs), out);
-}
-
-static int apply_dense(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_dense(in[0], in[1], in[2], (eg_activation)c->p[0]), out);
-}
-
-static int apply_mul_add(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    (void)c;
-    return one(eg_mul_add(in[0], in[1], in[2]), out);
-}
-
-static int apply_batch_norm(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    if (!c->p[0])
-        return one(eg_batch_normalization(in[0], in[1], in[2], in[3], in[4], c->d[0]), out);
-    int axes[3] = {0, 1, 2};
-    if (c->p[1] == EG_DATA_FORMAT_NCHW) axes[1] = 2, axes[2] = 3;
-    eg_tensor *mean, *variance;
-    if (eg_moments(in[0], 3, axes, c->p[1] == EG_DATA_FORMAT_NCHW, &mean, &variance) != EG_OK)
-        return -1;
-    return one(eg_batch_normalization(in[0], mean, variance, in[1], in[2], c->d[0]), out);
-}
-
-/* batch_norm_training: inputs (x, offset, scale); p as for reductions (axes); outputs y and the
- * batch mean and variance (keepdims); d[0] = epsilon */
-static int apply_batch_norm_training(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    int axes[4], n = (int)c->p[0];
-    int_axes(c, 1, n, axes);
-    out[0] =
-        eg_batch_norm_training(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0], &out[1], &out[2]);
-    return out[0] ? 3 : -1;
-}
-
-/* batch_norm_training_activation with relu: as batch_norm_training */
-static int apply_batch_norm_relu(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    int axes[4], n = (int)c->p[0];
-    int_axes(c, 1, n, axes);
-    out[0] = eg_batch_norm_training_activation(in[0], n, n ? axes : NULL, in[1], in[2], c->d[0],
-                                               EG_ACTIVATION_RELU, &out[1], &out[2]);
-    return out[0] ? 3 : -1;
-}
-
-/* p[8] = EG_ACTIVATION_RELU: the fused relu's variant (more inputs: see ops.def) */
-static int apply_batch_norm_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    eg__attrs attrs = {.scalars = {c->d[0]}};
-    attrs.ints[0] = c->p[8];
-    int axes[4], n = (int)c->p[0];
-    int_axes(c, 1, n, axes);
-    int n_dims = eg_tensor_n_dims(in[1]);
-    bool chosen[EG_MAX_DIMS] = {0};
-    for (int i = 0; i < n; i++) chosen[axes[i] < 0 ? axes[i] + n_dims : axes[i]] = true;
-    for (int d = 0; d < n_dims; d++)
-        if (chosen[d]) attrs.axes[attrs.n_axes++] = d;
-    bool sums = c->op == EG__OP_BATCH_NORM_BACKWARD_SUMS;
-    bool relu = c->p[8] == EG_ACTIVATION_RELU;
-    return one(
-        eg__execute(c->op, sums ? (relu ? 6 : 3) : (relu ? 7 : 6), eg__const_tensors(in), &attrs),
-        out);
-}
-
-static int apply_layer_norm(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_layer_normalization(in[0], 0, NULL, in[1], in[2], c->d[0]), out);
-}
-
-static int apply_upsample2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_upsample2d(in[0], (int)c->p[0], (int)c->p[1], (eg_data_format)c->p[2]), out);
-}
-
-static int apply_zero_padding2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_zero_padding2d(in[0], c->p, (eg_data_format)c->p[4]), out);
-}
-
-static int apply_global_avg_pool2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
-    return one(eg_global_avg_pool2d(in[0], (eg_data_format)c->p[0], c->p[1] != 0), out);
+    return oc_one(eg_dropout(in[0], c->d[0], (uint64_t)c->p[0], true), out);
 }
 
 /* ---- the table ---- */

@@ -50,6 +50,27 @@ int oc_ref_batch_norm_relu(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_backward_sums(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_batch_norm_backward_input(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_layer_norm(const oc_case *c, const oc_ref *in, oc_ref *out);
+/* shared by the files of the table (op_cases.c) */
+int oc_one(eg_tensor *t, eg_tensor **out);
+void oc_int_axes(const oc_case *c, int first, int n, int *axes);
+/* convolution, pooling and normalization calls (op_cases_nn.c) */
+int apply_conv2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_conv2d_transpose(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_conv2d_backward_filter(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_pool2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_avg_pool2d_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_moments(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_relu_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_dense(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_mul_add(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_batch_norm(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_batch_norm_training(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_batch_norm_relu(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_batch_norm_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_layer_norm(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_upsample2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_zero_padding2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int apply_global_avg_pool2d(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
 /* the recurrent cells (op_cases_recurrent.c): calls and references */
 int oc_apply_lstm_cell(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
 int oc_apply_gru_cell(const oc_case *c, eg_tensor *const *in, eg_tensor **out);

@@ -30,15 +30,6 @@ static eg_tensor *materialized(const eg_tensor *q, const eg_tensor *k, const eg_
     return eg_matmul(p, v);
 }
 
-static void assert_all_close(const eg_tensor *a, const eg_tensor *b, double tolerance) {
-    assert_int_equal(eg_tensor_n_elems(a), eg_tensor_n_elems(b));
-    eg_tensor *ac = eg_contiguous(a), *bc = eg_contiguous(b);
-    const float *x = eg_tensor_data(ac), *y = eg_tensor_data(bc);
-    for (int64_t i = 0; i < eg_tensor_n_elems(a); i++)
-        if (!(fabs(x[i] - y[i]) <= tolerance * (1 + fabs(y[i]))))
-            fail_msg("element %lld: %.9g against %.9g", (long long)i, x[i], y[i]);
-}
-
 /* Causal with padded keys, 200 steps (several blocks): outputs and gradients as materialized. */
 static void test_matches_the_materialized_attention(void **state) {
     (void)state;

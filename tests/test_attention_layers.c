@@ -23,15 +23,6 @@ static eg_tensor *sequence(int64_t t, int64_t e, uint64_t seed) {
     return x;
 }
 
-static void assert_all_close(const eg_tensor *a, const eg_tensor *b, double tolerance) {
-    assert_int_equal(eg_tensor_n_elems(a), eg_tensor_n_elems(b));
-    eg_tensor *ac = eg_contiguous(a), *bc = eg_contiguous(b);
-    const float *x = eg_tensor_data(ac), *y = eg_tensor_data(bc);
-    for (int64_t i = 0; i < eg_tensor_n_elems(a); i++)
-        if (!(fabs(x[i] - y[i]) <= tolerance * (1 + fabs(y[i]))))
-            fail_msg("element %lld: %.9g against %.9g", (long long)i, x[i], y[i]);
-}
-
 /* x (B, T, E) by a (E, heads, depth) kernel + (heads, depth) bias -> (B, heads, T, depth), with
  * plain ops. */
 static eg_tensor *heads_of(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias) {

@@ -4,6 +4,7 @@
 #ifndef EAGLE_TESTS_TEST_UTIL_H
 #define EAGLE_TESTS_TEST_UTIL_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -61,6 +62,19 @@ static inline eg_tensor *uniform_tensor(int n_dims, const int64_t *shape, uint64
     eg_tensor *t = eg_random_uniform(g, EG_DTYPE_F32, n_dims, shape, -1, 1);
     eg_generator_free(g);
     return t;
+}
+
+/* Fails unless the f32 tensors a and b (any layout) agree elementwise within tolerance, relative
+ * to 1 + |b|. */
+static inline void assert_all_close(const eg_tensor *a, const eg_tensor *b, double tolerance) {
+    assert_int_equal(eg_tensor_n_elems(a), eg_tensor_n_elems(b));
+    eg_tensor *ac = eg_contiguous(a), *bc = eg_contiguous(b);
+    const float *x = eg_tensor_data(ac), *y = eg_tensor_data(bc);
+    for (int64_t i = 0; i < eg_tensor_n_elems(a); i++)
+        if (!(fabs(x[i] - y[i]) <= tolerance * (1 + fabs(y[i]))))
+            fail_msg("element %lld: %.9g against %.9g", (long long)i, x[i], y[i]);
+    eg_release(ac);
+    eg_release(bc);
 }
 
 #endif
