@@ -336,6 +336,15 @@ eg_status eg_rnn_call(eg_layer *layer, const eg_tensor *x, const eg_tensor *mask
  * an error otherwise (no mask). NULL with an error for a layer that is not an Embedding. */
 eg_tensor *eg_embedding_mask(const eg_layer *layer, const eg_tensor *ids);
 
+/* The next token of each sequence from its logits (batch, vocabulary), as text generation draws
+ * it: softmax(logits / temperature) restricted to the top_k largest logits (0: all; ties at the
+ * k-th value all stay), one uniform draw per row from generator (NULL: the default generator) in
+ * row order, so a seed gives the same tokens anywhere. temperature 0: the largest logit (the
+ * first of ties), nothing drawn. New i64 tensor (batch,) on the host. NULL with an error for other
+ * shapes, a negative or non-finite temperature, or top_k < 0. */
+eg_tensor *eg_sample_logits(const eg_tensor *logits, double temperature, int64_t top_k,
+                            eg_generator *generator);
+
 /* ---- attention and Transformer blocks ----
  * They take several inputs (eg_layer_call_multi, the functional API) or one (a Sequential): the
  * float inputs are sequences (batch, time, features); a bool input (batch, time) is a key mask,
@@ -815,6 +824,7 @@ double eg_metric_mean_result(const eg_metric_mean *metric);
 #define eg_position_embedding_new(...)   EG_CALLSITE_(eg_position_embedding_new(__VA_ARGS__))
 #define eg_transformer_encoder_new(...)  EG_CALLSITE_(eg_transformer_encoder_new(__VA_ARGS__))
 #define eg_transformer_decoder_new(...)  EG_CALLSITE_(eg_transformer_decoder_new(__VA_ARGS__))
+#define eg_sample_logits(...)            EG_CALLSITE_(eg_sample_logits(__VA_ARGS__))
 #define eg_rnn_call(...)              EG_CALLSITE_(eg_rnn_call(__VA_ARGS__))
 #define eg_embedding_mask(...)        EG_CALLSITE_(eg_embedding_mask(__VA_ARGS__))
 #define eg_layer_call(...)            EG_CALLSITE_(eg_layer_call(__VA_ARGS__))
