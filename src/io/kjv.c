@@ -31,9 +31,11 @@ eg_status eg__ec02_decode(const uint8_t *bytes, size_t n, size_t max_bytes, char
     if (!name) name = "data";
     *text = NULL;
     *text_n = 0;
-    if (n < EC02_OFFSETS_AT || memcmp(bytes, EG__EC02_MAGIC, 4) != 0)
-        return eg__error(EG_ERR_FORMAT, "%s: not an EC02 container (%zu bytes%s)", name, n,
-                         n >= 4 ? ", no EC02 magic" : "");
+    if (n < 4 || memcmp(bytes, EG__EC02_MAGIC, 4) != 0)
+        return eg__error(EG_ERR_FORMAT, "%s: not an EC02 container: no EC02 magic", name);
+    if (n < EC02_OFFSETS_AT)
+        return eg__error(EG_ERR_FORMAT, "%s: EC02 header truncated: %zu bytes, the header has %d",
+                         name, n, EC02_OFFSETS_AT);
     uint32_t block_size = read_be32(bytes + EC02_BLOCK_SIZE_AT);
     uint32_t n_blocks = read_be32(bytes + EC02_BLOCKS_AT);
     /* The offset table, then the shared LZW header, must lie inside the file. */
