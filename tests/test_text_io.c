@@ -242,6 +242,10 @@ static void test_ec02(void **state) {
     put_be32(bad + 0x5C + 4, 0x5C); /* block 1 ends before block 0 starts... */
     assert_int_equal(eg__ec02_decode(bad, n, 1 << 20, &decoded, &decoded_n, "c"), EG_ERR_FORMAT);
     assert_error(EG_ERR_FORMAT, "c: EC02 block 0 ends (92) before it starts");
+    memcpy(bad, file, n);
+    put_be32(bad + 0x5C + 4, (uint32_t)n + 100); /* block 0 would end past the file */
+    assert_int_equal(eg__ec02_decode(bad, n, 1 << 20, &decoded, &decoded_n, "c"), EG_ERR_FORMAT);
+    assert_error(EG_ERR_FORMAT, "c: EC02 block 0 ends at");
     /* A block that decodes short (the first, cut to half its bytes). */
     memcpy(bad, file, n);
     uint32_t first = (uint32_t)bad[0x5C] << 24 | (uint32_t)bad[0x5D] << 16 |

@@ -157,12 +157,13 @@ static eg_status parse_line(parser *p, const char *line, size_t length, int64_t 
     for (size_t i = 0; i < length; i++)
         if (((unsigned char)line[i] < 0x20 && line[i] != '\t') || line[i] == 0x7F)
             return line_error(p, number, "control byte in", line, length);
-    if (length >= 3 && memcmp(line, ";;;", 3) == 0) return EG_OK; /* older releases' comments */
     const char *hash = memchr(line, '#', length);
     if (hash) length = (size_t)(hash - line);
     size_t i = 0;
     while (i < length && is_blank(line[i])) i++;
     if (i == length) return EG_OK;
+    if (length - i >= 3 && memcmp(line + i, ";;;", 3) == 0)
+        return EG_OK; /* older releases' comments */
     const char *word = line + i;
     while (i < length && !is_blank(line[i])) i++;
     size_t word_length = (size_t)(line + i - word);

@@ -75,6 +75,14 @@ eg_status eg__ec02_decode(const uint8_t *bytes, size_t n, size_t max_bytes, char
                                name, b, end, begin);
             break;
         }
+        /* Only the first and the last offsets were checked above: every block must lie inside
+         * the file. */
+        if (end > n) {
+            status = eg__error(EG_ERR_FORMAT,
+                               "%s: EC02 block %u ends at %u, past the end of the %zu-byte file",
+                               name, b, end, n);
+            break;
+        }
         size_t length = end - begin;
         if (length + LZW_HEADER_BYTES > stream_capacity) {
             uint8_t *bigger = realloc(stream, length + LZW_HEADER_BYTES);
