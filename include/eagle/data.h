@@ -3,8 +3,9 @@
  *
  * A dataset describes a sequence of ELEMENTS; an element is a small tuple of tensors, e.g.
  * (image, label). Datasets are built from a source (tensors sliced along their first axis, a
- * range, IDX / MNIST, CSV or .npy files, a generator callback) and transformations (map, filter,
- * shuffle, batch, padded_batch, unbatch, repeat, take, skip, cache, prefetch, zip, interleave).
+ * range, IDX / MNIST, CSV or .npy files, a generator callback, windows of token ids, sequences of
+ * varying length) and transformations (map, filter, shuffle, batch, padded_batch,
+ * bucket_by_sequence_length, unbatch, repeat, take, skip, cache, prefetch, zip, interleave).
  * Nothing runs until an ITERATOR walks the dataset; each iterator is one pass (an epoch):
  *
  *     eg_dataset *ds = eg_dataset_from_tensor_slices(2, (eg_tensor *[]){images, labels});
@@ -187,6 +188,41 @@ eg_dataset *eg_dataset_from_mnist(const char *directory, bool train);
  * Errors: those of eg_npy_read, EG_ERR_SHAPE for a 0-d array or differing first dimensions. */
 eg_dataset *eg_dataset_from_npy(int n, const char *const *paths);
 
+/* ---- text: token windows and sequences ---- */
+
+/* Language-model windows over a 1-d tensor of token ids (what a tokenizer made of a text, or
+ * eg_text_file_read_bytes' bytes): element k is (input (length,), target (length,)), the ids
+ * ids[s .. s + length) and ids[s + 1 .. s + length + 1) for s = offset + k * stride — each
+ * target id is the id that follows its input id. Windows overlap when stride < length and skip
+ * ids when stride > length; a window is made only when all length + 1 of its ids exist (the
+ * rest at the end is left out). Elements are views of `ids` (no copy; on its device) in its
+ * dtype (I32, I64 or U8; eg_cast converts a batch). The offset is 0, or with random_offset drawn
+ * for each pass from (seed, epoch) in [0, min(stride, n - length)), so that over the epochs
+ * windows start everywhere and every pass has at least one window. Errors: EG_ERR_NULL_ARGUMENT
+ * (ids), EG_ERR_SHAPE (ids not 1-d, or shorter than length + 1: "window length 8 needs 9 ids
+ * (the inputs and one more for the last target); the tensor has 5"), EG_ERR_DTYPE,
+ * EG_ERR_INVALID_ARGUMENT (length or stride below 1). */
+eg_dataset *eg_dataset_from_token_windows(const eg_tensor *ids, int64_t length, int64_t stride,
+                                          bool random_offset, uint64_t seed);
+
+/* Sequences of varying length, one per element: data[i] holds lengths[i] values of dtype (U8,
+ * I32 or I64; data[i] may be NULL when lengths[i] is 0). Borrowed: the source copies them. */
+typedef struct eg_sequences {
+    eg_dtype dtype;
+    int64_t count;
+    const void *const *data;
+    const int64_t *lengths;
+} eg_sequences;
+
+/* Element i is (sequence i of components[0], ..., of components[n - 1]), each a 1-d CPU tensor
+ * (lengths[i],) of its component's dtype: e.g. (spelling, phonemes) pairs for padded_batch or
+ * bucket_by_sequence_length. The values are copied now (the caller may free its arrays);
+ * elements are views of that copy. 1 <= n <= EG_ELEMENT_MAX_TENSORS. Errors: EG_ERR_NULL_ARGUMENT
+ * (components, its data or lengths, or data[i] with lengths[i] > 0), EG_ERR_INVALID_ARGUMENT (n,
+ * a negative count or length), EG_ERR_SHAPE (components with different counts), EG_ERR_DTYPE,
+ * EG_ERR_OUT_OF_MEMORY. */
+eg_dataset *eg_dataset_from_sequences(int n, const eg_sequences *components);
+
 /* ---- CSV files of numbers ----
  * Lines end with "\n" or "\r\n" (the last one may lack it); empty lines (or lines of spaces) are
  * skipped; a UTF-8 byte order mark at the start is ignored. Fields are separated by `delimiter`
@@ -294,9 +330,64 @@ eg_dataset *eg_dataset_batch(eg_dataset *input, int64_t batch_size, bool drop_re
 
 /* Like batch, for items of varying shape: each component is padded at the end of every axis to
  * the largest size in the batch, with padding_value (converted to the dtype). Components must
- * agree in dtype and number of dimensions. */
+ * agree in dtype and number of dimensions. eg_dataset_padded_batch_with_options with
+ * padding_value for every component. */
 eg_dataset *eg_dataset_padded_batch(eg_dataset *input, int64_t batch_size, bool drop_remainder,
                                     double padding_value);
+
+/* The shape a component is padded to, as tf.data's padded_shapes: n_dims 0 pads every axis to
+ * the largest size in the batch (whatever the component's rank); otherwise the component must
+ * have n_dims dimensions and axis d is padded to dims[d] when dims[d] >= 0 (an element larger
+ * than that fails) or to the batch's largest when dims[d] is -1. */
+typedef struct eg_padded_shape {
+    int n_dims;
+    int64_t dims[EG_MAX_DIMS];
+} eg_padded_shape;
+
+/* A zeroed struct is tf.data's default: padding 0, every axis to the longest in the batch. */
+typedef struct eg_padded_batch_options {
+    bool drop_remainder;
+    double padding_values[EG_ELEMENT_MAX_TENSORS]; /* per component, converted to its dtype */
+    eg_padded_shape padded_shapes[EG_ELEMENT_MAX_TENSORS]; /* per component */
+} eg_padded_batch_options;
+
+/* padded_batch with a padding value and a padded shape per component (options NULL: the zeroed
+ * defaults). Errors: EG_ERR_INVALID_ARGUMENT (batch_size; a padded shape with n_dims outside
+ * 0..EG_MAX_DIMS or a size below -1). Iteration fails with EG_ERR_SHAPE for an element larger
+ * than its fixed padded size ("padded_batch: element 3, component 1: size 12 of axis 0 is larger
+ * than the padded shape's 10") or of another rank than its padded shape, and with
+ * EG_ERR_DTYPE / EG_ERR_SHAPE for elements that disagree in dtype or rank. */
+eg_dataset *eg_dataset_padded_batch_with_options(eg_dataset *input, int64_t batch_size,
+                                                 const eg_padded_batch_options *options);
+
+/* tf.data's bucket_by_sequence_length: elements are sorted into buckets by their length and
+ * padded-batched per bucket, so that a batch holds sequences of similar length and little
+ * padding. An element's length is the size of the first axis of component length_component
+ * (which must have one), or with length_component -1 the largest first-axis size of all its
+ * components (0-d ones count 0). Bucket i holds the lengths in [boundaries[i - 1],
+ * boundaries[i]) (bucket 0 from 0, bucket n_boundaries to infinity) and is emitted as a batch as
+ * soon as it holds batch_sizes[i] elements; when the input ends, the buckets still holding
+ * elements are emitted from the shortest lengths' bucket up (or dropped with
+ * padding.drop_remainder). The order therefore depends only on the input's order: shuffle before
+ * (a shuffle's seed makes the whole pass repeat) and, to mix lengths between steps, shuffle the
+ * batches after. Batches are padded as padded_batch_with_options pads them; with
+ * pad_to_bucket_boundary, the first axis of the length component (of every component with
+ * length_component -1) is padded to at least boundaries[i] - 1, so that a bucket's batches share
+ * one shape (the last bucket, which has no upper boundary, pads to its longest). */
+typedef struct eg_bucket_options {
+    int length_component;       /* -1: the longest first axis of all components */
+    int n_boundaries;           /* 0 .. 1024: n_boundaries + 1 buckets */
+    const int64_t *boundaries;  /* increasing, >= 1 (borrowed: copied) */
+    const int64_t *batch_sizes; /* n_boundaries + 1 entries, each 1 to 2^30 (borrowed: copied) */
+    bool pad_to_bucket_boundary;
+    eg_padded_batch_options padding;
+} eg_bucket_options;
+
+/* Errors: EG_ERR_NULL_ARGUMENT (options, boundaries or batch_sizes), EG_ERR_INVALID_ARGUMENT
+ * (a bad count, boundary, batch size, length_component or padded shape). Iteration fails as
+ * padded_batch does, and with EG_ERR_SHAPE when the length component is 0-d or missing. */
+eg_dataset *eg_dataset_bucket_by_sequence_length(eg_dataset *input,
+                                                 const eg_bucket_options *options);
 
 /* The inverse of batch: each element's components (>= 1 dimension, equal first sizes) are split
  * along their first axis into that many elements (views, no copy). */
@@ -480,6 +571,12 @@ eg_status eg_image_normalize(const eg_element *input, eg_element *output,
 #define eg_dataset_shuffle(...)            EG_CALLSITE_(eg_dataset_shuffle(__VA_ARGS__))
 #define eg_dataset_batch(...)              EG_CALLSITE_(eg_dataset_batch(__VA_ARGS__))
 #define eg_dataset_padded_batch(...)       EG_CALLSITE_(eg_dataset_padded_batch(__VA_ARGS__))
+#define eg_dataset_padded_batch_with_options(...)                                                  \
+    EG_CALLSITE_(eg_dataset_padded_batch_with_options(__VA_ARGS__))
+#define eg_dataset_bucket_by_sequence_length(...)                                                  \
+    EG_CALLSITE_(eg_dataset_bucket_by_sequence_length(__VA_ARGS__))
+#define eg_dataset_from_token_windows(...) EG_CALLSITE_(eg_dataset_from_token_windows(__VA_ARGS__))
+#define eg_dataset_from_sequences(...)     EG_CALLSITE_(eg_dataset_from_sequences(__VA_ARGS__))
 #define eg_dataset_unbatch(...)            EG_CALLSITE_(eg_dataset_unbatch(__VA_ARGS__))
 #define eg_dataset_repeat(...)             EG_CALLSITE_(eg_dataset_repeat(__VA_ARGS__))
 #define eg_dataset_take(...)               EG_CALLSITE_(eg_dataset_take(__VA_ARGS__))

