@@ -16,6 +16,9 @@ int cli_train(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_profile(int argc, char **argv);
+/* eagle train --model charlm and eagle generate (charlm.c) */
+int cli_train_charlm(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 
 /* Parses a whole decimal/float argument; false (after printing a usage error) when malformed. */
 bool cli_parse_int(const char *command, const char *flag, const char *text, long min, long max,

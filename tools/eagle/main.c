@@ -10,7 +10,9 @@ static void print_usage(FILE *out) {
         "usage: eagle <command> [options]\n"
         "\n"
         "commands:\n"
-        "  train   train a model on Fashion-MNIST (the seed model by default)\n"
+        "  train   train a model on Fashion-MNIST (the seed model by default), or with\n"
+        "          --model charlm a character language model on the King James Bible\n"
+        "  generate sample text from a saved charlm\n"
         "  eval    evaluate saved weights on the test split\n"
         "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
         "  info    version, build, threads, BLAS, devices (--ops: the op x device x dtype table)\n"
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(command, "train")) return cli_train(argc - 1, argv + 1);
     if (!strcmp(command, "eval")) return cli_eval(argc - 1, argv + 1);
+    if (!strcmp(command, "generate")) return cli_generate(argc - 1, argv + 1);
     if (!strcmp(command, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(command, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(command, "profile")) return cli_profile(argc - 1, argv + 1);

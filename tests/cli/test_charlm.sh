@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# eagle train --model charlm and eagle generate end to end on a tiny model: a short run reports
+# bits per character on the held-out books and saves the weights; two runs with one seed print the
+# same figure; generation from the saved weights prints the prompt and the requested number of
+# characters, the same for one seed; usage errors exit 2. Needs bible-kjv-text (the install script
+# installs it): without it the test is skipped (exit 77).
+#   test_charlm.sh EAGLE_BINARY
+set -uo pipefail
+eagle=$1
+[ -r /usr/lib/bible.data ] || { echo "bible-kjv-text is not installed: skipped"; exit 77; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+check() {
+    local description=$1
+    shift
+    if "$@"; then echo "ok   $description"; else echo "FAIL $description"; failures=$((failures + 1)); fi
+}
+tiny=(--hidden 16 --embedding 8 --seq-len 16 --batch 4 --steps 3 --eval-chars 400 --threads 1)
+"$eagle" train --model charlm "${tiny[@]}" --save "$dir/a.safetensors" >"$dir/a.txt" 2>&1
+rc=$?
+check "a short run ends with 0" [ "$rc" -eq 0 ]
+bpc() { sed -n 's/^held-out books: \([0-9.]*\) bits per character.*/\1/p' "$1"; }
+check "it reports bits per character on the held-out books" \
+    bash -c '[ -n "$(sed -n "s/^held-out books: \([0-9.]*\) bits.*/\1/p" "$0")" ]' "$dir/a.txt"
+"$eagle" train --model charlm "${tiny[@]}" >"$dir/b.txt" 2>&1
+check "the same seed gives the same figure" [ "$(bpc "$dir/a.txt")" = "$(bpc "$dir/b.txt")" ]
+gen=(generate --checkpoint "$dir/a.safetensors" --hidden 16 --embedding 8 --prompt "And God"
+     --length 40 --seed 5 --threads 1)
+out1=$("$eagle" "${gen[@]}" 2>&1)
+rc=$?
+out2=$("$eagle" "${gen[@]}" 2>&1)
+check "generate ends with 0" [ "$rc" -eq 0 ]
+check "generate prints the prompt and 40 characters" \
+    bash -c '[[ "$0" == "And God"* ]] && [ "$(printf %s "$0" | head -c 2000 | wc -c)" -ge 47 ]' "$out1"
+check "generate is the same for one seed" [ "$out1" = "$out2" ]
+"$eagle" generate --prompt x >/dev/null 2>&1
+check "generate without --checkpoint exits 2" [ $? -eq 2 ]
+"$eagle" generate --checkpoint "$dir/a.safetensors" --prompt x >"$dir/err.txt" 2>&1
+rc=$?
+check "a checkpoint of another size is refused, naming the shape" \
+    bash -c '[ "$1" -eq 1 ] && grep -q "the model.s variable is f32" "$0"' "$dir/err.txt" "$rc"
+"$eagle" train --model charlm --seq-len 1 >/dev/null 2>&1
+check "--seq-len 1 exits 2" [ $? -eq 2 ]
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
