@@ -127,24 +127,29 @@ static eg_tensor *orthogonal(eg_generator *generator, eg_dtype dtype, int n_dims
     double *q = draw ? malloc(sizeof *q * (size_t)(n * k)) : NULL;
     bool ok = q != NULL;
     if (ok) {
+        /* column-major: each of the k vectors contiguous, so every dot product and update
+         * streams through memory */
         const double *a = eg__data(draw); /* row-major (n, k) */
-        for (int64_t i = 0; i < n * k; i++) q[i] = a[i];
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < k; j++) q[j * n + i] = a[i * k + j];
         for (int64_t j = 0; j < k && ok; j++) {
+            double *col = q + j * n;
             for (int64_t p = 0; p < j; p++) {
+                const double *prev = q + p * n;
                 double dot = 0;
-                for (int64_t i = 0; i < n; i++) dot += q[i * k + p] * q[i * k + j];
-                for (int64_t i = 0; i < n; i++) q[i * k + j] -= dot * q[i * k + p];
+                for (int64_t i = 0; i < n; i++) dot += prev[i] * col[i];
+                for (int64_t i = 0; i < n; i++) col[i] -= dot * prev[i];
             }
             double norm = 0;
-            for (int64_t i = 0; i < n; i++) norm += q[i * k + j] * q[i * k + j];
+            for (int64_t i = 0; i < n; i++) norm += col[i] * col[i];
             norm = sqrt(norm);
             ok = norm > 0; /* a draw of measure zero */
-            for (int64_t i = 0; ok && i < n; i++) q[i * k + j] /= norm;
+            for (int64_t i = 0; ok && i < n; i++) col[i] /= norm;
         }
         for (int64_t r = 0; ok && r < rows; r++)
             for (int64_t c = 0; c < cols; c++)
                 eg__store_from_double(data, dtype, r * cols + c,
-                                      rows >= cols ? q[r * k + c] : q[c * k + r]);
+                                      rows >= cols ? q[c * n + r] : q[r * n + c]);
     }
     free(q);
     eg__unref(draw);

@@ -305,6 +305,7 @@ typedef struct rnn_run {
     const eg_tensor *kernel, *recurrent, *bias; /* bias may be NULL */
     eg_tensor *input_bias, *recurrent_bias;     /* GRU: the rows of its (2, 3 units) bias */
     eg_tensor *projected;                       /* (T * B, gates * units), time-major */
+    eg_tensor **step_inputs; /* T views of its rows: each step's (B, gates units) */
     eg_tensor *state[2];
     eg__temps temps;
 } rnn_run;
@@ -321,11 +322,38 @@ static eg_tensor *project_inputs(rnn_run *run, const eg_tensor *x) {
                 : eg_matmul(rows, run->kernel);
 }
 
+/* The projection's rows of each step as views, made by one node whose gradient is the steps'
+ * gradients concatenated. Slicing the steps one by one would give each step's gradient the whole
+ * projection's size (an unslice) and then add T of them: quadratic in T, most of a training
+ * step's time at T = 128. */
+static eg_status split_steps_forward(int n_inputs, eg_tensor *const *inputs, int n_outputs,
+                                     eg_tensor **outputs, void *ctx) {
+    (void)n_inputs;
+    (void)ctx;
+    int64_t rows = inputs[0]->shape[0] / n_outputs;
+    for (int k = 0; k < n_outputs; k++)
+        if (!(outputs[k] = eg_slice(inputs[0], 0, k * rows, (k + 1) * rows, 1)))
+            return eg_last_status();
+    return EG_OK;
+}
+
+static eg_status split_steps_backward(int n_inputs, eg_tensor *const *inputs, int n_outputs,
+                                      eg_tensor *const *outputs, eg_tensor *const *output_grads,
+                                      eg_tensor **input_grads, void *ctx) {
+    (void)n_inputs;
+    (void)inputs;
+    (void)outputs;
+    (void)ctx;
+    input_grads[0] = eg_concat(n_outputs, output_grads, 0);
+    return input_grads[0] ? EG_OK : eg_last_status();
+}
+
+static const eg_custom_gradient_def split_steps = {
+    .name = "rnn_steps", .forward = split_steps_forward, .backward = split_steps_backward};
+
 /* One step: the new states into next[] (new references). */
 static eg_status rnn_step(rnn_run *run, int64_t t, eg_tensor **next) {
-    int64_t b = run->batch;
-    eg_tensor *x = eg_slice(run->projected, 0, t * b, (t + 1) * b, 1);
-    if (!x) return eg_last_status();
+    const eg_tensor *x = run->step_inputs[t];
     eg_status status;
     if (run->layer->kind == EG__LAYER_LSTM) {
         eg_tensor *hu = eg_matmul(run->state[0], run->recurrent);
@@ -341,7 +369,6 @@ static eg_status rnn_step(rnn_run *run, int64_t t, eg_tensor **next) {
         status = next[0] ? EG_OK : eg_last_status();
         eg_release(hp);
     }
-    eg_release(x);
     return status;
 }
 
@@ -417,6 +444,9 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
             eg__temp(t, eg_reshape(eg__temp(t, eg_slice(run.bias, 0, 1, 2, 1)), 1, row));
     }
     run.projected = eg__temp(t, project_inputs(&run, x));
+    run.step_inputs = calloc((size_t)run.steps, sizeof *run.step_inputs);
+    if (run.projected && run.step_inputs && run.steps <= INT32_MAX)
+        eg_custom_gradient(&split_steps, NULL, 1, &run.projected, (int)run.steps, run.step_inputs);
     int64_t state_shape[2] = {run.batch, run.units};
     for (int i = 0; i < n_states; i++)
         run.state[i] =
@@ -425,7 +455,8 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
     eg_tensor **outputs = sequences ? calloc((size_t)run.steps, sizeof *outputs) : NULL;
     eg_tensor *last = mask ? eg_zeros(x->dtype, 2, state_shape) : NULL;
     status = eg_last_status();
-    if (status == EG_OK && (!run.projected || !run.state[n_states - 1] || (sequences && !outputs)))
+    if (status == EG_OK && (!run.projected || !run.step_inputs || !run.step_inputs[0] ||
+                            !run.state[n_states - 1] || (sequences && !outputs)))
         status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of memory", eg_layer_type(layer));
     for (int64_t k = 0; k < run.steps && status == EG_OK; k++) {
         int64_t step = layer->rnn.go_backwards ? run.steps - 1 - k : k;
@@ -460,6 +491,8 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
     }
     for (int64_t k = 0; outputs && k < run.steps; k++) eg_release(outputs[k]);
     free(outputs);
+    for (int64_t k = 0; run.step_inputs && k < run.steps; k++) eg_release(run.step_inputs[k]);
+    free(run.step_inputs);
     eg_release(last);
     eg__temps_release(t);
     return status;
