@@ -445,7 +445,7 @@ static bool encode_cached(const eg_tokenizer *tok, const uint8_t *word, size_t n
         const int32_t *hit = cache->ids + cache->words.entries[e].value;
         bool ok =
             grow((void **)&out->ids, &out->capacity, out->n + (size_t)hit[0], sizeof(int32_t));
-        if (ok) {
+        if (ok && hit[0]) {
             memcpy(out->ids + out->n, hit + 1, (size_t)hit[0] * sizeof(int32_t));
             out->n += (size_t)hit[0];
         }
@@ -465,7 +465,8 @@ static bool encode_cached(const eg_tokenizer *tok, const uint8_t *word, size_t n
              sizeof(int32_t)) &&
         eg__bytes_map_add(&cache->words, word, n, (int64_t)cache->n_ids, NULL)) {
         cache->ids[cache->n_ids] = (int32_t)produced;
-        memcpy(cache->ids + cache->n_ids + 1, out->ids + first, produced * sizeof(int32_t));
+        if (produced)
+            memcpy(cache->ids + cache->n_ids + 1, out->ids + first, produced * sizeof(int32_t));
         cache->n_ids += produced + 1;
     }
     pthread_mutex_unlock(&cache->mutex);
