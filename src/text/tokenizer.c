@@ -295,7 +295,7 @@ static bool before(const queued *a, const queued *b) {
 
 typedef struct scratch {
     int32_t *symbols, *prev, *next;
-    size_t capacity;
+    size_t capacity, links_capacity;
     queued *heap;
     size_t heap_n, heap_capacity;
     char *spelled;
@@ -350,16 +350,7 @@ static bool queue_pair(const eg_tokenizer *tok, scratch *s, int32_t pos) {
  * with unknown ones becoming the unknown token (fused when fuse_unk) or left out. */
 static bool initial_symbols(const eg_tokenizer *tok, const uint8_t *word, size_t n, scratch *s,
                             size_t *count) {
-    size_t need = n + 1;
-    if (need > s->capacity) {
-        /* The same start and need give the three arrays the same new capacity. */
-        size_t c0 = s->capacity, c1 = s->capacity, c2 = s->capacity;
-        if (!grow((void **)&s->symbols, &c0, need, sizeof(int32_t)) ||
-            !grow((void **)&s->prev, &c1, need, sizeof(int32_t)) ||
-            !grow((void **)&s->next, &c2, need, sizeof(int32_t)))
-            return false;
-        s->capacity = c0;
-    }
+    if (!grow((void **)&s->symbols, &s->capacity, n + 1, sizeof(int32_t))) return false;
     size_t k = 0;
     bool pending_unk = false;
     for (size_t i = 0; i < n;) {
@@ -406,6 +397,13 @@ static bool encode_word(const eg_tokenizer *tok, const uint8_t *word, size_t n, 
     size_t count;
     if (!initial_symbols(tok, word, n, s, &count)) return false;
     if (tok->n_merges > 0 && count > 1) {
+        /* The links only where there are merges to make: a character tokenizer encodes a whole
+         * text as one word. The same start and need give both the same capacity. */
+        size_t c1 = s->links_capacity, c2 = s->links_capacity;
+        if (!grow((void **)&s->prev, &c1, count, sizeof(int32_t)) ||
+            !grow((void **)&s->next, &c2, count, sizeof(int32_t)))
+            return false;
+        s->links_capacity = c1;
         s->heap_n = 0;
         for (size_t i = 0; i < count; i++) {
             s->prev[i] = (int32_t)i - 1;
