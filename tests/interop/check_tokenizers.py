@@ -8,8 +8,9 @@ HELPER is eagle_tokenizer_interop (tests/interop/eagle_tokenizer_interop.c). Bot
     loads each, and its encode(text).ids must equal Eagle's, its decode Eagle's decode;
   * `tokenizers` trains ByteLevel BPE tokenizers (BpeTrainer with the ByteLevel alphabet, and
     ByteLevelBPETokenizer), with added tokens that strip whitespace and ones matched in the second
-    pass, and saves them (merges as pairs, and rewritten as "a b" strings, the older form); Eagle
-    loads each and must give its ids;
+    pass, and saves them (merges as pairs, and rewritten as "a b" strings, the older form; and
+    with the other options Eagle reads set in the file: use_regex false, ignore_merges, no
+    decoder, Fuse, the ByteLevel post-processor); Eagle loads each and must give its ids;
   * Eagle's training and BpeTrainer's, on the same corpus with the same options, must give the
     same vocabulary and merges.
 The texts are fixed ones (ASCII, accents, emoji, CJK, contractions, whitespace runs and unusual
@@ -195,6 +196,24 @@ def main():
         legacy_merges(out, legacy)
         compare(f"tokenizers bpe, \"a b\" merges (add_prefix_space={prefix})", legacy,
                 Tokenizer.from_file(legacy), check_round_trip=False)
+    # The options Eagle reads, each set in the file tokenizers wrote.
+    variants = {
+        "use_regex=false": lambda d: d["pre_tokenizer"].update(use_regex=False),
+        "ignore_merges": lambda d: d["model"].update(ignore_merges=True),
+        "no decoder": lambda d: d.update(decoder=None),
+        "Fuse decoder": lambda d: d.update(decoder={"type": "Fuse"}),
+        "ByteLevel post-processor": lambda d: d.update(post_processor={
+            "type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+            "use_regex": True}),
+    }
+    for label, change in variants.items():
+        with open(path("hf_bpe_False.json"), encoding="utf-8") as f:
+            data = json.load(f)
+        change(data)
+        out = path("variant.json")
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+        compare(f"tokenizers bpe, {label}", out, Tokenizer.from_file(out), check_round_trip=False)
     hf = hf_bpe(500, 3, False)
     hf.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True),
                            AddedToken("[SEP]", rstrip=True, special=True)])
