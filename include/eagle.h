@@ -22,5 +22,6 @@
 #include "eagle/session.h"
 #include "eagle/distribute.h"
 #include "eagle/fit.h"
+#include "eagle/text.h"
 
 #endif

@@ -64,6 +64,7 @@ CANNOT_FAIL = {
     "eg_layer_variables": "NULL = no variables (yet)",
     "eg_model_layer": "NULL = no layer at that index",
     "eg_optimizer_get_slot": "NULL = no such slot",
+    "eg_tokenizer_id_to_token": "NULL = no such id",
     "eg_tensor_shape": "accessor",
     "eg_tensor_strides": "accessor",
     "eg_tensor_device": "accessor",

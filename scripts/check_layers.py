@@ -44,6 +44,11 @@ LAYERS = [
     ("autograd", [("autograd", ["autograd/"])]),     # tapes, backward rules, variables
     ("io", [("io", ["io/"])]),                       # file formats, which pipelines and the
                                                      # profiler's outputs write and read
+    # Tokenizers: above io (tokenizer.json is read and written there, the corpus files too) and
+    # below the library's top row rather than in it, so that data/ (a tokenized text source),
+    # nn/ and the trainer may all tokenize; peers of one row could not call it. It needs nothing
+    # of the top row: text in, ids (or an id tensor) out.
+    ("text", [("text", ["text/"])]),
     ("upper", [("nn", ["nn/"]), ("optim", ["optim/"]), ("data", ["data/"]),
                ("profiler", ["profiler/"]), ("dist", ["dist/"])]),
     ("train", [("train", ["train/"])]),  # fit/evaluate/predict: composes nn, optim, data, io
