@@ -312,13 +312,16 @@ static double wall_seconds(void) {
 }
 
 /* An idle group and a rank waiting for a late peer leave the cores alone: this process's CPU
- * time (all its threads) stays a small part of the wall time. */
+ * time (all its threads) stays a small part of the wall time. A spinning waiter takes all of it;
+ * the limits (a quarter) leave room for a loaded machine, where a blocked thread's wake-ups cost
+ * more (0.052 to 0.068 s per 0.5 s measured while other builds ran, against a limit of a tenth
+ * that failed then). */
 static void test_waiting_does_not_spin(void **state) {
     (void)state;
     double cpu = cpu_seconds();
     nanosleep(&(struct timespec){0, 300000000}, NULL);
     double idle_cpu = cpu_seconds() - cpu;
-    if (idle_cpu > 0.03) fail_msg("rank %d: %.3f s of CPU in 0.3 s idle", rank, idle_cpu);
+    if (idle_cpu > 0.075) fail_msg("rank %d: %.3f s of CPU in 0.3 s idle", rank, idle_cpu);
 
     float x[16] = {0};
     int64_t tag = next_tag++;
@@ -331,7 +334,7 @@ static void test_waiting_does_not_spin(void **state) {
     if (rank == 0) {
         print_message("rank 0: %.3f s of CPU while waiting %.3f s\n", waiting_cpu, waited);
         assert_true(waited > 0.3);
-        if (waiting_cpu > 0.1 * waited)
+        if (waiting_cpu > 0.25 * waited)
             fail_msg("rank 0: %.3f s of CPU while waiting %.3f s for the others", waiting_cpu,
                      waited);
     }
