@@ -344,13 +344,14 @@ static double weighted_output(eg_layer *layer, const eg_tensor *x, const eg_tens
     return value;
 }
 
-static void check_gradients(bool lstm, bool sequences) {
+/* With a mask the layer runs step by step; an LSTM without one runs as one node of the tape. */
+static void check_gradients(bool lstm, bool sequences, bool masked, bool backwards) {
     eg_manual_seed(5);
-    eg_layer *layer = new_rnn(lstm, sequences, false, EG_DTYPE_F64);
+    eg_layer *layer = new_rnn(lstm, sequences, backwards, EG_DTYPE_F64);
     int64_t xs[3] = {B, T, F}, ms[2] = {B, T};
     eg_tensor *x = uniform(EG_DTYPE_F64, 3, xs, 9);
     static const bool keep[B * T] = {true, true, true, false, true, false, true, true};
-    eg_tensor *mask = eg_tensor_from_data(keep, EG_DTYPE_BOOL, 2, ms);
+    eg_tensor *mask = masked ? eg_tensor_from_data(keep, EG_DTYPE_BOOL, 2, ms) : NULL;
     eg_tensor *y = NULL;
     assert_int_equal(eg_rnn_call(layer, x, mask, NULL, true, &y, NULL), EG_OK);
     eg_tensor *w = uniform(EG_DTYPE_F64, eg_tensor_n_dims(y), eg_tensor_shape(y), 13);
@@ -391,10 +392,138 @@ static void check_gradients(bool lstm, bool sequences) {
 
 static void test_gradients_by_central_differences(void **state) {
     (void)state;
-    check_gradients(true, true);
-    check_gradients(true, false);
-    check_gradients(false, true);
-    check_gradients(false, false);
+    check_gradients(true, true, true, false);
+    check_gradients(true, false, true, false);
+    check_gradients(false, true, true, false);
+    check_gradients(false, false, true, false);
+    check_gradients(true, true, false, false);
+    check_gradients(true, false, false, true);
+}
+
+/* One LSTM call's outputs and the gradients of sum(y w) + sum(h w_h) + sum(c w_c) for x, the
+ * variables and the initial states, every value of them in *values (malloc'ed). */
+static size_t lstm_results(eg_layer *layer, eg_tensor *x, const eg_tensor *mask,
+                           eg_tensor *const *initial, double **values) {
+    eg_scope_begin();
+    int n_states = eg_rnn_state_count(layer), n_vars = 0;
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    for (int i = 0; i < n_states; i++) eg_tape_watch(tape, initial[i]);
+    eg_tensor *y = NULL, *final[4] = {NULL};
+    assert_int_equal(eg_rnn_call(layer, x, mask, initial, true, &y, final), EG_OK);
+    eg_tensor *loss =
+        eg_sum(eg_mul(y, uniform(EG_DTYPE_F64, eg_tensor_n_dims(y), eg_tensor_shape(y), 21)), 0,
+               NULL, false);
+    for (int i = 0; i < n_states; i++)
+        loss = eg_add(loss, eg_sum(eg_mul(final[i], uniform(EG_DTYPE_F64, 2,
+                                                            eg_tensor_shape(final[i]), 22 + i)),
+                                   0, NULL, false));
+    eg_tensor *const *vars = eg_layer_variables(layer, &n_vars);
+    eg_tensor *sources[12] = {x};
+    int n_sources = 1;
+    for (int i = 0; i < n_vars; i++) sources[n_sources++] = vars[i];
+    for (int i = 0; i < n_states; i++) sources[n_sources++] = initial[i];
+    eg_tensor *grads[12] = {NULL};
+    assert_int_equal(eg_tape_gradient(tape, loss, n_sources, sources, grads, EG_UNCONNECTED_ZERO),
+                     EG_OK);
+    eg_tape_free(tape);
+    eg_tensor *parts[16] = {y};
+    int n_parts = 1;
+    for (int i = 0; i < n_states; i++) parts[n_parts++] = final[i];
+    for (int i = 0; i < n_sources; i++) parts[n_parts++] = grads[i];
+    size_t total = 0;
+    for (int i = 0; i < n_parts; i++) total += (size_t)eg_tensor_n_elems(parts[i]);
+    *values = malloc(total * sizeof **values);
+    assert_non_null(*values);
+    size_t at = 0;
+    for (int i = 0; i < n_parts; i++) {
+        double *v = values_of(parts[i]);
+        size_t n = (size_t)eg_tensor_n_elems(parts[i]);
+        for (size_t k = 0; k < n; k++) (*values)[at + k] = v[k];
+        at += n;
+        free(v);
+    }
+    eg_scope_end();
+    return total;
+}
+
+/* The LSTM run as one node (no mask) against the step-by-step run (a mask that keeps every step):
+ * outputs, final states and every gradient, forwards, backwards and Bidirectional. */
+static void test_one_node_matches_the_steps(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 5; variant++) {
+        bool sequences = variant % 2 == 0, backwards = variant == 1 || variant == 2;
+        eg_manual_seed(11);
+        eg_layer *layer = new_rnn(true, sequences, backwards, EG_DTYPE_F64);
+        if (variant == 4) layer = eg_bidirectional_new(layer, NULL);
+        int64_t xs[3] = {B, T, F}, ss[2] = {B, H}, ms[2] = {B, T};
+        eg_tensor *x = uniform(EG_DTYPE_F64, 3, xs, 31);
+        eg_tensor *initial[4];
+        for (int i = 0; i < 4; i++) initial[i] = uniform(EG_DTYPE_F64, 2, ss, 40 + i);
+        static const bool all[B * T] = {true, true, true, true, true, true, true, true};
+        eg_tensor *keep_all = eg_tensor_from_data(all, EG_DTYPE_BOOL, 2, ms);
+        double *node = NULL, *steps = NULL;
+        size_t n = lstm_results(layer, x, NULL, initial, &node);
+        assert_int_equal(lstm_results(layer, x, keep_all, initial, &steps), n);
+        assert_true(n > 100);
+        assert_close(node, steps, n, 1e-12);
+        free(node);
+        free(steps);
+        eg_layer_free(layer);
+    }
+}
+
+/* A gradient of a gradient through the one-node LSTM: d sum(V * dL/dU) / dx against central
+ * differences of the first-order gradient (the node recomputes its steps when a tape records
+ * its backward). */
+static double gradient_objective(eg_layer *layer, const eg_tensor *x, const eg_tensor *w,
+                                 const eg_tensor *v, eg_tensor **objective) {
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tape_watch(tape, x);
+    eg_tensor *y = NULL;
+    assert_int_equal(eg_rnn_call(layer, x, NULL, NULL, true, &y, NULL), EG_OK);
+    int n_vars = 0;
+    eg_tensor *const *vars = eg_layer_variables(layer, &n_vars);
+    eg_tensor *loss = eg_sum(eg_mul(y, w), 0, NULL, false);
+    eg_tensor *grad = NULL;
+    assert_int_equal(eg_tape_gradient(tape, loss, 1, &vars[1], &grad, EG_UNCONNECTED_ZERO), EG_OK);
+    eg_tape_free(tape);
+    *objective = eg_sum(eg_mul(grad, v), 0, NULL, false);
+    return eg_item(*objective);
+}
+
+static void test_gradient_of_gradient(void **state) {
+    (void)state;
+    eg_manual_seed(3);
+    eg_layer *layer = new_rnn(true, true, false, EG_DTYPE_F64);
+    int64_t xs[3] = {B, T, F}, ys[3] = {B, T, H}, us[2] = {H, 4 * H};
+    eg_tensor *x = uniform(EG_DTYPE_F64, 3, xs, 51);
+    eg_tensor *w = uniform(EG_DTYPE_F64, 3, ys, 52), *v = uniform(EG_DTYPE_F64, 2, us, 53);
+    eg_tensor *objective = NULL;
+    eg_tape *outer = eg_tape_begin(false);
+    eg_tape_watch(outer, x);
+    gradient_objective(layer, x, w, v, &objective);
+    eg_tensor *second = NULL;
+    assert_int_equal(eg_tape_gradient(outer, objective, 1, &x, &second, EG_UNCONNECTED_ZERO),
+                     EG_OK);
+    eg_tape_free(outer);
+    double *g = values_of(second), *data = eg_tensor_data(x);
+    for (int64_t i = 0; i < B * T * F; i++) {
+        double keep = data[i], h = 1e-5;
+        eg_scope_begin();
+        eg_tensor *unused = NULL;
+        data[i] = keep + h;
+        double up = gradient_objective(layer, x, w, v, &unused);
+        data[i] = keep - h;
+        double down = gradient_objective(layer, x, w, v, &unused);
+        data[i] = keep;
+        eg_scope_end();
+        double numeric = (up - down) / (2 * h);
+        if (!(fabs(g[i] - numeric) <= 1e-6 * (1 + fabs(numeric))))
+            fail_msg("element %lld: analytic %.12g, numeric %.12g", (long long)i, g[i], numeric);
+    }
+    free(g);
+    eg_layer_free(layer);
 }
 
 /* Eager, lazy and graph runs of one training step's loss and gradients agree. */
@@ -550,6 +679,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sequential_hands_the_embedding_mask_on,
                                         fresh_scope_setup, strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_gradients_by_central_differences, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_one_node_matches_the_steps, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_gradient_of_gradient, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_three_modes_agree, fresh_scope_setup,
                                         strict_scope_teardown),

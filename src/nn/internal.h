@@ -139,6 +139,14 @@ bool eg__layer_takes_mask(const eg_layer *layer);
 bool eg__layer_passes_mask(const eg_layer *layer);
 /* Whether the layer is LSTM, GRU or Bidirectional. */
 bool eg__layer_is_recurrent(const eg_layer *layer);
+/* An LSTM over a whole sequence as one tape node (lstm_sequence.c): projected (T * B, 4H) is
+ * every step's input projection, time-major; recurrent (H, 4H); h0, c0 (B, H) the states before
+ * the first step. Steps run from time 0, or from T - 1 with reverse; outputs[0] gets every
+ * step's h (T * B, H), its blocks in time order with time_order, else in processing order, and
+ * outputs[1] the last c (B, H): new references. */
+eg_status eg__lstm_sequence(const eg_tensor *projected, const eg_tensor *recurrent,
+                            const eg_tensor *h0, const eg_tensor *c0, bool reverse, bool time_order,
+                            eg_tensor **outputs);
 
 /* Undoes a build: releases the layer's variables and marks it unbuilt (a model build that failed
  * after it). */

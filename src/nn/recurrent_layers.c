@@ -419,6 +419,41 @@ static eg_status check_rnn_inputs(const eg_layer *layer, const eg_tensor *x, con
     return EG_OK;
 }
 
+/* An LSTM without a mask: the whole sequence as one node (eg__lstm_sequence), from the states in
+ * run->state (borrowed). *output and final (2, may be NULL) get new references. */
+static eg_status run_lstm_sequence(rnn_run *run, bool time_order, eg_tensor **output,
+                                   eg_tensor **final) {
+    bool reverse = run->layer->rnn.go_backwards;
+    int64_t T = run->steps, B = run->batch, H = run->units;
+    eg_tensor *out[2] = {NULL, NULL};
+    eg_status status = eg__lstm_sequence(run->projected, run->recurrent, run->state[0],
+                                         run->state[1], reverse, time_order, out);
+    if (status != EG_OK) return status;
+    int64_t last = time_order && reverse ? 0 : T - 1; /* the block of the last step processed */
+    eg_tensor *h_rows = eg_slice(out[0], 0, last * B, (last + 1) * B, 1);
+    eg_tensor *h_last = h_rows ? eg_reshape(h_rows, 2, (int64_t[]){B, H}) : NULL;
+    eg_release(h_rows);
+    if (h_last && run->layer->rnn.return_sequences) {
+        eg_tensor *steps = eg_reshape(out[0], 3, (int64_t[]){T, B, H});
+        eg_tensor *batch_major = steps ? eg_transpose(steps, 0, 1) : NULL;
+        *output = batch_major ? eg_contiguous(batch_major) : NULL;
+        eg_release(steps);
+        eg_release(batch_major);
+    } else if (h_last) {
+        *output = new_handle(h_last);
+    }
+    status = h_last && *output ? EG_OK : eg_last_status();
+    if (status == EG_OK && final) {
+        final[0] = h_last;
+        final[1] = out[1];
+        h_last = out[1] = NULL;
+    }
+    eg_release(h_last);
+    eg_release(out[0]);
+    eg_release(out[1]);
+    return status;
+}
+
 /* Runs the sequence; *output and final (n_states, may be NULL) get new references. Outputs of
  * every step are stacked in processing order (Keras' go_backwards), or in the input's time
  * order with time_order (a Bidirectional's backward half). */
@@ -444,13 +479,21 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
             eg__temp(t, eg_reshape(eg__temp(t, eg_slice(run.bias, 0, 1, 2, 1)), 1, row));
     }
     run.projected = eg__temp(t, project_inputs(&run, x));
-    run.step_inputs = calloc((size_t)run.steps, sizeof *run.step_inputs);
-    if (run.projected && run.step_inputs && run.steps <= INT32_MAX)
-        eg_custom_gradient(&split_steps, NULL, 1, &run.projected, (int)run.steps, run.step_inputs);
     int64_t state_shape[2] = {run.batch, run.units};
     for (int i = 0; i < n_states; i++)
         run.state[i] =
             initial ? eg_reshape(initial[i], 2, state_shape) : eg_zeros(x->dtype, 2, state_shape);
+    if (layer->kind == EG__LAYER_LSTM && !mask) {
+        status = run.projected && run.state[1]
+                     ? run_lstm_sequence(&run, time_order, output, final)
+                     : eg__error(EG_ERR_OUT_OF_MEMORY, "lstm: out of memory");
+        for (int i = 0; i < n_states; i++) eg_release(run.state[i]);
+        eg__temps_release(t);
+        return status;
+    }
+    run.step_inputs = calloc((size_t)run.steps, sizeof *run.step_inputs);
+    if (run.projected && run.step_inputs && run.steps <= INT32_MAX)
+        eg_custom_gradient(&split_steps, NULL, 1, &run.projected, (int)run.steps, run.step_inputs);
     bool sequences = layer->rnn.return_sequences;
     eg_tensor **outputs = sequences ? calloc((size_t)run.steps, sizeof *outputs) : NULL;
     eg_tensor *last = mask ? eg_zeros(x->dtype, 2, state_shape) : NULL;

@@ -66,37 +66,84 @@ static eg_tensor *sequence_loss(charlm *m, const eg_tensor *x, const eg_tensor *
                           : NULL;
 }
 
-/* Bits per character on text: every window of seq_len characters after the first predicts its
- * successors, each window starting with zero states. */
-static bool charlm_bpc(charlm *m, const char *text, int64_t n, long seq_len, double *bpc) {
+/* Adds the summed cross-entropy (nats) of predicting y from x, both (rows, width) ids, to *total,
+ * the LSTM starting from states (NULL: zeros) and leaving its final states there (kept out of
+ * the scope, released by the caller). */
+static bool score_window(charlm *m, const int32_t *x, const int32_t *y, int64_t rows, int64_t width,
+                         eg_tensor **states, double *total) {
     eg_scope_begin();
-    eg_tensor *ids = ids_of(text, n);
-    eg_dataset *ds = ids ? eg_dataset_from_token_windows(ids, seq_len, seq_len, false, 0) : NULL;
-    ds = eg_dataset_batch(ds, 64, false);
-    eg_dataset_iterator *it = ds ? eg_dataset_iterator_new(ds) : NULL;
-    double total = 0;
-    int64_t count = 0;
-    bool ok = it != NULL;
-    while (ok) {
-        eg_scope_begin();
-        eg_element batch;
-        bool end = false;
-        ok = eg_dataset_iterator_next(it, &batch, &end) == EG_OK;
-        if (ok && !end) {
-            eg_tensor *loss = sequence_loss(m, batch.tensors[0], batch.tensors[1], false);
-            int64_t chars = eg_tensor_n_elems(batch.tensors[1]);
-            ok = loss != NULL;
-            if (ok) total += eg_item(loss) * (double)chars;
-            count += chars;
+    int64_t shape[2] = {rows, width}, flat = rows * width;
+    eg_tensor *ids = eg_tensor_from_data(x, EG_DTYPE_I32, 2, shape);
+    eg_tensor *labels = eg_tensor_from_data(y, EG_DTYPE_I32, 1, &flat);
+    eg_tensor *h = ids ? eg_layer_call(m->embedding, ids, false) : NULL, *seq = NULL;
+    eg_tensor *next[2] = {NULL, NULL};
+    bool ok = h && labels &&
+              eg_rnn_call(m->lstm, h, NULL, states[0] ? states : NULL, false, &seq, next) == EG_OK;
+    eg_tensor *logits = ok ? eg_layer_call(m->output, seq, false) : NULL;
+    eg_tensor *rows_logits = logits ? eg_reshape(logits, 2, (const int64_t[]){flat, VOCAB}) : NULL;
+    eg_tensor *loss =
+        rows_logits ? eg_sum(eg_sparse_softmax_cross_entropy(rows_logits, labels), 0, NULL, false)
+                    : NULL;
+    ok = loss != NULL;
+    if (ok) {
+        *total += eg_item(loss);
+        for (int i = 0; i < 2; i++) {
+            eg_scope_keep(next[i]);
+            eg_release(states[i]);
+            states[i] = next[i];
         }
-        eg_scope_end();
-        if (end) break;
     }
-    eg_dataset_iterator_free(it);
-    eg_dataset_free(ds);
     eg_scope_end();
-    *bpc = count ? total / (double)count / log(2.0) : NAN;
-    return ok && count > 0;
+    return ok;
+}
+
+/* Bits per character on text, each character predicted from all that precede it: the text is
+ * cut into STREAMS contiguous parts run side by side in windows of seq_len characters, the
+ * LSTM's states carried from one window to the next (as generation carries them), and the few
+ * characters past the last whole part are scored after the last part, from its states. */
+static bool charlm_bpc(charlm *m, const char *text, int64_t n, long seq_len, double *bpc) {
+    enum { STREAMS = 64 };
+    int64_t predicted = n - 1;
+    int64_t streams = predicted < STREAMS ? predicted : STREAMS;
+    int64_t length = streams ? predicted / streams : 0, rest = predicted - streams * length;
+    int64_t window = seq_len > length ? length : seq_len;
+    if (window < 1) return false;
+    size_t cells = (size_t)(streams * window > rest ? streams * window : rest);
+    int32_t *x = malloc(cells * sizeof *x), *y = malloc(cells * sizeof *y);
+    eg_tensor *states[2] = {NULL, NULL};
+    double total = 0;
+    bool ok = x && y;
+    for (int64_t t0 = 0; ok && t0 < length; t0 += window) {
+        int64_t w = length - t0 < window ? length - t0 : window;
+        for (int64_t r = 0; r < streams; r++)
+            for (int64_t t = 0; t < w; t++) {
+                x[r * w + t] = (unsigned char)text[r * length + t0 + t];
+                y[r * w + t] = (unsigned char)text[r * length + t0 + t + 1];
+            }
+        ok = score_window(m, x, y, streams, w, states, &total);
+    }
+    if (ok && rest > 0) {
+        eg_tensor *last[2] = {NULL, NULL};
+        for (int i = 0; i < 2; i++) {
+            eg_tensor *row = eg_slice(states[i], 0, streams - 1, streams, 1);
+            last[i] = row ? eg_contiguous(row) : NULL;
+            eg_release(row);
+            ok = ok && last[i];
+        }
+        for (int64_t t = 0; t < rest; t++) {
+            x[t] = (unsigned char)text[streams * length + t];
+            y[t] = (unsigned char)text[streams * length + t + 1];
+        }
+        ok = ok && score_window(m, x, y, 1, rest, last, &total);
+        eg_release(last[0]);
+        eg_release(last[1]);
+    }
+    eg_release(states[0]);
+    eg_release(states[1]);
+    free(x);
+    free(y);
+    *bpc = total / (double)predicted / log(2.0);
+    return ok;
 }
 
 static int charlm_fail(const char *what) {
