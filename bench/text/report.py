@@ -11,6 +11,19 @@ LINE = re.compile(r"^(result|batches|memory) (.*)$", re.M)
 GOAL = 2.0
 
 
+def step_flops(model, batch, seq):
+    """A training step's multiply-adds x 2 in the matrix products (the backward's are twice the
+    forward's), causal attention counted over the visible half of the scores: the same for both
+    frameworks, so GFLOP/s says how near each comes to the core's peak."""
+    if model == "lstm":
+        e, h, v = 64, 512, 256
+        forward = 2 * (4 * h * (e + h) + h * v)
+    else:
+        d, f, blocks, v = 256, 1024, 4, 256
+        forward = blocks * 2 * (4 * d * d + 2 * d * f + d * seq) + 2 * d * v
+    return 3 * forward * batch * seq
+
+
 def fields(text):
     return dict(kv.split("=", 1) for kv in text.split())
 
@@ -33,7 +46,7 @@ def main():
 
     rates = {}
     print(f"{'model':<12} {'thr':>3} {'framework':<9} {'samples/s':>10} {'chars/s':>9} "
-          f"{'samples/cpu-s':>13} {'bits/char':>9} {'runs':>4} {'eagle/torch':>11}")
+          f"{'samples/cpu-s':>13} {'GFLOP/s':>7} {'bits/char':>9} {'runs':>4} {'eagle/torch':>11}")
     previous = None
     for (model, threads, fw) in sorted(results, key=lambda k: (k[0], k[1], k[2] != "eagle")):
         runs = results[(model, threads, fw)]
@@ -48,10 +61,12 @@ def main():
         if previous and previous != (model, threads):
             print()
         previous = (model, threads)
+        gflops = rate / batch * step_flops(model, batch, seq) / 1e9
         print(f"{model:<12} {threads:>3} {fw:<9} {rate:>10.1f} {rate * seq:>9.0f} {cpu_rate:>13.1f} "
-              f"{float(runs[-1]['bits_per_char']):>9.3f} {len(runs):>4} {ratio:>11}")
+              f"{gflops:>7.1f} {float(runs[-1]['bits_per_char']):>9.3f} {len(runs):>4} {ratio:>11}")
     print("samples/s and samples/cpu-s: medians over the runs (each a timed stretch of steps after "
-          "the warm-up);\nchars/s = samples/s x sequence length; bits/char: the training loss "
+          "the warm-up);\nchars/s = samples/s x sequence length; GFLOP/s: the matrix products' "
+          "(step_flops) per second;\nbits/char: the training loss "
           "over the last run's steps;\neagle/torch: Eagle's samples/s over PyTorch's (the goal: "
           f">= {GOAL:.0f}x).")
     for (model, threads, fw) in sorted(rates):

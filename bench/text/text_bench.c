@@ -3,6 +3,7 @@
  * way for PyTorch:
  *   bench_text --model lstm|transformer [--threads N] [--steps N] [--warmup N] [--repeat N]
  *              [--batch N] [--seq-len N] [--learning-rate X] [--seed N] [--data FILE]
+ *              [--profile 1]                 Eagle's per-op profile of the timed steps, at the end
  *   bench_text --dump-text FILE [--data FILE]    the training text, for torch_text.py
  *   bench_text --attention-memory [--length T]   the fused attention's memory (one head of 64)
  * lstm is `eagle train --model charlm`'s model (tools/eagle/charlm.c): Embedding(256, 64) ->
@@ -25,7 +26,7 @@ enum { VOCAB = 256, MAX_VARS = 128 };
 
 typedef struct options {
     const char *model, *data_path, *dump_path;
-    long threads, steps, warmup, repeat, batch, seq_len, length;
+    long threads, steps, warmup, repeat, batch, seq_len, length, profile;
     double learning_rate;
     unsigned long long seed;
     bool attention_memory;
@@ -144,6 +145,7 @@ static int run_training(const options *o) {
             status = fail("warm-up step");
             goto done;
         }
+    if (o->profile) eg_profiler_start(EG_PROFILE_OPS);
     for (long r = 0; r < o->repeat; r++) {
         double wall = clock_seconds(CLOCK_MONOTONIC), cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID),
                total = 0;
@@ -161,6 +163,10 @@ static int run_training(const options *o) {
                o->model, eg_get_num_threads(), o->batch, o->seq_len, o->steps, r, wall, cpu,
                total / (double)o->steps / log(2.0));
         fflush(stdout);
+    }
+    if (o->profile) {
+        eg_profiler_stop();
+        eg_profiler_report(stdout, 0);
     }
     printf("batches framework=eagle model=%s threads=%d seed=%llu hash=%016llx\n", o->model,
            eg_get_num_threads(), o->seed, (unsigned long long)hash);
@@ -292,6 +298,8 @@ int main(int argc, char **argv) {
             o.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--data"))
             o.data_path = v;
+        else if (!strcmp(a, "--profile"))
+            o.profile = atol(v);
         else if (!strcmp(a, "--dump-text"))
             o.dump_path = v;
         else {
