@@ -34,6 +34,8 @@ CANNOT_FAIL = {
     "eg_device_kind_info": "text per kind",
     "eg_device_setting_problem": "reports settings problems itself; NULL = none",
     "eg_op_name": "NULL = no such op",
+    "eg_row_sparse_indices": "NULL = not a row-sparse tensor",
+    "eg_row_sparse_values": "NULL = not a row-sparse tensor",
     "eg_cmudict_phoneme_name": "NULL = no such phoneme id",
     "eg_strategy_name": "name or \"(null)\"",
     "eg_distribute_info": "fixed text",

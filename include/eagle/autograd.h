@@ -147,6 +147,17 @@ bool eg_is_variable(const eg_tensor *t);
 const char *eg_variable_name(const eg_tensor *variable);
 bool eg_variable_trainable(const eg_tensor *variable);
 void eg_variable_set_trainable(eg_tensor *variable, bool trainable);
+/* Whether the variable's gradient through eg_gather on axis 0 (a lookup of some of its rows, as an
+ * Embedding does) is row-sparse (tensor.h): the gradient a tape returns for it then holds the
+ * rows read and their gradients, never the whole table, and the optimizers update those rows
+ * alone (TF's IndexedSlices with LazyAdam's rule: a row's slots change only at steps that read
+ * it). Off by default. Where a row-sparse gradient cannot be made it is dense as before: when a
+ * tape records the gradient computation itself (higher-order gradients need the dense ops), or
+ * when the variable is used otherwise too (the sum is then dense). Differentiating the lookup
+ * inside a traced function (eg_function) is EG_ERR_UNSUPPORTED while this is on. A 2-d or
+ * higher f32/f64 variable only: EG_ERR_INVALID_ARGUMENT otherwise. */
+eg_status eg_variable_set_sparse_gradient(eg_tensor *variable, bool sparse);
+bool eg_variable_sparse_gradient(const eg_tensor *variable);
 /* In-place updates; value must have the variable's shape (or broadcast to it) and dtype. A value
  * on another device is copied to the variable's first. The update is not recorded on tapes. */
 eg_status eg_assign(eg_tensor *variable, const eg_tensor *value);
@@ -157,6 +168,8 @@ eg_status eg_assign_sub(eg_tensor *variable, const eg_tensor *value);
 #define eg_tape_begin(...) EG_CALLSITE_(eg_tape_begin(__VA_ARGS__))
 #define eg_tape_end(...) EG_CALLSITE_(eg_tape_end(__VA_ARGS__))
 #define eg_tape_watch(...) EG_CALLSITE_(eg_tape_watch(__VA_ARGS__))
+#define eg_variable_set_sparse_gradient(...)                                                       \
+    EG_CALLSITE_(eg_variable_set_sparse_gradient(__VA_ARGS__))
 #define eg_tape_gradient(...) EG_CALLSITE_(eg_tape_gradient(__VA_ARGS__))
 #define eg_tape_gradient_ex(...) EG_CALLSITE_(eg_tape_gradient_ex(__VA_ARGS__))
 #define eg_tape_gradients(...) EG_CALLSITE_(eg_tape_gradients(__VA_ARGS__))

@@ -271,6 +271,10 @@ typedef struct eg_embedding_options {
     bool mask_zero;                        /* id 0 is padding: the layer's mask is ids != 0, which
                                               a Sequential hands to the recurrent layers after it
                                               (default false) */
+    bool sparse_gradient;                  /* the table's gradient is row-sparse: only the rows
+                                              a batch looks up are in it, and the optimizers
+                                              update only those, their slots too (see
+                                              eg_variable_set_sparse_gradient; default false) */
     eg_initializer embeddings_initializer; /* default random_uniform(-0.05, 0.05) */
     eg_dtype dtype;                        /* of the table; default EG_DTYPE_F32 */
     eg_generator *generator;               /* as eg_dense_options' */

@@ -133,6 +133,9 @@ eg_status eg_split(const eg_tensor *t, int axis, int n, const int64_t *sizes, eg
 /* Picks entries along axis by indices (i32/i64, any shape): the result's shape is
  * t.shape[:axis] + indices.shape + t.shape[axis+1:]. Out-of-range indices are an error. */
 eg_tensor *eg_gather(const eg_tensor *t, const eg_tensor *indices, int axis);
+/* The dense tensor a row-sparse one (tensor.h) stands for: zeros but for its rows, repeated rows
+ * added up. EG_ERR_INVALID_ARGUMENT for a tensor that is not row-sparse. */
+eg_tensor *eg_row_sparse_to_dense(const eg_tensor *t);
 /* (…) int indices -> (…, depth) with on/off values 1/0 in dtype; out-of-range rows are all 0. */
 eg_tensor *eg_one_hot(const eg_tensor *indices, int64_t depth, eg_dtype dtype);
 /* Pads with a constant; widths has 2 entries per axis (before, after), all >= 0. */
@@ -386,6 +389,7 @@ eg_tensor *eg_all_reduce_done(const eg_tensor *started, int64_t tag);
 #define eg_softmax(...)       EG_CALLSITE_(eg_softmax(__VA_ARGS__))
 #define eg_log_softmax(...)   EG_CALLSITE_(eg_log_softmax(__VA_ARGS__))
 #define eg_matmul(...)        EG_CALLSITE_(eg_matmul(__VA_ARGS__))
+#define eg_row_sparse_to_dense(...)  EG_CALLSITE_(eg_row_sparse_to_dense(__VA_ARGS__))
 #define eg_matmul_ex(...)     EG_CALLSITE_(eg_matmul_ex(__VA_ARGS__))
 #define eg_matmul_low_precision(...) EG_CALLSITE_(eg_matmul_low_precision(__VA_ARGS__))
 #define eg_reshape(...)       EG_CALLSITE_(eg_reshape(__VA_ARGS__))

@@ -84,6 +84,18 @@ bool eg_tensor_shares_storage(const eg_tensor *a, const eg_tensor *b);
 /* Writes "(2, 3)" into buf (always NUL-terminated); returns buf. */
 char *eg_tensor_shape_string(const eg_tensor *t, char *buf, size_t buf_size);
 
+/* ---- row-sparse tensors ----
+ * What a table gets as its gradient when only some of its rows were read: an Embedding built
+ * with sparse_gradient (eg_embedding_options), like tf.IndexedSlices. Its shape and dtype are
+ * the dense tensor's; the dense value is zero but for rows indices[k] (i64, (n,)), which hold
+ * values[k] ((n, shape[1:])), repeated rows adding up. The optimizers apply it as it is (only
+ * the rows it names change, their slots too); ops refuse it with an error that says to call
+ * eg_row_sparse_to_dense (ops.h). */
+bool eg_tensor_is_row_sparse(const eg_tensor *t);
+/* Its parts, borrowed (valid while t lives); NULL, and no error, when t is not row-sparse. */
+eg_tensor *eg_row_sparse_indices(const eg_tensor *t);
+eg_tensor *eg_row_sparse_values(const eg_tensor *t);
+
 /* ---- host data ---- */
 /* Pointer to the first element in host memory (follow eg_tensor_strides for views). Realizes a
  * lazy tensor. NULL with an error if t is NULL or not on the CPU. Valid while t lives. The

@@ -19,4 +19,12 @@ eg__attrs eg__collective_attrs(int64_t member, int64_t *tag);
 /* The reduction of g (broadcast result) back to n_dims/shape: sums over broadcast axes. */
 eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape);
 
+/* Row-sparse tensors (row_sparse.c). a + b where one or both are row-sparse (same dense shape
+ * and dtype): row-sparse when both are (their rows listed together), else dense. */
+eg_tensor *eg__row_sparse_sum(const eg_tensor *a, const eg_tensor *b);
+/* t (row-sparse, f32/f64, on the CPU) with each row once, in ascending order, its values summed
+ * in lookup order (so a row has the bits of the dense gradient's): a new row-sparse tensor,
+ * NULL with an error (a row index out of range, another device). */
+eg_tensor *eg__row_sparse_coalesce(const eg_tensor *t);
+
 #endif

@@ -427,7 +427,37 @@ eg_status eg__backward_concat(const eg__backward_call *call) {
     return eg_last_status();
 }
 
+/* The rows a lookup read and their gradients, as a row-sparse tensor: indices flattened to i64,
+ * the gradient's leading axes (the indices') to one. */
+static eg_tensor *sparse_table_gradient(const eg__backward_call *call) {
+    const eg_tensor *table = IN(0), *ids = IN(1);
+    int64_t n = ids->n_elems, shape[EG_MAX_DIMS];
+    shape[0] = n;
+    for (int d = 1; d < table->n_dims; d++) shape[d] = table->shape[d];
+    eg_tensor *flat = eg_reshape(ids, 1, &n);
+    eg_tensor *rows = flat && ids->dtype != EG_DTYPE_I64 ? eg_cast(flat, EG_DTYPE_I64) : flat;
+    if (rows != flat) eg_release(flat);
+    eg_tensor *values = rows ? eg_reshape(GRAD, table->n_dims, shape) : NULL;
+    eg_tensor *sparse =
+        values ? eg__row_sparse_new(rows, values, table->n_dims, table->shape) : NULL;
+    eg_release(rows);
+    eg_release(values);
+    return sparse;
+}
+
 eg_status eg__backward_gather(const eg__backward_call *call) {
+    if (NEEDS(0) && call->attrs->axis == 0 && eg_variable_sparse_gradient(IN(0))) {
+        if (eg__executor_current() == &eg__graph_executor)
+            return eg__error(EG_ERR_UNSUPPORTED,
+                             "gather: '%s' has a row-sparse gradient (sparse_gradient), which a "
+                             "traced function cannot apply yet; turn it off to trace",
+                             eg_variable_name(IN(0)));
+        const eg_tensor *recorded[3] = {IN(0), IN(1), GRAD};
+        if (!eg__tapes_would_record(3, recorded)) {
+            SET_GRAD(0, sparse_table_gradient(call));
+            return eg_last_status();
+        }
+    }
     eg__attrs attrs = {.axis = call->attrs->axis, .n_dims = IN(0)->n_dims};
     memcpy(attrs.shape, IN(0)->shape, sizeof attrs.shape);
     const eg_tensor *in[2] = {GRAD, IN(1)};

@@ -6,6 +6,7 @@
 #include "autograd/internal.h"
 #include "base/error.h"
 #include "exec/observer.h"
+#include "api/internal.h"
 
 typedef struct record {
     eg__op op;
@@ -236,7 +237,8 @@ static void release_records(eg_tape *tape) {
 static eg_status accumulate(eg__idmap *grads, uint64_t id, eg_tensor *g) {
     eg_tensor *existing = eg__idmap_get(grads, id);
     if (existing) {
-        eg_tensor *sum = eg_add(existing, g);
+        eg_tensor *sum = existing->row_values || g->row_values ? eg__row_sparse_sum(existing, g)
+                                                               : eg_add(existing, g);
         eg__unref(existing);
         eg__unref(g);
         if (!sum) return eg_last_status();

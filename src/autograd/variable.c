@@ -12,6 +12,7 @@ typedef struct eg__variable_info {
     const eg__attachment_ops *ops; /* first: how core frees it with its tensor */
     char *name;
     bool trainable;
+    bool sparse_gradient; /* eg_variable_set_sparse_gradient */
 } eg__variable_info;
 
 /* dst (contiguous, dst's shape) = src, by the device's copy kernel. */
@@ -71,6 +72,23 @@ bool eg_variable_trainable(const eg_tensor *v) {
 }
 void eg_variable_set_trainable(eg_tensor *v, bool trainable) {
     if (v && v->variable) v->variable->trainable = trainable;
+}
+
+eg_status eg_variable_set_sparse_gradient(eg_tensor *v, bool sparse) {
+    if (!eg__check_arg(v, "variable_set_sparse_gradient", 0)) return eg_last_status();
+    if (!v->variable)
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "variable_set_sparse_gradient: not a variable");
+    if (sparse && (v->n_dims < 2 || (v->dtype != EG_DTYPE_F32 && v->dtype != EG_DTYPE_F64)))
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "variable_set_sparse_gradient: '%s' must be an f32 or f64 table of 2 or "
+                         "more dims, got %s of %d dims",
+                         v->variable->name, eg_dtype_name(v->dtype), v->n_dims);
+    v->variable->sparse_gradient = sparse;
+    return EG_OK;
+}
+
+bool eg_variable_sparse_gradient(const eg_tensor *v) {
+    return v && v->variable && v->variable->sparse_gradient;
 }
 
 typedef enum { ASSIGN_SET, ASSIGN_ADD, ASSIGN_SUB } assign_kind;

@@ -73,7 +73,12 @@ bool eg__normalize_axis(int *axis, int n_dims) {
 }
 
 bool eg__check_arg_failed(const eg_tensor *t, const char *op, int index) {
-    if (t) {
+    if (t && t->row_values && !t->debug_released) {
+        eg__error(EG_ERR_INVALID_ARGUMENT,
+                  "%s: argument %d is a row-sparse gradient (some rows of a table); "
+                  "eg_row_sparse_to_dense makes it a dense tensor",
+                  op, index);
+    } else if (t) {
         char what[96];
         snprintf(what, sizeof what, "%s (argument %d)", op, index);
         eg__debug_released_error(t, what, false);
@@ -347,6 +352,38 @@ eg_tensor *eg__tensor_lazy(const eg__meta *meta, const eg_device *device) {
     return t;
 }
 
+eg_tensor *eg__row_sparse_new(const eg_tensor *indices, const eg_tensor *values, int n_dims,
+                              const int64_t *shape) {
+    if (!indices || !values) return NULL;
+    eg_tensor *t = tensor_struct_new();
+    if (!t) return NULL;
+    t->dtype = values->dtype;
+    t->n_dims = n_dims;
+    memcpy(t->shape, shape, (size_t)n_dims * sizeof *shape);
+    t->n_elems = eg__shape_n_elems(n_dims, shape);
+    eg__contiguous_strides(n_dims, shape, t->strides);
+    t->device = values->device;
+    eg__ref(indices);
+    eg__ref(values);
+    t->row_indices = (eg_tensor *)indices;
+    t->row_values = (eg_tensor *)values;
+    eg__debug_track(t);
+    eg__scope_register(t);
+    return t;
+}
+
+bool eg_tensor_is_row_sparse(const eg_tensor *t) {
+    return t && t->row_values;
+}
+
+eg_tensor *eg_row_sparse_indices(const eg_tensor *t) {
+    return t ? t->row_indices : NULL;
+}
+
+eg_tensor *eg_row_sparse_values(const eg_tensor *t) {
+    return t ? t->row_values : NULL;
+}
+
 eg__storage *eg__storage_new(const eg_device *device, size_t n_bytes) {
     eg__storage *storage = malloc(sizeof *storage);
     if (!storage) {
@@ -433,6 +470,10 @@ eg_tensor *eg__tensor_from_external(void *data, size_t n_bytes, const eg_device 
 eg_status eg__realize_deferred(const eg_tensor *t) {
     /* a retired tensor has no storage: every read of a value comes here */
     if (__builtin_expect(t->debug_released, 0)) return eg__debug_released_error(t, NULL, false);
+    if (t->row_values)
+        return eg__error(EG_ERR_INVALID_ARGUMENT,
+                         "a row-sparse gradient has no dense values to read; "
+                         "eg_row_sparse_to_dense makes it a dense tensor");
     EG_ASSERT(t->lazy, return EG_ERR_INTERNAL);
     return eg__attachment_ops_of(t->lazy)->realize(t);
 }
@@ -510,6 +551,11 @@ static inline __attribute__((always_inline)) void unref(eg_tensor *t, eg__releas
     if (t->scope) eg__scope_forget(t);
     if (t->variable) eg__attachment_ops_of(t->variable)->free(t->variable);
     if (t->lazy) eg__attachment_ops_of(t->lazy)->free(t->lazy);
+    if (t->row_values) {
+        eg__unref(t->row_indices);
+        eg__unref(t->row_values);
+        t->row_indices = t->row_values = NULL;
+    }
     /* A tensor allocated with its storage lives in the storage's block: the block goes when
      * the last view of the storage does. */
     bool in_storage_block = t->storage && t->storage->container == (void *)t;

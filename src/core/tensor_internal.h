@@ -104,6 +104,10 @@ struct eg_tensor {
     /* Pending lazy nodes that read this tensor: their references are not the user's, so they
      * do not keep a computed intermediate alive (see src/lazy/lazy.c). */
     atomic_int lazy_consumers;
+    /* A row-sparse tensor (an Embedding table's gradient): no storage and no lazy node; the
+     * dense tensor of shape/dtype is zero but for rows row_indices (i64, (n,)) of row_values
+     * ((n, shape[1:])), rows that repeat adding up. Both owned; NULL for every other tensor. */
+    eg_tensor *row_indices, *row_values;
 };
 
 /* Shape and dtype of an op's result, as inferred before anything is allocated. When is_view is
@@ -249,9 +253,20 @@ char *eg__tensor_made_at(const eg_tensor *t, char *buf, size_t size);
  * retired, names the use after release. */
 bool eg__check_arg_failed(const eg_tensor *t, const char *op, int index);
 static inline bool eg__check_arg(const eg_tensor *t, const char *op, int index) {
+    if (__builtin_expect(t && !t->debug_released && !t->row_values, 1)) return true;
+    return eg__check_arg_failed(t, op, index);
+}
+/* eg__check_arg that lets a row-sparse tensor through (what reads its parts). */
+static inline bool eg__check_arg_sparse_ok(const eg_tensor *t, const char *op, int index) {
     if (__builtin_expect(t && !t->debug_released, 1)) return true;
     return eg__check_arg_failed(t, op, index);
 }
+
+/* A row-sparse tensor of dense shape (n_dims >= 1, shape) from indices (i64, (n,)) and values
+ * ((n, shape[1:]), the dtype and device of the result), both taken by new references: a new
+ * reference registered with the current scope, NULL with an error. */
+eg_tensor *eg__row_sparse_new(const eg_tensor *indices, const eg_tensor *values, int n_dims,
+                              const int64_t *shape);
 
 /* Copies a contiguous buffer of dtype values into double / from double (for printing, item,
  * generic casts). */

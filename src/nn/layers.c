@@ -502,6 +502,8 @@ eg_status eg__layer_rename_variables(eg_layer *layer) {
             return eg_last_status();
         }
         eg_variable_set_trainable(renamed[i], eg_variable_trainable(layer->variables[i]));
+        if (eg_variable_sparse_gradient(layer->variables[i]))
+            (void)eg_variable_set_sparse_gradient(renamed[i], true); /* allowed on the original */
     }
     for (int i = 0; i < layer->n_variables; i++) {
         eg_release(layer->variables[i]);

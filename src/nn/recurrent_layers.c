@@ -159,6 +159,11 @@ static eg_status build_embedding(eg_layer *layer, int n_dims, const int64_t *inp
         eg_tensor *table = eg__layer_make_variable(
             layer, "embeddings", &layer->embedding.embeddings_initializer, 2, shape);
         if (!table) return eg_last_status();
+        if (layer->embedding.sparse_gradient &&
+            eg_variable_set_sparse_gradient(table, true) != EG_OK) {
+            eg_release(table);
+            return eg_last_status();
+        }
         layer->variables[0] = table;
         layer->n_variables = 1;
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "core/tensor_internal.h"
 #include "eagle/ops.h"
 #include "optim/internal.h"
 
@@ -61,18 +62,34 @@ static eg_tensor *global_norm(int n, eg_tensor *const *grads) {
 eg_tensor **eg__clip_gradients(const eg_gradient_clipping *c, const char *what, int n,
                                eg_tensor *const *grads) {
     eg_tensor **out = calloc((size_t)(n ? n : 1), sizeof *out);
-    if (!out) {
+    /* a row-sparse gradient (coalesced: each row once) is clipped through its values, whose
+     * norm is the dense gradient's */
+    eg_tensor **dense = calloc((size_t)(n ? n : 1), sizeof *dense);
+    if (!out || !dense) {
+        free(out);
+        free(dense);
         eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the clipped gradients", what);
         return NULL;
     }
-    eg_tensor *joint = c->global_clipnorm > 0 ? global_norm(n, grads) : NULL;
+    for (int i = 0; i < n; i++) {
+        eg_tensor *values = eg_row_sparse_values(grads[i]);
+        dense[i] = values ? values : grads[i];
+    }
+    eg_tensor *joint = c->global_clipnorm > 0 ? global_norm(n, dense) : NULL;
     bool ok = c->global_clipnorm <= 0 || joint;
     for (int i = 0; i < n && ok; i++) {
         if (!grads[i]) continue;
-        out[i] = joint ? scaled_to(grads[i], joint, c->global_clipnorm) : clip_one(c, grads[i]);
+        out[i] = joint ? scaled_to(dense[i], joint, c->global_clipnorm) : clip_one(c, dense[i]);
+        if (out[i] && dense[i] != grads[i]) {
+            eg_tensor *sparse = eg__row_sparse_new(eg_row_sparse_indices(grads[i]), out[i],
+                                                   grads[i]->n_dims, grads[i]->shape);
+            eg_release(out[i]);
+            out[i] = sparse;
+        }
         ok = out[i] != NULL;
     }
     eg_release(joint);
+    free(dense);
     if (ok) return out;
     for (int i = 0; i < n; i++) eg_release(out[i]);
     free(out);

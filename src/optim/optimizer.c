@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "api/internal.h"
 #include "base/idmap.h"
 #include "eagle/autograd.h"
 #include "eagle/ops.h"
@@ -319,17 +320,42 @@ eg_status eg_optimizer_apply_gradients(eg_optimizer *opt, int n, eg_tensor *cons
     }
     eg__idmap_clear(&seen);
     if (status != EG_OK) return status;
+    int n_sparse = 0;
+    for (int i = 0; i < n; i++) n_sparse += eg_tensor_is_row_sparse(grads[i]);
+    if (n_sparse && opt->loss_scale)
+        return eg__error(EG_ERR_UNSUPPORTED,
+                         "%s: loss scaling does not take row-sparse gradients yet (an Embedding "
+                         "with sparse_gradient)",
+                         opt->name);
     if (opt->loss_scale) return eg__loss_scale_apply(opt, n, grads, variables);
+    /* Row-sparse gradients with each row once: what clipping's norms and the row updates need */
+    eg_tensor **coalesced = NULL;
+    if (n_sparse) {
+        coalesced = calloc((size_t)n, sizeof *coalesced);
+        if (!coalesced) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
+        for (int i = 0; i < n && status == EG_OK; i++) {
+            coalesced[i] =
+                eg_tensor_is_row_sparse(grads[i]) ? eg__row_sparse_coalesce(grads[i]) : grads[i];
+            if (!coalesced[i] && grads[i]) status = eg_last_status();
+        }
+        grads = coalesced;
+    }
     eg_tensor **clipped = NULL;
-    if (eg__optimizer_clips(opt)) {
+    if (status == EG_OK && eg__optimizer_clips(opt)) {
         clipped = eg__clip_gradients(&opt->clipping, opt->name, n, grads);
-        if (!clipped) return eg_last_status();
-        grads = clipped;
+        if (clipped)
+            grads = clipped;
+        else
+            status = eg_last_status();
     }
     /* now (eager, lazy), or at every replay of the function being traced */
-    status = eg__executor_current()->update(&updater, opt, n, grads, variables);
+    if (status == EG_OK)
+        status = eg__executor_current()->update(&updater, opt, n, grads, variables);
     for (int i = 0; clipped && i < n; i++) eg_release(clipped[i]);
     free(clipped);
+    for (int i = 0; coalesced && i < n; i++)
+        if (eg_tensor_is_row_sparse(coalesced[i])) eg_release(coalesced[i]);
+    free(coalesced);
     return status;
 }
 
@@ -338,19 +364,42 @@ eg_status eg__optimizer_apply_now(eg_optimizer *opt, int n, eg_tensor *const *gr
     return apply_now(opt, n, grads, variables);
 }
 
+/* One piece per row of a coalesced row-sparse gradient g of variable v: the row's elements of v
+ * and of its slots, updated by the same loop as a dense gradient's elements. */
+static void add_row_pieces(const eg_tensor *g, eg_tensor *v, const slot_set *slots,
+                           eg__update_piece *pieces, int *n_pieces, int64_t *total) {
+    int64_t width = v->n_elems / v->shape[0], bytes = width * (int64_t)eg_dtype_size(v->dtype);
+    const int64_t *rows = eg__data(g->row_indices);
+    const char *values = eg__data(g->row_values);
+    for (int64_t k = 0; k < g->row_indices->n_elems; k++) {
+        eg__update_piece *piece = &pieces[(*n_pieces)++];
+        *piece = (eg__update_piece){.dtype = v->dtype,
+                                    .variable = (char *)eg__data(v) + rows[k] * bytes,
+                                    .grad = values + k * bytes,
+                                    .first = *total,
+                                    .count = width};
+        for (int s = 0; s < MAX_SLOTS; s++)
+            if (slots->slots[s])
+                piece->slots[s] = (char *)eg__data(slots->slots[s]) + rows[k] * bytes;
+        *total += width;
+    }
+}
+
 /* The step now, the pairs checked: the updater's apply. */
 static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
                            eg_tensor *const *variables) {
     eg_status status = EG_OK;
     /* Lazy gradients are computed together: one by one they would recompute shared work. */
-    int n_pending = 0;
-    for (int i = 0; i < n; i++) n_pending += grads[i] && !grads[i]->storage;
+    int n_pending = 0; /* (row-sparse gradients come coalesced, computed) */
+    for (int i = 0; i < n; i++)
+        n_pending += grads[i] && !grads[i]->storage && !grads[i]->row_values;
     if (n_pending) {
         eg_tensor **pending = malloc(sizeof *pending * (size_t)n_pending);
         if (!pending) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
         n_pending = 0;
         for (int i = 0; i < n; i++)
-            if (grads[i] && !grads[i]->storage) pending[n_pending++] = grads[i];
+            if (grads[i] && !grads[i]->storage && !grads[i]->row_values)
+                pending[n_pending++] = grads[i];
         status = eg_realize(n_pending, pending);
         free(pending);
     }
@@ -372,12 +421,28 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
     prepared items_on_stack[ON_STACK] = {{0}};
     eg__update_piece pieces_on_stack[ON_STACK];
     prepared *items = n <= ON_STACK ? items_on_stack : calloc((size_t)n, sizeof *items);
+    int64_t n_rows = 0; /* pieces beyond one per variable: a row-sparse gradient's rows */
     if (!items) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     eg_no_grad_begin();
     eg__scope_suspend();
     for (int i = 0; i < n && status == EG_OK; i++) {
         const eg_tensor *g = grads[i], *v = variables[i];
         if (!g) continue;
+        if (g->row_values) { /* coalesced: f32/f64 values of the table's dtype, on its device */
+            if (g->dtype != v->dtype || !v->n_dims) {
+                status = eg__error(EG_ERR_DTYPE, "%s: row-sparse gradient of '%s' is %s, not %s",
+                                   opt->name, eg_variable_name(v), eg_dtype_name(g->dtype),
+                                   eg_dtype_name(v->dtype));
+                break;
+            }
+            if (!(items[i].slots = get_slots(opt, v))) {
+                status = eg_last_status();
+                break;
+            }
+            items[i].grad = NULL;
+            n_rows += g->row_indices->n_elems - 1;
+            continue;
+        }
         if (g->dtype != v->dtype)
             g = items[i].owned = eg_cast(g, v->dtype);              /* contiguous */
         else if (!eg__is_contiguous(g) || g->storage == v->storage) /* views; aliasing */
@@ -390,7 +455,8 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
     }
     eg__update_piece *pieces = NULL;
     if (status == EG_OK) {
-        pieces = n <= ON_STACK ? pieces_on_stack : calloc((size_t)n, sizeof *pieces);
+        pieces =
+            n + n_rows <= ON_STACK ? pieces_on_stack : calloc((size_t)(n + n_rows), sizeof *pieces);
         if (!pieces) status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", opt->name);
     }
     if (status == EG_OK) {
@@ -408,6 +474,10 @@ static eg_status apply_now(eg_optimizer *opt, int n, eg_tensor *const *grads,
             for (int i = first; i < n; i++) {
                 eg_tensor *v = variables[i];
                 if (!grads[i] || v->n_elems == 0 || v->device != device) continue;
+                if (grads[i]->row_values) {
+                    add_row_pieces(grads[i], v, items[i].slots, pieces, &n_pieces, &total);
+                    continue;
+                }
                 eg__update_piece *piece = &pieces[n_pieces++];
                 *piece = (eg__update_piece){.dtype = v->dtype,
                                             .variable = eg__data(v),
