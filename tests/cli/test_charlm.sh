@@ -40,7 +40,15 @@ check "generate without --checkpoint exits 2" [ $? -eq 2 ]
 rc=$?
 check "a checkpoint of another size is refused, naming the shape" \
     bash -c '[ "$1" -eq 1 ] && grep -q "the model.s variable is f32" "$0"' "$dir/err.txt" "$rc"
+"$eagle" train --model charlm "${tiny[@]}" --state reset >"$dir/c.txt" 2>&1
+rc=$?
+check "random windows from zero states (--state reset) train too" \
+    bash -c '[ "$1" -eq 0 ] && [ -n "$(sed -n "s/^held-out books: \([0-9.]*\) bits.*/\1/p" "$0")" ]' \
+    "$dir/c.txt" "$rc"
+check "... on other batches than the carried streams" [ "$(bpc "$dir/a.txt")" != "$(bpc "$dir/c.txt")" ]
 "$eagle" train --model charlm --seq-len 1 >/dev/null 2>&1
 check "--seq-len 1 exits 2" [ $? -eq 2 ]
+"$eagle" train --model charlm --state sometimes >/dev/null 2>&1
+check "--state sometimes exits 2" [ $? -eq 2 ]
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -22,6 +22,7 @@ typedef struct charlm_options {
     const char *checkpoint; /* generate */
     const char *prompt;
     long hidden, embedding, seq_len, batch, steps, threads, length, top_k, eval_chars;
+    bool carry_state; /* --state carry: streams with carried states; reset: random windows */
     double minutes, learning_rate, temperature;
     unsigned long long seed;
 } charlm_options;
@@ -66,35 +67,90 @@ static eg_tensor *sequence_loss(charlm *m, const eg_tensor *x, const eg_tensor *
                           : NULL;
 }
 
-/* Adds the summed cross-entropy (nats) of predicting y from x, both (rows, width) ids, to *total,
- * the LSTM starting from states (NULL: zeros) and leaving its final states there (kept out of
- * the scope, released by the caller). */
-static bool score_window(charlm *m, const int32_t *x, const int32_t *y, int64_t rows, int64_t width,
-                         eg_tensor **states, double *total) {
-    eg_scope_begin();
+/* The cross-entropy (nats) of predicting y from x, both (rows, width) ids on the host, summed
+ * (sum) or averaged, the LSTM starting from states (entries NULL: zeros) and carrying on: its
+ * final states replace them (kept out of the scope; the caller releases the last ones). NULL
+ * with an error. A tape that records sees the whole computation but not the states' pasts. */
+static eg_tensor *window_loss(charlm *m, const int32_t *x, const int32_t *y, int64_t rows,
+                              int64_t width, bool training, bool sum, eg_tensor **states) {
     int64_t shape[2] = {rows, width}, flat = rows * width;
     eg_tensor *ids = eg_tensor_from_data(x, EG_DTYPE_I32, 2, shape);
     eg_tensor *labels = eg_tensor_from_data(y, EG_DTYPE_I32, 1, &flat);
-    eg_tensor *h = ids ? eg_layer_call(m->embedding, ids, false) : NULL, *seq = NULL;
+    eg_tensor *h = ids ? eg_layer_call(m->embedding, ids, training) : NULL, *seq = NULL;
     eg_tensor *next[2] = {NULL, NULL};
-    bool ok = h && labels &&
-              eg_rnn_call(m->lstm, h, NULL, states[0] ? states : NULL, false, &seq, next) == EG_OK;
-    eg_tensor *logits = ok ? eg_layer_call(m->output, seq, false) : NULL;
+    bool ok =
+        h && labels &&
+        eg_rnn_call(m->lstm, h, NULL, states[0] ? states : NULL, training, &seq, next) == EG_OK;
+    eg_tensor *logits = ok ? eg_layer_call(m->output, seq, training) : NULL;
     eg_tensor *rows_logits = logits ? eg_reshape(logits, 2, (const int64_t[]){flat, VOCAB}) : NULL;
-    eg_tensor *loss =
-        rows_logits ? eg_sum(eg_sparse_softmax_cross_entropy(rows_logits, labels), 0, NULL, false)
-                    : NULL;
-    ok = loss != NULL;
-    if (ok) {
-        *total += eg_item(loss);
+    eg_tensor *each = rows_logits ? eg_sparse_softmax_cross_entropy(rows_logits, labels) : NULL;
+    eg_tensor *loss = !each ? NULL
+                      : sum ? eg_sum(each, 0, NULL, false)
+                            : eg_mean(each, 0, NULL, false);
+    for (int i = 0; loss && i < 2; i++) {
+        eg_scope_keep(next[i]);
+        eg_release(states[i]);
+        states[i] = next[i];
+    }
+    return loss;
+}
+
+/* Adds window_loss's sum to *total (an evaluation: no training, in a scope of its own). */
+static bool score_window(charlm *m, const int32_t *x, const int32_t *y, int64_t rows, int64_t width,
+                         eg_tensor **states, double *total) {
+    eg_scope_begin();
+    eg_tensor *loss = window_loss(m, x, y, rows, width, false, true, states);
+    if (loss) *total += eg_item(loss);
+    eg_scope_end();
+    return loss != NULL;
+}
+
+/* Training windows taken in order from `rows` contiguous streams of the text, the LSTM's states
+ * carried from each window to the next (truncated back-propagation through time, as char-rnn
+ * trains): every position is trained with the context that precedes it, as the held-out score
+ * predicts, instead of from zero states at a random window's start. At the end of a pass the
+ * streams start again from their beginnings, shifted by a random offset, with zero states. */
+typedef struct stream_batches {
+    const char *text;
+    int64_t rows, width, length, position, shift;
+    int32_t *x, *y;
+    eg_tensor *states[2];
+    uint64_t random;
+} stream_batches;
+
+static bool streams_init(stream_batches *s, const char *text, int64_t n, int64_t rows,
+                         int64_t width, uint64_t seed) {
+    *s = (stream_batches){.text = text, .rows = rows, .width = width, .random = seed};
+    s->length = (n - 1 - width) / rows; /* room for a shift of up to `width` */
+    s->x = malloc(sizeof *s->x * (size_t)(rows * width));
+    s->y = malloc(sizeof *s->y * (size_t)(rows * width));
+    return s->x && s->y && s->length > width;
+}
+
+static void streams_next(stream_batches *s) {
+    if (s->position + s->width > s->length) {
+        s->position = 0;
+        s->random = s->random * 6364136223846793005ULL + 1442695040888963407ULL;
+        s->shift = (int64_t)((s->random >> 33) % (uint64_t)s->width);
         for (int i = 0; i < 2; i++) {
-            eg_scope_keep(next[i]);
-            eg_release(states[i]);
-            states[i] = next[i];
+            eg_release(s->states[i]);
+            s->states[i] = NULL;
         }
     }
-    eg_scope_end();
-    return ok;
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int64_t t = 0; t < s->width; t++) {
+            int64_t at = s->shift + r * s->length + s->position + t;
+            s->x[r * s->width + t] = (unsigned char)s->text[at];
+            s->y[r * s->width + t] = (unsigned char)s->text[at + 1];
+        }
+    s->position += s->width;
+}
+
+static void streams_free(stream_batches *s) {
+    eg_release(s->states[0]);
+    eg_release(s->states[1]);
+    free(s->x);
+    free(s->y);
 }
 
 /* Bits per character on text, each character predicted from all that precede it: the text is
@@ -172,12 +228,16 @@ static int run_training(const charlm_options *o) {
     ds = eg_dataset_batch(ds, o->batch, true);
     ds = eg_dataset_repeat(ds, -1);
     ds = eg_dataset_prefetch(ds, 2);
-    if (!charlm_build(&m, o->hidden, o->embedding) || !adam || !ds) {
+    stream_batches streams = {0};
+    if (!charlm_build(&m, o->hidden, o->embedding) || !adam || !ds ||
+        (o->carry_state &&
+         !streams_init(&streams, kjv.train, kjv.train_length, o->batch, o->seq_len, o->seed))) {
+        streams_free(&streams);
         eg_kjv_free(&kjv);
         return charlm_fail("charlm");
     }
     eg_model_summary(m.model, stdout);
-    eg_dataset_iterator *it = eg_dataset_iterator_new(ds);
+    eg_dataset_iterator *it = o->carry_state ? NULL : eg_dataset_iterator_new(ds);
     cli_interrupt_install();
     double start = cli_seconds(), budget = o->minutes * 60, recent = 0;
     long step = 0, recent_n = 0;
@@ -195,10 +255,17 @@ static int run_training(const charlm_options *o) {
         }
         eg_scope_begin();
         eg_element batch;
-        bool end = false;
-        bool ok = eg_dataset_iterator_next(it, &batch, &end) == EG_OK && !end;
+        bool end = false, ok = true;
+        if (o->carry_state)
+            streams_next(&streams);
+        else
+            ok = eg_dataset_iterator_next(it, &batch, &end) == EG_OK && !end;
         eg_tape *tape = ok ? eg_tape_begin(false) : NULL;
-        eg_tensor *loss = ok ? sequence_loss(&m, batch.tensors[0], batch.tensors[1], true) : NULL;
+        eg_tensor *loss = !ok ? NULL
+                          : o->carry_state
+                              ? window_loss(&m, streams.x, streams.y, o->batch, o->seq_len, true,
+                                            false, streams.states)
+                              : sequence_loss(&m, batch.tensors[0], batch.tensors[1], true);
         int n = 0;
         eg_tensor *const *vars = eg_model_trainable_variables(m.model, &n);
         eg_tensor *grads[8] = {NULL};
@@ -228,6 +295,7 @@ static int run_training(const charlm_options *o) {
         }
     }
     eg_dataset_iterator_free(it);
+    streams_free(&streams);
     double bpc = NAN;
     if (status == CLI_OK && !charlm_bpc(&m, kjv.test, test_n, o->seq_len, &bpc))
         status = charlm_fail("evaluation");
@@ -324,6 +392,7 @@ enum {
     OPT_TEMPERATURE,
     OPT_TOP_K,
     OPT_MODEL,
+    OPT_STATE,
 };
 
 static void print_help(const char *command) {
@@ -336,6 +405,10 @@ static void print_help(const char *command) {
                "  --steps N            train N steps instead of for a time\n"
                "  --seq-len N          characters per window (default 128)\n"
                "  --batch N            windows per step (default 32)\n"
+               "  --state carry|reset  carry: the windows follow each other in 32 (--batch)\n"
+               "                       streams of the text, the LSTM's states carried from\n"
+               "                       one to the next (default); reset: random windows, each\n"
+               "                       from zero states\n"
                "  --learning-rate LR   Adam's (default 0.002), cosine decay to 1/20 over the run,\n"
                "                       global clipnorm 1\n"
                "  --eval-chars N       score only the first N held-out characters\n"
@@ -374,6 +447,7 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
         {"length", required_argument, NULL, OPT_LENGTH},
         {"temperature", required_argument, NULL, OPT_TEMPERATURE},
         {"top-k", required_argument, NULL, OPT_TOP_K},
+        {"state", required_argument, NULL, OPT_STATE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -383,6 +457,7 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
                           .batch = 32,
                           .minutes = 20,
                           .learning_rate = 2e-3,
+                          .carry_state = true,
                           .length = 300,
                           .temperature = 0.8,
                           .seed = 42};
@@ -414,6 +489,11 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
             break;
         case OPT_MINUTES:
             ok = cli_parse_double(command, "--minutes", optarg, 0, 1e6, &o->minutes);
+            break;
+        case OPT_STATE:
+            if (strcmp(optarg, "carry") && strcmp(optarg, "reset"))
+                return cli_usage_error(command, "--state %s: carry or reset", optarg);
+            o->carry_state = !strcmp(optarg, "carry");
             break;
         case OPT_LR:
             ok = cli_parse_double(command, "--learning-rate", optarg, 1e-9, 10, &o->learning_rate);
