@@ -210,7 +210,7 @@ eg_status eg__mpi_group_new(double timeout_seconds, eg__mpi_group **out) {
     eg__mpi_control_job(&g->join, g, JOB_JOIN);
     g->join.deadline = eg__mpi_now_seconds() + timeout_seconds;
     eg__mpi_enqueue(&g->join);
-    while (!g->join.done) pthread_cond_wait(&eg__mpi_engine.done, &eg__mpi_engine.lock);
+    eg__mpi_wait(&g->join.done);
     if (g->join.status != EG_OK) {
         status = eg__error(g->join.status, "%s", g->join.message);
         eg__mpi_engine_release();
@@ -236,7 +236,7 @@ void eg__mpi_group_free(eg__mpi_group *g) {
     pthread_mutex_lock(&eg__mpi_engine.lock);
     eg__mpi_control_job(&g->leave, g, JOB_LEAVE);
     eg__mpi_enqueue(&g->leave);
-    while (!g->leave.done) pthread_cond_wait(&eg__mpi_engine.done, &eg__mpi_engine.lock);
+    eg__mpi_wait(&g->leave.done);
     while (g->jobs) { /* never waited for; the leave failed those in flight */
         job *j = g->jobs;
         g->jobs = j->next;

@@ -19,6 +19,8 @@
 #if defined(__linux__)
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 /* After a poll completes nothing, the progress thread polls on for this long — a transfer under
@@ -109,18 +111,38 @@ static void begin_leave(job *leave, job *active) {
     leave->finished = true;
 }
 
+/* The progress thread's policy: normal while replicas wait for it, idle otherwise (lock held).
+ * Idle alone starves it on a machine whose cores other processes keep busy: a waiting replica
+ * frees its core, but every runnable normal thread goes first, and a transfer that needs a few
+ * milliseconds of copying took longer than the strategy's timeout (rank 1 "sent 4 of 8 MiB
+ * within 10 s" under a sanitizer while other jobs ran). */
+static void set_progress_priority(bool normal) {
+#if defined(__linux__)
+    if (eg__mpi_engine.progress_tid)
+        sched_setscheduler((pid_t)eg__mpi_engine.progress_tid, normal ? SCHED_OTHER : SCHED_IDLE,
+                           &(struct sched_param){0});
+#else
+    (void)normal;
+#endif
+}
+
 static void *progress_main(void *unused) {
     (void)unused;
+    bool ok = start_mpi();
 #if defined(__linux__)
     prctl(PR_SET_TIMERSLACK, 1000UL); /* the backoff's short sleeps stay short */
     /* Idle priority: the thread runs on cores nothing else wants. At normal priority each start
      * woke it onto the core of the compute thread that posted the job, which then waited for it
      * (the wake preempts), and its polls took turns with the backward pass on a machine with
      * no core to spare; idle, it moves data while the step waits for it and on free cores
-     * (bench/distributed/run.sh). Where the kernel refuses, it keeps the normal priority. */
-    sched_setscheduler(0, SCHED_IDLE, &(struct sched_param){0});
+     * (bench/distributed/run.sh). Where the kernel refuses, it keeps the normal priority. While
+     * a replica waits for it, it runs at normal priority (eg__mpi_wait); MPI starts at normal
+     * priority, while the group's creator waits. */
+    pthread_mutex_lock(&eg__mpi_engine.lock);
+    eg__mpi_engine.progress_tid = (long)syscall(SYS_gettid);
+    set_progress_priority(eg__mpi_engine.waiters > 0);
+    pthread_mutex_unlock(&eg__mpi_engine.lock);
 #endif
-    bool ok = start_mpi();
     pthread_mutex_lock(&eg__mpi_engine.lock);
     eg__mpi_engine.init_state = ok ? 1 : -1;
     pthread_cond_broadcast(&eg__mpi_engine.done);
@@ -250,6 +272,13 @@ void eg__mpi_engine_release(void) {
 
 /* ---- what replica threads call ---- */
 
+void eg__mpi_wait(const bool *done) {
+    if (*done) return;
+    if (eg__mpi_engine.waiters++ == 0) set_progress_priority(true);
+    while (!*done) pthread_cond_wait(&eg__mpi_engine.done, &eg__mpi_engine.lock);
+    if (--eg__mpi_engine.waiters == 0) set_progress_priority(false);
+}
+
 /* Queues j for the progress thread (lock held). */
 void eg__mpi_enqueue(job *j) {
     j->next_work = NULL;
@@ -263,7 +292,7 @@ void eg__mpi_enqueue(job *j) {
 
 /* Takes j to the progress thread and waits for it (lock held); its error goes to this thread. */
 eg_status eg__mpi_finish(job *j, uint64_t *completed_ns) {
-    while (!j->done) pthread_cond_wait(&eg__mpi_engine.done, &eg__mpi_engine.lock);
+    eg__mpi_wait(&j->done);
     if (completed_ns) *completed_ns = j->completed_ns;
     eg__mpi_group *g = j->group;
     for (job **link = &g->jobs; *link; link = &(*link)->next)

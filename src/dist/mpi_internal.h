@@ -139,8 +139,14 @@ typedef struct eg__mpi_engine_state {
     char unusable_why[EG_ERROR_MESSAGE_SIZE];
     int64_t tag_slots;
     job *queue, *queue_tail;
+    long progress_tid; /* the progress thread's kernel id (Linux; 0 elsewhere or before) */
+    int waiters;       /* replica threads in eg__mpi_finish */
 } eg__mpi_engine_state;
 extern eg__mpi_engine_state eg__mpi_engine;
+
+/* Waits (lock held) until *done, which the progress thread sets; meanwhile the progress thread
+ * runs at normal priority instead of idle, so that it is not starved on a busy machine. */
+void eg__mpi_wait(const bool *done);
 
 static inline double eg__mpi_now_seconds(void) {
     struct timespec t;
