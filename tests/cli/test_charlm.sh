@@ -21,6 +21,8 @@ tiny=(--hidden 16 --embedding 8 --seq-len 16 --batch 4 --steps 3 --eval-chars 40
 rc=$?
 check "a short run ends with 0" [ "$rc" -eq 0 ]
 bpc() { sed -n 's/^held-out books: \([0-9.]*\) bits per character.*/\1/p' "$1"; }
+bpc_of() { bpc "$1"; }
+export -f bpc bpc_of
 check "it reports bits per character on the held-out books" \
     bash -c '[ -n "$(sed -n "s/^held-out books: \([0-9.]*\) bits.*/\1/p" "$0")" ]' "$dir/a.txt"
 "$eagle" train --model charlm "${tiny[@]}" >"$dir/b.txt" 2>&1
@@ -40,12 +42,26 @@ check "generate without --checkpoint exits 2" [ $? -eq 2 ]
 rc=$?
 check "a checkpoint of another size is refused, naming the shape" \
     bash -c '[ "$1" -eq 1 ] && grep -q "the model.s variable is f32" "$0"' "$dir/err.txt" "$rc"
-"$eagle" train --model charlm "${tiny[@]}" --state reset >"$dir/c.txt" 2>&1
+"$eagle" train --model charlm "${tiny[@]}" --state carry >"$dir/c.txt" 2>&1
 rc=$?
-check "random windows from zero states (--state reset) train too" \
+check "carried states over streams of the text (--state carry) train too" \
     bash -c '[ "$1" -eq 0 ] && [ -n "$(sed -n "s/^held-out books: \([0-9.]*\) bits.*/\1/p" "$0")" ]' \
     "$dir/c.txt" "$rc"
-check "... on other batches than the carried streams" [ "$(bpc "$dir/a.txt")" != "$(bpc "$dir/c.txt")" ]
+check "... on other batches than the random windows" [ "$(bpc "$dir/a.txt")" != "$(bpc "$dir/c.txt")" ]
+ev=(eval --model charlm --checkpoint "$dir/a.safetensors" --hidden 16 --embedding 8
+    --eval-chars 5000 --threads 1)
+"$eagle" "${ev[@]}" --seq-len 16 >"$dir/e16.txt" 2>&1
+rc=$?
+"$eagle" "${ev[@]}" --seq-len 50 >"$dir/e50.txt" 2>&1
+"$eagle" "${ev[@]}" --seq-len 16 --state reset >"$dir/r16.txt" 2>&1
+check "eval scores a saved model" bash -c '[ "$1" -eq 0 ] && [ -n "$(bpc_of "$0")" ]' "$dir/e16.txt" "$rc"
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && d < 0.0005 && d > -0.0005) }'; }
+check "carrying the states, the score does not depend on the window" \
+    close "$(bpc "$dir/e16.txt")" "$(bpc "$dir/e50.txt")"
+check "each window from zero states scores otherwise" \
+    bash -c '! [ "$0" = "$1" ]' "$(bpc "$dir/e16.txt")" "$(bpc "$dir/r16.txt")"
+"$eagle" eval --model charlm >/dev/null 2>&1
+check "eval without --checkpoint exits 2" [ $? -eq 2 ]
 "$eagle" train --model charlm --seq-len 1 >/dev/null 2>&1
 check "--seq-len 1 exits 2" [ $? -eq 2 ]
 "$eagle" train --model charlm --state sometimes >/dev/null 2>&1

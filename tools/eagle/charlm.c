@@ -22,7 +22,11 @@ typedef struct charlm_options {
     const char *checkpoint; /* generate */
     const char *prompt;
     long hidden, embedding, seq_len, batch, steps, threads, length, top_k, eval_chars;
-    bool carry_state; /* --state carry: streams with carried states; reset: random windows */
+    /* --state carry: streams with carried states; reset (default): random windows. Carrying
+     * lowers the training loss but scored worse on the held-out books in a 5-minute run
+     * (bench/RESULTS.md): its batches follow the text's order instead of being shuffled. */
+    bool carry_state;
+    bool state_given; /* --state was given (eval's default is carry) */
     double minutes, learning_rate, temperature;
     unsigned long long seed;
 } charlm_options;
@@ -157,7 +161,8 @@ static void streams_free(stream_batches *s) {
  * cut into STREAMS contiguous parts run side by side in windows of seq_len characters, the
  * LSTM's states carried from one window to the next (as generation carries them), and the few
  * characters past the last whole part are scored after the last part, from its states. */
-static bool charlm_bpc(charlm *m, const char *text, int64_t n, long seq_len, double *bpc) {
+static bool charlm_bpc(charlm *m, const char *text, int64_t n, long seq_len, bool carry,
+                       double *bpc) {
     enum { STREAMS = 64 };
     int64_t predicted = n - 1;
     int64_t streams = predicted < STREAMS ? predicted : STREAMS;
@@ -177,10 +182,14 @@ static bool charlm_bpc(charlm *m, const char *text, int64_t n, long seq_len, dou
                 y[r * w + t] = (unsigned char)text[r * length + t0 + t + 1];
             }
         ok = score_window(m, x, y, streams, w, states, &total);
+        for (int i = 0; !carry && i < 2; i++) { /* each window from zero states */
+            eg_release(states[i]);
+            states[i] = NULL;
+        }
     }
     if (ok && rest > 0) {
         eg_tensor *last[2] = {NULL, NULL};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; carry && i < 2; i++) {
             eg_tensor *row = eg_slice(states[i], 0, streams - 1, streams, 1);
             last[i] = row ? eg_contiguous(row) : NULL;
             eg_release(row);
@@ -297,7 +306,7 @@ static int run_training(const charlm_options *o) {
     eg_dataset_iterator_free(it);
     streams_free(&streams);
     double bpc = NAN;
-    if (status == CLI_OK && !charlm_bpc(&m, kjv.test, test_n, o->seq_len, &bpc))
+    if (status == CLI_OK && !charlm_bpc(&m, kjv.test, test_n, o->seq_len, true, &bpc))
         status = charlm_fail("evaluation");
     if (status == CLI_OK) {
         printf("held-out books: %.4f bits per character over %lld characters after %ld steps in "
@@ -405,14 +414,25 @@ static void print_help(const char *command) {
                "  --steps N            train N steps instead of for a time\n"
                "  --seq-len N          characters per window (default 128)\n"
                "  --batch N            windows per step (default 32)\n"
-               "  --state carry|reset  carry: the windows follow each other in 32 (--batch)\n"
-               "                       streams of the text, the LSTM's states carried from\n"
-               "                       one to the next (default); reset: random windows, each\n"
-               "                       from zero states\n"
+               "  --state reset|carry  reset: random windows, each from zero states (default);\n"
+               "                       carry: the windows follow each other in --batch\n"
+               "                       contiguous streams, the LSTM's states carried between\n"
+               "                       them (truncated BPTT, in the text's order)\n"
                "  --learning-rate LR   Adam's (default 0.002), cosine decay to 1/20 over the run,\n"
                "                       global clipnorm 1\n"
                "  --eval-chars N       score only the first N held-out characters\n"
                "  --save FILE          the weights as safetensors\n"
+               "  --data FILE          the Bible (default /usr/lib/bible.data)\n");
+    else if (!strcmp(command, "eval"))
+        printf("Scores a model saved by 'eagle train --model charlm --save FILE' in bits per\n"
+               "character on the held-out books.\n\n"
+               "  --model charlm       this model (eagle eval --help: the image models)\n"
+               "  --checkpoint FILE    the saved weights (required)\n"
+               "  --state carry|reset  carry: each character from all before it, the LSTM's\n"
+               "                       states carried (default); reset: from the start of its\n"
+               "                       window of --seq-len characters\n"
+               "  --seq-len N          characters per window (default 128)\n"
+               "  --eval-chars N       score only the first N held-out characters\n"
                "  --data FILE          the Bible (default /usr/lib/bible.data)\n");
     else
         printf("Samples text from a model saved by 'eagle train --model charlm --save FILE'.\n\n"
@@ -457,7 +477,6 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
                           .batch = 32,
                           .minutes = 20,
                           .learning_rate = 2e-3,
-                          .carry_state = true,
                           .length = 300,
                           .temperature = 0.8,
                           .seed = 42};
@@ -494,6 +513,7 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
             if (strcmp(optarg, "carry") && strcmp(optarg, "reset"))
                 return cli_usage_error(command, "--state %s: carry or reset", optarg);
             o->carry_state = !strcmp(optarg, "carry");
+            o->state_given = true;
             break;
         case OPT_LR:
             ok = cli_parse_double(command, "--learning-rate", optarg, 1e-9, 10, &o->learning_rate);
@@ -551,6 +571,39 @@ int cli_train_charlm(int argc, char **argv) {
     if (o.threads > 0 && eg_set_num_threads((int)o.threads) != EG_OK)
         return charlm_fail("--threads");
     return run_training(&o);
+}
+
+/* eagle eval --model charlm: a saved model's bits per character on the held-out books, each
+ * character predicted from all before it (--state carry, the default here) or from the start of
+ * its window of --seq-len characters (reset). */
+int cli_eval_charlm(int argc, char **argv) {
+    charlm_options o;
+    int parsed = parse("eval", argc, argv, &o);
+    if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+    if (!o.checkpoint) return cli_usage_error("eval", "--checkpoint FILE is required");
+    if (o.threads > 0 && eg_set_num_threads((int)o.threads) != EG_OK)
+        return charlm_fail("--threads");
+    bool carry = !o.state_given || o.carry_state;
+    eg_kjv kjv;
+    if (eg_kjv_load(o.data_path, &kjv) != EG_OK) return charlm_fail("the King James Bible");
+    int64_t test_n =
+        o.eval_chars > 0 && o.eval_chars < kjv.test_length ? o.eval_chars : kjv.test_length;
+    charlm m = {0};
+    int status = CLI_OK;
+    double bpc = NAN;
+    if (!charlm_build(&m, o.hidden, o.embedding))
+        status = charlm_fail("charlm");
+    else if (eg_model_load_weights(m.model, o.checkpoint) != EG_OK)
+        status = charlm_fail(o.checkpoint);
+    else if (!charlm_bpc(&m, kjv.test, test_n, o.seq_len, carry, &bpc))
+        status = charlm_fail("evaluation");
+    else
+        printf("held-out books: %.4f bits per character over %lld characters (%s)\n", bpc,
+               (long long)test_n,
+               carry ? "each from all before it" : "each from the start of its window");
+    eg_model_free(m.model);
+    eg_kjv_free(&kjv);
+    return status;
 }
 
 int cli_generate(int argc, char **argv) {

@@ -18,6 +18,9 @@ int cli_bench(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 /* eagle train --model charlm and eagle generate (charlm.c) */
 int cli_train_charlm(int argc, char **argv);
+int cli_eval_charlm(int argc, char **argv);
+/* Whether argv asks for --model NAME (or --model=NAME). */
+bool cli_wants_model(int argc, char **argv, const char *name);
 int cli_generate(int argc, char **argv);
 
 /* Parses a whole decimal/float argument; false (after printing a usage error) when malformed. */

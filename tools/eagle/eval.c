@@ -14,6 +14,7 @@ static void print_help(void) {
 }
 
 int cli_eval(int argc, char **argv) {
+    if (cli_wants_model(argc, argv, "charlm")) return cli_eval_charlm(argc, argv);
     enum { DATA = 1000, THREADS, LIMIT, HELP };
     static const struct option options[] = {{"data", required_argument, NULL, DATA},
                                             {"threads", required_argument, NULL, THREADS},

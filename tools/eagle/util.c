@@ -171,3 +171,11 @@ int cli_bad_option(const char *command, int option, const char *flag) {
     if (option == ':') return cli_usage_error(command, "%s needs a value", flag);
     return cli_usage_error(command, "unknown option '%s'", flag);
 }
+
+bool cli_wants_model(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], name)) ||
+            (!strncmp(argv[i], "--model=", 8) && !strcmp(argv[i] + 8, name)))
+            return true;
+    return false;
+}
