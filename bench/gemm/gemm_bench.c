@@ -496,7 +496,7 @@ static void run_once(const shape *s) {
 int main(int argc, char **argv) {
     double min_seconds = 0.3;
     const char *threads_list = "1,2";
-    int square_only = 0, mlp_only = 0, versus = 0, mode = 0;
+    int square_only = 0, mlp_only = 0, text_only = 0, versus = 0, mode = 0;
     shape once = {"once", 0, 0, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
@@ -513,6 +513,8 @@ int main(int argc, char **argv) {
             square_only = 1;
         else if (!strcmp(argv[i], "--mlp"))
             mlp_only = 1;
+        else if (!strcmp(argv[i], "--text"))
+            text_only = 1;
 #if defined(LIB_EAGLE)
         else if (!strcmp(argv[i], "--versus"))
             versus = 1;
@@ -532,7 +534,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--seconds S] [--threads 1,2] [--peak GFLOPS] [--sample-ms MS] "
-                    "[--square|--mlp|--peak-only]"
+                    "[--square|--mlp|--text|--peak-only]"
                     " [--versus|--mlp-step|--dense|--once M,N,K|--dtype bf16|f16 (Eagle's "
                     "binary)]\n",
                     argv[0]);
@@ -583,6 +585,14 @@ int main(int argc, char **argv) {
         {"L.dh1 dH2.W2T", 128, 512, 512, 0, 1},
         {"L.dW1 xT.dH1", 784, 512, 128, 1, 0},
     };
+    /* bench/text's models, batch 32 x 128: the Transformer's (d 256, feed-forward 1024) and the
+     * LSTM's (512 units) products of a training step */
+    static const shape text[] = {
+        {"T.qkv x.Wqkv", 4096, 768, 256, 0, 0}, {"T.ff1 x.W1", 4096, 1024, 256, 0, 0},
+        {"T.ff2 h.W2", 4096, 256, 1024, 0, 0},  {"T.dW1 xT.dH", 256, 1024, 4096, 1, 0},
+        {"T.dx dH.W1T", 4096, 256, 1024, 0, 1}, {"L.step h.U", 32, 2048, 512, 0, 0},
+        {"L.dh dZ.UT", 32, 512, 2048, 0, 0},    {"L.dU HT.dZ", 512, 2048, 4096, 1, 0},
+    };
 #if defined(LIB_EAGLE)
     if (mode == 1) {
         run_mlp_step(min_seconds);
@@ -602,14 +612,16 @@ int main(int argc, char **argv) {
         versus_peak = peak_per_core;
         printf("one core's %s FMA peak now: %.1f GFLOP/s (CPU time)\n", widest_fma(),
                versus_peak);
-        for (int n = 64; n <= 2048 && !mlp_only; n *= 2) {
+        for (int n = 64; n <= 2048 && !mlp_only && !text_only; n *= 2) {
             char name[32];
             snprintf(name, sizeof name, "square %d", n);
             shape s = {name, n, n, n, 0, 0};
             run_versus(&s, min_seconds);
         }
-        for (size_t i = 0; i < sizeof mlp / sizeof *mlp && !square_only; i++)
+        for (size_t i = 0; i < sizeof mlp / sizeof *mlp && !square_only && !text_only; i++)
             run_versus(&mlp[i], min_seconds);
+        for (size_t i = 0; i < sizeof text / sizeof *text && text_only; i++)
+            run_versus(&text[i], min_seconds);
         printf("one core's %s FMA peak at the end: %.1f GFLOP/s\n", widest_fma(), fma_peak_now());
         return 0;
     }
