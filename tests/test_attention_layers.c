@@ -131,6 +131,43 @@ static void test_decoder_is_causal_and_reads_the_encoder(void **state) {
     eg_layer_free(decoder);
 }
 
+/* Under mixed_bfloat16 the blocks compute in bf16 but their attention and layer normalization
+ * in f32: the outputs are bf16 and near the f32 ones, and every variable gets a finite gradient. */
+static void test_blocks_under_mixed_bfloat16(void **state) {
+    (void)state;
+    eg_manual_seed(9);
+    eg_transformer_options o = eg_transformer_options_default(HEADS, 16);
+    o.causal = true;
+    eg_layer *encoder = eg_transformer_encoder_new(&o), *decoder = eg_transformer_decoder_new(&o);
+    eg_tensor *x = sequence(T, E, 10), *encoded = sequence(6, E, 11);
+    eg_tensor *in[2] = {x, encoded};
+    eg_tensor *wide[2] = {eg_layer_call(encoder, x, false),
+                          eg_layer_call_multi(decoder, 2, in, false)};
+    assert_int_equal(eg_layer_set_policy(encoder, EG_POLICY_MIXED_BFLOAT16), EG_OK);
+    assert_int_equal(eg_layer_set_policy(decoder, EG_POLICY_MIXED_BFLOAT16), EG_OK);
+    eg_tape *tape = eg_tape_begin(false);
+    eg_tensor *low[2] = {eg_layer_call(encoder, x, true),
+                         eg_layer_call_multi(decoder, 2, in, true)};
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(low[i]);
+        assert_int_equal(eg_tensor_dtype(low[i]), EG_DTYPE_BF16);
+        assert_all_close(eg_cast(low[i], EG_DTYPE_F32), wide[i], 0.05);
+    }
+    eg_tensor *loss = eg_add(eg_sum(eg_cast(low[0], EG_DTYPE_F32), 0, NULL, false),
+                             eg_sum(eg_square(eg_cast(low[1], EG_DTYPE_F32)), 0, NULL, false));
+    int n = 0;
+    eg_tensor *const *vars = eg_layer_variables(decoder, &n);
+    eg_tensor *grads[32] = {NULL};
+    assert_int_equal(eg_tape_gradient(tape, loss, n, vars, grads, EG_UNCONNECTED_ZERO), EG_OK);
+    eg_tape_free(tape);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(eg_tensor_dtype(grads[i]), EG_DTYPE_F32);
+        assert_true(isfinite(eg_item(eg_sum(eg_abs(grads[i]), 0, NULL, false))));
+    }
+    eg_layer_free(encoder);
+    eg_layer_free(decoder);
+}
+
 /* Embedding(mask_zero) -> PositionEmbedding -> TransformerEncoder -> Dense in a Sequential
  * learns a causal next-token task (token t+1 = token t + 1 mod 7), and the padded row's visible
  * outputs are those of the unpadded row. */
@@ -277,6 +314,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_decoder_is_causal_and_reads_the_encoder,
                                         fresh_scope_setup, strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_a_sequential_transformer_learns, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_blocks_under_mixed_bfloat16, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_three_modes_agree, fresh_scope_setup,
                                         strict_scope_teardown),

@@ -15,7 +15,7 @@ def step_flops(model, batch, seq):
     """A training step's multiply-adds x 2 in the matrix products (the backward's are twice the
     forward's), causal attention counted over the visible half of the scores: the same for both
     frameworks, so GFLOP/s says how near each comes to the core's peak."""
-    if model == "lstm":
+    if model.startswith("lstm"):
         e, h, v = 64, 512, 256
         forward = 2 * (4 * h * (e + h) + h * v)
     else:

@@ -12,6 +12,8 @@
 #     --steps N       training steps per timed run (default 20)
 #     --warmup N      untimed steps first (default 3)
 #     --seq-len N     characters per window (default 128)
+#     --precision L   of f32,bf16 (default f32): bf16 is Eagle's mixed_bfloat16 policy beside
+#                     PyTorch's autocast to bf16, both with the loss in f32
 # One process per framework x model x thread count, Eagle's then PyTorch's; each draws the same
 # windows (splitmix64 offsets from seed 42 into the text text_bench --dump-text writes). PyTorch
 # runs with torch.set_num_threads(N), OMP_NUM_THREADS=N and OMP_WAIT_POLICY=PASSIVE (its OpenMP
@@ -23,7 +25,7 @@
 set -euo pipefail
 self=$(realpath "$0")
 cd "$(dirname "$0")/../.."
-models=lstm,transformer threads=1,2 repeat=3 steps=20 warmup=3 seq_len=128
+models=lstm,transformer threads=1,2 repeat=3 steps=20 warmup=3 seq_len=128 precisions=f32
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) repeat=1 steps=3 warmup=1; shift ;;
@@ -33,6 +35,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --seq-len) seq_len=$2; shift 2 ;;
+    --precision) precisions=$2; shift 2 ;;
     -h|--help) sed -n '2,22p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -56,15 +59,22 @@ mkdir -p "$out"
 text=$out/kjv_train.txt
 "$bin" --dump-text "$text"
 common=(--steps "$steps" --warmup "$warmup" --repeat "$repeat" --seq-len "$seq_len" --seed 42)
-for m in ${models//,/ }; do
-  for t in ${threads//,/ }; do
-    echo "run.sh: $m, $t thread(s): eagle" >&2
-    "$bin" --model "$m" --threads "$t" "${common[@]}" >"$out/eagle.$m.$t.log" 2>&1 ||
-      echo "run.sh: eagle failed, see $out/eagle.$m.$t.log" >&2
-    echo "run.sh: $m, $t thread(s): torch" >&2
-    OMP_NUM_THREADS=$t OMP_WAIT_POLICY=PASSIVE "$py" bench/text/torch_text.py --text "$text" \
-      --model "$m" --threads "$t" "${common[@]}" >"$out/torch.$m.$t.log" 2>&1 ||
-      echo "run.sh: torch failed, see $out/torch.$m.$t.log" >&2
+for p in ${precisions//,/ }; do
+  case $p in
+    f32) policy=() ;;
+    bf16) policy=(--policy mixed_bfloat16) ;;
+    *) echo "run.sh: unknown precision '$p' (f32, bf16)" >&2; exit 2 ;;
+  esac
+  for m in ${models//,/ }; do
+    for t in ${threads//,/ }; do
+      echo "run.sh: $m, $p, $t thread(s): eagle" >&2
+      "$bin" --model "$m" --threads "$t" "${policy[@]}" "${common[@]}" \
+        >"$out/eagle.$m.$p.$t.log" 2>&1 || echo "run.sh: eagle failed, see $out/eagle.$m.$p.$t.log" >&2
+      echo "run.sh: $m, $p, $t thread(s): torch" >&2
+      OMP_NUM_THREADS=$t OMP_WAIT_POLICY=PASSIVE "$py" bench/text/torch_text.py --text "$text" \
+        --model "$m" --threads "$t" --precision "$p" "${common[@]}" >"$out/torch.$m.$p.$t.log" 2>&1 ||
+        echo "run.sh: torch failed, see $out/torch.$m.$p.$t.log" >&2
+    done
   done
 done
 rm -f "$text"

@@ -4,6 +4,7 @@
  *   bench_text --model lstm|transformer [--threads N] [--steps N] [--warmup N] [--repeat N]
  *              [--batch N] [--seq-len N] [--learning-rate X] [--seed N] [--data FILE]
  *              [--profile 1]                 Eagle's per-op profile of the timed steps, at the end
+ *              [--policy mixed_bfloat16]     the layers' mixed-precision policy (nn.h)
  *   bench_text --dump-text FILE [--data FILE]    the training text, for torch_text.py
  *   bench_text --attention-memory [--length T]   the fused attention's memory (one head of 64)
  * lstm is `eagle train --model charlm`'s model (tools/eagle/charlm.c): Embedding(256, 64) ->
@@ -25,7 +26,7 @@
 enum { VOCAB = 256, MAX_VARS = 128 };
 
 typedef struct options {
-    const char *model, *data_path, *dump_path;
+    const char *model, *data_path, *dump_path, *policy;
     long threads, steps, warmup, repeat, batch, seq_len, length, profile;
     double learning_rate;
     unsigned long long seed;
@@ -79,6 +80,8 @@ static eg_tensor *sequence_loss(eg_model *model, const eg_tensor *x, const eg_te
     int64_t rows = shape[0] * shape[1];
     eg_tensor *logits = eg_model_call(model, x, true);
     eg_tensor *flat = logits ? eg_reshape(logits, 2, (const int64_t[]){rows, VOCAB}) : NULL;
+    /* under a mixed policy the logits are 16-bit: the loss is computed in f32 */
+    if (flat && eg_tensor_dtype(flat) != EG_DTYPE_F32) flat = eg_cast(flat, EG_DTYPE_F32);
     eg_tensor *labels = eg_reshape(y, 1, &rows);
     return flat && labels ? eg_mean(eg_sparse_softmax_cross_entropy(flat, labels), 0, NULL, false)
                           : NULL;
@@ -123,6 +126,14 @@ static int run_training(const options *o) {
     eg_kjv kjv;
     if (eg_kjv_load(o->data_path, &kjv) != EG_OK) return fail("the King James Bible");
     eg_manual_seed(o->seed);
+    eg_policy policy = EG_POLICY_FLOAT32;
+    if (o->policy &&
+        (eg_policy_from_name(o->policy, &policy) != EG_OK || eg_set_global_policy(policy) != EG_OK))
+        return fail("--policy");
+    /* the model's name in the results says its precision: "transformer-bf16" */
+    const char *suffix = policy == EG_POLICY_MIXED_BFLOAT16  ? "-bf16"
+                         : policy == EG_POLICY_MIXED_FLOAT16 ? "-f16"
+                                                             : "";
     eg_model *model = lstm ? build_lstm() : build_transformer(o->seq_len);
     eg_adam_options ao = eg_adam_options_default();
     ao.learning_rate = eg_schedule_constant(o->learning_rate);
@@ -158,9 +169,9 @@ static int run_training(const options *o) {
         }
         wall = clock_seconds(CLOCK_MONOTONIC) - wall;
         cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu;
-        printf("result framework=eagle model=%s threads=%d batch=%ld seq=%ld steps=%ld repeat=%ld "
-               "seconds=%.6f cpu_seconds=%.6f bits_per_char=%.4f\n",
-               o->model, eg_get_num_threads(), o->batch, o->seq_len, o->steps, r, wall, cpu,
+        printf("result framework=eagle model=%s%s threads=%d batch=%ld seq=%ld steps=%ld "
+               "repeat=%ld seconds=%.6f cpu_seconds=%.6f bits_per_char=%.4f\n",
+               o->model, suffix, eg_get_num_threads(), o->batch, o->seq_len, o->steps, r, wall, cpu,
                total / (double)o->steps / log(2.0));
         fflush(stdout);
     }
@@ -168,8 +179,8 @@ static int run_training(const options *o) {
         eg_profiler_stop();
         eg_profiler_report(stdout, 0);
     }
-    printf("batches framework=eagle model=%s threads=%d seed=%llu hash=%016llx\n", o->model,
-           eg_get_num_threads(), o->seed, (unsigned long long)hash);
+    printf("batches framework=eagle model=%s%s threads=%d seed=%llu hash=%016llx\n", o->model,
+           suffix, eg_get_num_threads(), o->seed, (unsigned long long)hash);
 done:
     free(x);
     free(y);
@@ -298,6 +309,8 @@ int main(int argc, char **argv) {
             o.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--data"))
             o.data_path = v;
+        else if (!strcmp(a, "--policy"))
+            o.policy = v;
         else if (!strcmp(a, "--profile"))
             o.profile = atol(v);
         else if (!strcmp(a, "--dump-text"))

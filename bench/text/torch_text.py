@@ -91,9 +91,16 @@ def train(args):
     windows = Windows(text, args.batch, args.seq_len, args.seed)
     model.train()
 
+    # --precision bf16: autocast, PyTorch's mixed precision (products in bf16, the loss in f32),
+    # beside Eagle's mixed_bfloat16 policy
+    low = args.precision == "bf16"
+    name = args.model + ("-bf16" if low else "")
+
     def step():
         x, y = windows.next()
-        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=low):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1))
         adam.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -109,11 +116,11 @@ def train(args):
         for _ in range(args.steps):
             total += step()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        print(f"result framework=torch model={args.model} threads={torch.get_num_threads()} "
+        print(f"result framework=torch model={name} threads={torch.get_num_threads()} "
               f"batch={args.batch} seq={args.seq_len} steps={args.steps} repeat={r} "
               f"seconds={wall:.6f} cpu_seconds={cpu:.6f} "
               f"bits_per_char={total / args.steps / math.log(2):.4f}", flush=True)
-    print(f"batches framework=torch model={args.model} threads={torch.get_num_threads()} "
+    print(f"batches framework=torch model={name} threads={torch.get_num_threads()} "
           f"seed={args.seed} hash={windows.hash:016x}")
 
 
@@ -173,6 +180,7 @@ def main():
     p.add_argument("--learning-rate", type=float, default=0)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--attention-memory", choices=["naive", "sdpa"])
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32")
     p.add_argument("--length", type=int, default=4096)
     args = p.parse_args()
     if args.attention_memory:

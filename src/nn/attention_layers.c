@@ -93,9 +93,20 @@ static eg_tensor *attend(const eg_mha_options *o, const eg_tensor *const *w, con
     eg_tensor *q = split_heads(&t, project(&t, query, w[0], w[1]), heads);
     eg_tensor *k = q ? split_heads(&t, project(&t, key, w[2], w[3]), heads) : NULL;
     eg_tensor *v = k ? split_heads(&t, project(&t, value, w[4], w[5]), heads) : NULL;
+    /* Under a mixed policy the projections are 16-bit; the scores and their softmax need f32's
+     * range and accuracy (as the policies keep softmax), so the attention runs in f32 and its
+     * result goes back to the projections' dtype. */
+    eg_dtype low = v ? v->dtype : EG_DTYPE_F32;
+    bool widen = v && low != EG_DTYPE_F32 && low != EG_DTYPE_F64;
+    if (widen) {
+        q = eg__temp(&t, eg_cast(q, EG_DTYPE_F32));
+        k = q ? eg__temp(&t, eg_cast(k, EG_DTYPE_F32)) : NULL;
+        v = k ? eg__temp(&t, eg_cast(v, EG_DTYPE_F32)) : NULL;
+    }
     eg_tensor *a = v ? eg__temp(&t, eg_scaled_dot_product_attention(q, k, v, key_mask, causal,
                                                                     1.0 / sqrt((double)o->key_dim)))
                      : NULL;
+    if (widen && a) a = eg__temp(&t, eg_cast(a, low));
     eg_tensor *merged =
         a ? eg__temp(&t, eg_contiguous(eg__temp(&t, eg_permute(a, (const int[]){0, 2, 1, 3}))))
           : NULL;
@@ -388,9 +399,18 @@ static eg_status transformer_build(eg_layer *layer, void *state, int n,
     return st;
 }
 
+/* Layer normalization in f32 whatever the policy (as the LayerNormalization layer runs it: the
+ * statistics need the range), its result in x's dtype. */
 static eg_tensor *layer_norm(eg__temps *t, const eg_tensor *x, const eg_tensor *gamma,
                              const eg_tensor *beta, double epsilon) {
-    return eg__temp(t, eg_layer_normalization(x, 1, (const int[]){-1}, gamma, beta, epsilon));
+    if (x->dtype == EG_DTYPE_F32 || x->dtype == EG_DTYPE_F64)
+        return eg__temp(t, eg_layer_normalization(x, 1, (const int[]){-1}, gamma, beta, epsilon));
+    eg_tensor *wide = eg__temp(t, eg_cast(x, EG_DTYPE_F32));
+    eg_tensor *g = wide ? eg__temp(t, eg_cast(gamma, EG_DTYPE_F32)) : NULL;
+    eg_tensor *b = g ? eg__temp(t, eg_cast(beta, EG_DTYPE_F32)) : NULL;
+    eg_tensor *y =
+        b ? eg__temp(t, eg_layer_normalization(wide, 1, (const int[]){-1}, g, b, epsilon)) : NULL;
+    return y ? eg__temp(t, eg_cast(y, x->dtype)) : NULL;
 }
 
 static eg_tensor *dropout(eg__temps *t, const eg_tensor *x, double rate, bool training) {
