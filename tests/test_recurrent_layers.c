@@ -398,12 +398,14 @@ static void test_gradients_by_central_differences(void **state) {
     check_gradients(false, false, true, false);
     check_gradients(true, true, false, false);
     check_gradients(true, false, false, true);
+    check_gradients(false, true, false, false);
+    check_gradients(false, false, false, true);
 }
 
-/* One LSTM call's outputs and the gradients of sum(y w) + sum(h w_h) + sum(c w_c) for x, the
+/* One recurrent call's outputs and the gradients of sum(y w) + sum(h w_h) + sum(c w_c) for x, the
  * variables and the initial states, every value of them in *values (malloc'ed). */
-static size_t lstm_results(eg_layer *layer, eg_tensor *x, const eg_tensor *mask,
-                           eg_tensor *const *initial, double **values) {
+static size_t rnn_results(eg_layer *layer, eg_tensor *x, const eg_tensor *mask,
+                          eg_tensor *const *initial, double **values) {
     eg_scope_begin();
     int n_states = eg_rnn_state_count(layer), n_vars = 0;
     eg_tape *tape = eg_tape_begin(false);
@@ -447,15 +449,16 @@ static size_t lstm_results(eg_layer *layer, eg_tensor *x, const eg_tensor *mask,
     return total;
 }
 
-/* The LSTM run as one node (no mask) against the step-by-step run (a mask that keeps every step):
- * outputs, final states and every gradient, forwards, backwards and Bidirectional. */
+/* The LSTM and GRU run as one node (no mask) against the step-by-step run (a mask that keeps
+ * every step): outputs, final states and every gradient, forwards, backwards and Bidirectional. */
 static void test_one_node_matches_the_steps(void **state) {
     (void)state;
-    for (int variant = 0; variant < 5; variant++) {
-        bool sequences = variant % 2 == 0, backwards = variant == 1 || variant == 2;
+    for (int variant = 0; variant < 10; variant++) {
+        bool lstm = variant < 5, sequences = variant % 2 == 0;
+        bool backwards = variant % 5 == 1 || variant % 5 == 2;
         eg_manual_seed(11);
-        eg_layer *layer = new_rnn(true, sequences, backwards, EG_DTYPE_F64);
-        if (variant == 4) layer = eg_bidirectional_new(layer, NULL);
+        eg_layer *layer = new_rnn(lstm, sequences, backwards, EG_DTYPE_F64);
+        if (variant % 5 == 4) layer = eg_bidirectional_new(layer, NULL);
         int64_t xs[3] = {B, T, F}, ss[2] = {B, H}, ms[2] = {B, T};
         eg_tensor *x = uniform(EG_DTYPE_F64, 3, xs, 31);
         eg_tensor *initial[4];
@@ -463,8 +466,8 @@ static void test_one_node_matches_the_steps(void **state) {
         static const bool all[B * T] = {true, true, true, true, true, true, true, true};
         eg_tensor *keep_all = eg_tensor_from_data(all, EG_DTYPE_BOOL, 2, ms);
         double *node = NULL, *steps = NULL;
-        size_t n = lstm_results(layer, x, NULL, initial, &node);
-        assert_int_equal(lstm_results(layer, x, keep_all, initial, &steps), n);
+        size_t n = rnn_results(layer, x, NULL, initial, &node);
+        assert_int_equal(rnn_results(layer, x, keep_all, initial, &steps), n);
         assert_true(n > 100);
         assert_close(node, steps, n, 1e-12);
         free(node);
@@ -473,7 +476,7 @@ static void test_one_node_matches_the_steps(void **state) {
     }
 }
 
-/* A gradient of a gradient through the one-node LSTM: d sum(V * dL/dU) / dx against central
+/* A gradient of a gradient through the one-node LSTM and GRU: d sum(V * dL/dU) / dx against central
  * differences of the first-order gradient (the node recomputes its steps when a tape records
  * its backward). */
 static double gradient_objective(eg_layer *layer, const eg_tensor *x, const eg_tensor *w,
@@ -492,11 +495,10 @@ static double gradient_objective(eg_layer *layer, const eg_tensor *x, const eg_t
     return eg_item(*objective);
 }
 
-static void test_gradient_of_gradient(void **state) {
-    (void)state;
+static void check_gradient_of_gradient(bool lstm) {
     eg_manual_seed(3);
-    eg_layer *layer = new_rnn(true, true, false, EG_DTYPE_F64);
-    int64_t xs[3] = {B, T, F}, ys[3] = {B, T, H}, us[2] = {H, 4 * H};
+    eg_layer *layer = new_rnn(lstm, true, false, EG_DTYPE_F64);
+    int64_t xs[3] = {B, T, F}, ys[3] = {B, T, H}, us[2] = {H, (lstm ? 4 : 3) * H};
     eg_tensor *x = uniform(EG_DTYPE_F64, 3, xs, 51);
     eg_tensor *w = uniform(EG_DTYPE_F64, 3, ys, 52), *v = uniform(EG_DTYPE_F64, 2, us, 53);
     eg_tensor *objective = NULL;
@@ -520,10 +522,17 @@ static void test_gradient_of_gradient(void **state) {
         eg_scope_end();
         double numeric = (up - down) / (2 * h);
         if (!(fabs(g[i] - numeric) <= 1e-6 * (1 + fabs(numeric))))
-            fail_msg("element %lld: analytic %.12g, numeric %.12g", (long long)i, g[i], numeric);
+            fail_msg("%s element %lld: analytic %.12g, numeric %.12g", lstm ? "lstm" : "gru",
+                     (long long)i, g[i], numeric);
     }
     free(g);
     eg_layer_free(layer);
+}
+
+static void test_gradient_of_gradient(void **state) {
+    (void)state;
+    check_gradient_of_gradient(true);
+    check_gradient_of_gradient(false);
 }
 
 /* Eager, lazy and graph runs of one training step's loss and gradients agree. */

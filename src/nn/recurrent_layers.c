@@ -424,15 +424,18 @@ static eg_status check_rnn_inputs(const eg_layer *layer, const eg_tensor *x, con
     return EG_OK;
 }
 
-/* An LSTM without a mask: the whole sequence as one node (eg__lstm_sequence), from the states in
- * run->state (borrowed). *output and final (2, may be NULL) get new references. */
-static eg_status run_lstm_sequence(rnn_run *run, bool time_order, eg_tensor **output,
-                                   eg_tensor **final) {
-    bool reverse = run->layer->rnn.go_backwards;
+/* A sequence without a mask: one node (eg__lstm_sequence, eg__gru_sequence), from the states in
+ * run->state (borrowed). *output and final (the layer's states, may be NULL) get new
+ * references. */
+static eg_status run_whole_sequence(rnn_run *run, bool time_order, eg_tensor **output,
+                                    eg_tensor **final) {
+    bool reverse = run->layer->rnn.go_backwards, lstm = run->layer->kind == EG__LAYER_LSTM;
     int64_t T = run->steps, B = run->batch, H = run->units;
     eg_tensor *out[2] = {NULL, NULL};
-    eg_status status = eg__lstm_sequence(run->projected, run->recurrent, run->state[0],
-                                         run->state[1], reverse, time_order, out);
+    eg_status status = lstm ? eg__lstm_sequence(run->projected, run->recurrent, run->state[0],
+                                                run->state[1], reverse, time_order, out)
+                            : eg__gru_sequence(run->projected, run->recurrent, run->recurrent_bias,
+                                               run->state[0], reverse, time_order, out);
     if (status != EG_OK) return status;
     int64_t last = time_order && reverse ? 0 : T - 1; /* the block of the last step processed */
     eg_tensor *h_rows = eg_slice(out[0], 0, last * B, (last + 1) * B, 1);
@@ -450,7 +453,7 @@ static eg_status run_lstm_sequence(rnn_run *run, bool time_order, eg_tensor **ou
     status = h_last && *output ? EG_OK : eg_last_status();
     if (status == EG_OK && final) {
         final[0] = h_last;
-        final[1] = out[1];
+        if (lstm) final[1] = out[1];
         h_last = out[1] = NULL;
     }
     eg_release(h_last);
@@ -488,10 +491,11 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
     for (int i = 0; i < n_states; i++)
         run.state[i] =
             initial ? eg_reshape(initial[i], 2, state_shape) : eg_zeros(x->dtype, 2, state_shape);
-    if (layer->kind == EG__LAYER_LSTM && !mask) {
-        status = run.projected && run.state[1]
-                     ? run_lstm_sequence(&run, time_order, output, final)
-                     : eg__error(EG_ERR_OUT_OF_MEMORY, "lstm: out of memory");
+    if (!mask) {
+        status = run.projected && run.state[n_states - 1] &&
+                         (!run.bias || layer->kind == EG__LAYER_LSTM || run.recurrent_bias)
+                     ? run_whole_sequence(&run, time_order, output, final)
+                     : eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of memory", eg_layer_type(layer));
         for (int i = 0; i < n_states; i++) eg_release(run.state[i]);
         eg__temps_release(t);
         return status;
