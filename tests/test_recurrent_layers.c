@@ -602,6 +602,47 @@ static void test_three_modes_agree(void **state) {
     eg_model_free(ctx.model);
 }
 
+/* Under mixed_bfloat16 the products round their operands to bf16 (sums in f32) and the states
+ * stay f32: the output is bf16, near the f32 layer's; the one node (no mask) and the steps (a
+ * mask that keeps all) compute the same values; the f32 variables get gradients near f32's. */
+static void test_mixed_bfloat16_products(void **state) {
+    (void)state;
+    for (int lstm = 0; lstm < 2; lstm++) {
+        eg_manual_seed(13);
+        eg_layer *layer = new_rnn(lstm, true, false, EG_DTYPE_F32);
+        int64_t xs[3] = {B, T, F}, ms[2] = {B, T};
+        eg_tensor *x = uniform(EG_DTYPE_F32, 3, xs, 61);
+        static const bool all[B * T] = {true, true, true, true, true, true, true, true};
+        eg_tensor *keep_all = eg_tensor_from_data(all, EG_DTYPE_BOOL, 2, ms);
+        eg_tensor *y[3] = {NULL}, *grads[3][3] = {{NULL}};
+        for (int run = 0; run < 3; run++) { /* f32; bf16 as one node; bf16 step by step */
+            if (run == 1)
+                assert_int_equal(eg_layer_set_policy(layer, EG_POLICY_MIXED_BFLOAT16), EG_OK);
+            eg_tape *tape = eg_tape_begin(false);
+            assert_int_equal(
+                eg_rnn_call(layer, x, run == 2 ? keep_all : NULL, NULL, true, &y[run], NULL),
+                EG_OK);
+            eg_tensor *wide = eg_cast(y[run], EG_DTYPE_F32);
+            eg_tensor *loss = eg_sum(eg_square(wide), 0, NULL, false);
+            int n = 0;
+            eg_tensor *const *vars = eg_layer_variables(layer, &n);
+            assert_int_equal(eg_tape_gradient(tape, loss, 3, vars, grads[run], EG_UNCONNECTED_ZERO),
+                             EG_OK);
+            eg_tape_free(tape);
+            assert_int_equal(eg_tensor_dtype(y[run]), run ? EG_DTYPE_BF16 : EG_DTYPE_F32);
+            y[run] = wide;
+        }
+        assert_all_close(y[1], y[0], 2e-2);
+        assert_all_close(y[2], y[1], 0);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(eg_tensor_dtype(grads[1][i]), EG_DTYPE_F32);
+            assert_all_close(grads[1][i], grads[0][i], 5e-2);
+            assert_all_close(grads[2][i], grads[1][i], 1e-2);
+        }
+        eg_layer_free(layer);
+    }
+}
+
 static void test_initial_state_and_final_state(void **state) {
     (void)state;
     eg_manual_seed(2);
@@ -694,6 +735,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_gradient_of_gradient, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_three_modes_agree, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_bfloat16_products, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_initial_state_and_final_state, fresh_scope_setup,
                                         strict_scope_teardown),

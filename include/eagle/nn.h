@@ -92,8 +92,9 @@ eg_tensor *eg_initializer_generate(const eg_initializer *initializer, eg_generat
  *   are ops: gradients flow back to the f32 variables) and computes in that dtype, accumulating
  *   products and sums in f32. What needs range or accuracy runs in f32 whatever the policy:
  *   batch normalization's statistics and normalization (its ops read and write the compute dtype
- *   with f32 statistics and variables), layer normalization (cast in, f32, cast back), and the
- *   losses (every eg_loss_* casts low-precision predictions to f32).
+ *   with f32 statistics and variables), layer normalization (cast in, f32, cast back), the
+ *   recurrent layers' states and gates (their products alone are low precision), attention's
+ *   scores and softmax, and the losses (every eg_loss_* casts low-precision predictions to f32).
  * MIXED_FLOAT16 needs loss scaling against gradient underflow: eg_optimizer_enable_loss_scaling
  * (optim.h). MIXED_BFLOAT16 has f32's range and needs none. */
 typedef enum eg_policy {
@@ -308,8 +309,10 @@ eg_rnn_options eg_rnn_options_default(void);
  * or (B, T, units) with return_sequences. Variables in Keras' layout and gate order i, f, c, o:
  * "<layer>/kernel" (features, 4 units), "<layer>/recurrent_kernel" (units, 4 units),
  * "<layer>/bias" (4 units). Each step is one product h recurrent_kernel and one fused cell op
- * (eg_lstm_cell); the input projection of all steps is one product. Runs in its variables' dtype
- * under every policy (its state is carried over many steps). Caller owns the result; NULL with an
+ * (eg_lstm_cell); the input projection of all steps is one product. Its states and gates are
+ * computed in its variables' dtype under every policy (the state is carried over many steps);
+ * under a mixed policy its products round their operands to the compute dtype and sum in f32,
+ * as Dense's do, and its output is in the compute dtype. Caller owns the result; NULL with an
  * error for units < 1 or invalid options. */
 eg_layer *eg_lstm_new(int64_t units, const eg_rnn_options *options);
 /* GRU(units) as Keras' with reset_after = true (gates z, r, h; eg_gru_cell): variables

@@ -143,15 +143,16 @@ bool eg__layer_is_recurrent(const eg_layer *layer);
  * every step's input projection, time-major; recurrent (H, 4H); h0, c0 (B, H) the states before
  * the first step. Steps run from time 0, or from T - 1 with reverse; outputs[0] gets every
  * step's h (T * B, H), its blocks in time order with time_order, else in processing order, and
- * outputs[1] the last c (B, H): new references. */
+ * outputs[1] the last c (B, H): new references. products bf16 / f16: every product's operands
+ * rounded to it, sums in f32 (a mixed policy); EG_DTYPE_F32: the inputs' own products. */
 /* The GRU's (rnn_sequence.c): projected (T * B, 3H) with the input bias added, recurrent_bias
  * (3H) or NULL, h0 (B, H); outputs[0] every step's h (T * B, H), outputs[1] set to NULL. */
 eg_status eg__gru_sequence(const eg_tensor *projected, const eg_tensor *recurrent,
                            const eg_tensor *recurrent_bias, const eg_tensor *h0, bool reverse,
-                           bool time_order, eg_tensor **outputs);
+                           bool time_order, eg_dtype products, eg_tensor **outputs);
 eg_status eg__lstm_sequence(const eg_tensor *projected, const eg_tensor *recurrent,
                             const eg_tensor *h0, const eg_tensor *c0, bool reverse, bool time_order,
-                            eg_tensor **outputs);
+                            eg_dtype products, eg_tensor **outputs);
 
 /* Undoes a build: releases the layer's variables and marks it unbuilt (a model build that failed
  * after it). */

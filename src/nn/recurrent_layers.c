@@ -312,8 +312,20 @@ typedef struct rnn_run {
     eg_tensor *projected;                       /* (T * B, gates * units), time-major */
     eg_tensor **step_inputs; /* T views of its rows: each step's (B, gates units) */
     eg_tensor *state[2];
+    eg_dtype products; /* bf16 / f16 under a mixed policy, else 0 (EG_DTYPE_F32): no rounding */
     eg__temps temps;
 } rnn_run;
+
+/* a b (+ bias): in the variables' dtype, or under a mixed policy with the operands rounded to
+ * its compute dtype and the sums in f32 (eg_dense_low_precision), as a Dense layer computes. */
+static eg_tensor *product(const rnn_run *run, const eg_tensor *a, const eg_tensor *b,
+                          const eg_tensor *bias) {
+    if (run->products)
+        return bias
+                   ? eg_dense_low_precision(a, b, bias, EG_ACTIVATION_NONE, run->products, a->dtype)
+                   : eg_matmul_low_precision(a, b, false, false, run->products, a->dtype);
+    return bias ? eg_dense(a, b, bias, EG_ACTIVATION_NONE) : eg_matmul(a, b);
+}
 
 /* x (B, T, F) -> the input projection of every step, (T * B, gates units) time-major. */
 static eg_tensor *project_inputs(rnn_run *run, const eg_tensor *x) {
@@ -323,8 +335,7 @@ static eg_tensor *project_inputs(rnn_run *run, const eg_tensor *x) {
     eg_tensor *rows = time_major ? eg__temp(t, eg_reshape(time_major, 2, flat)) : NULL;
     if (!rows) return NULL;
     const eg_tensor *bias = run->layer->kind == EG__LAYER_LSTM ? run->bias : run->input_bias;
-    return bias ? eg_dense(rows, run->kernel, bias, EG_ACTIVATION_NONE)
-                : eg_matmul(rows, run->kernel);
+    return product(run, rows, run->kernel, bias);
 }
 
 /* The projection's rows of each step as views, made by one node whose gradient is the steps'
@@ -361,15 +372,13 @@ static eg_status rnn_step(rnn_run *run, int64_t t, eg_tensor **next) {
     const eg_tensor *x = run->step_inputs[t];
     eg_status status;
     if (run->layer->kind == EG__LAYER_LSTM) {
-        eg_tensor *hu = eg_matmul(run->state[0], run->recurrent);
+        eg_tensor *hu = product(run, run->state[0], run->recurrent, NULL);
         eg_tensor *z = hu ? eg_add(x, hu) : NULL;
         status = z ? eg_lstm_cell(z, run->state[1], &next[0], &next[1]) : eg_last_status();
         eg_release(hu);
         eg_release(z);
     } else {
-        eg_tensor *hp = run->recurrent_bias ? eg_dense(run->state[0], run->recurrent,
-                                                       run->recurrent_bias, EG_ACTIVATION_NONE)
-                                            : eg_matmul(run->state[0], run->recurrent);
+        eg_tensor *hp = product(run, run->state[0], run->recurrent, run->recurrent_bias);
         next[0] = hp ? eg_gru_cell(x, hp, run->state[0]) : NULL;
         status = next[0] ? EG_OK : eg_last_status();
         eg_release(hp);
@@ -432,10 +441,11 @@ static eg_status run_whole_sequence(rnn_run *run, bool time_order, eg_tensor **o
     bool reverse = run->layer->rnn.go_backwards, lstm = run->layer->kind == EG__LAYER_LSTM;
     int64_t T = run->steps, B = run->batch, H = run->units;
     eg_tensor *out[2] = {NULL, NULL};
-    eg_status status = lstm ? eg__lstm_sequence(run->projected, run->recurrent, run->state[0],
-                                                run->state[1], reverse, time_order, out)
-                            : eg__gru_sequence(run->projected, run->recurrent, run->recurrent_bias,
-                                               run->state[0], reverse, time_order, out);
+    eg_status status =
+        lstm ? eg__lstm_sequence(run->projected, run->recurrent, run->state[0], run->state[1],
+                                 reverse, time_order, run->products, out)
+             : eg__gru_sequence(run->projected, run->recurrent, run->recurrent_bias, run->state[0],
+                                reverse, time_order, run->products, out);
     if (status != EG_OK) return status;
     int64_t last = time_order && reverse ? 0 : T - 1; /* the block of the last step processed */
     eg_tensor *h_rows = eg_slice(out[0], 0, last * B, (last + 1) * B, 1);
@@ -478,6 +488,8 @@ static eg_status run_rnn(eg_layer *layer, const eg_tensor *x, const eg_tensor *m
                    .kernel = variables[0],
                    .recurrent = variables[1],
                    .bias = layer->rnn.use_bias ? variables[2] : NULL};
+    eg_dtype compute = eg__layer_compute_dtype(layer);
+    if (compute == EG_DTYPE_BF16 || compute == EG_DTYPE_F16) run.products = compute;
     eg__temps *t = &run.temps;
     if (run.bias && layer->kind == EG__LAYER_GRU) {
         int64_t row[1] = {GRU_GATES * run.units};
@@ -560,6 +572,7 @@ static eg_status run_layer(eg_layer *layer, const eg_tensor *x, const eg_tensor 
     eg_layer forward = *layer->inner; /* the wrapped layer's cell, the wrapper's name */
     forward.name = layer->name;
     forward.rnn = layer->rnn;
+    forward.policy = layer->policy; /* the wrapper's: what its model or user set */
     eg_layer backward = forward;
     backward.rnn.go_backwards = !forward.rnn.go_backwards;
     int per = direction_variables(layer), n = eg_rnn_state_count(layer) / 2;

@@ -26,8 +26,9 @@ typedef struct sequence_ctx {
     bool gru;
     int n_inputs;
     int64_t steps, batch, units;
-    bool reverse;    /* processing order: time T-1 first (go_backwards) */
-    bool time_order; /* output rows in the input's time order, else in processing order */
+    bool reverse;      /* processing order: time T-1 first (go_backwards) */
+    bool time_order;   /* output rows in the input's time order, else in processing order */
+    eg_dtype products; /* bf16 / f16: the products' operands are rounded to it; 0: none */
     /* per processed step k: the cell's pre-activations (LSTM: z (B, 4H); GRU: its recurrent
      * projection h U + b (B, 3H)) and the states after it (c: LSTM only); plain references */
     eg_tensor **z, **h, **c;
@@ -35,6 +36,17 @@ typedef struct sequence_ctx {
 
 static const char *name_of(const sequence_ctx *s) {
     return s->gru ? "gru" : "lstm";
+}
+
+/* a b (+ bias), a transposed with transpose_a, as the layer's products are computed. */
+static eg_tensor *product(const sequence_ctx *s, const eg_tensor *a, const eg_tensor *b,
+                          bool transpose_a, const eg_tensor *bias) {
+    if (s->products && bias)
+        return eg_dense_low_precision(a, b, bias, EG_ACTIVATION_NONE, s->products, a->dtype);
+    if (s->products)
+        return eg_matmul_low_precision(a, b, transpose_a, false, s->products, a->dtype);
+    if (bias) return eg_dense(a, b, bias, EG_ACTIVATION_NONE);
+    return transpose_a ? eg_matmul_ex(a, b, true, false) : eg_matmul(a, b);
 }
 
 /* The input time step processed k-th. */
@@ -71,20 +83,19 @@ static void free_ctx(void *ctx) {
 
 /* Step k from the states before it (c NULL for the GRU): LSTM z = x_t + h U and (h', c') =
  * lstm_cell(z, c); GRU z = h U + b and h' = gru_cell(x_t, z, h). New references. */
-static eg_status run_step(const sequence_ctx *s, eg_tensor *const *inputs, const eg_tensor *h,
-                          const eg_tensor *c, int64_t time, eg_tensor **z, eg_tensor **h_next,
-                          eg_tensor **c_next) {
+static eg_status run_step(const sequence_ctx *s, eg_tensor *const *inputs,
+                          const eg_tensor *recurrent, const eg_tensor *h, const eg_tensor *c,
+                          int64_t time, eg_tensor **z, eg_tensor **h_next, eg_tensor **c_next) {
     eg_tensor *x = rows(inputs[PROJECTED], time, s->batch);
     eg_status status;
     if (s->gru) {
-        *z = !x ? NULL
-             : s->n_inputs > LAST_INPUT
-                 ? eg_dense(h, inputs[RECURRENT], inputs[LAST_INPUT], EG_ACTIVATION_NONE)
-                 : eg_matmul(h, inputs[RECURRENT]);
+        *z = x ? product(s, h, recurrent, false,
+                         s->n_inputs > LAST_INPUT ? inputs[LAST_INPUT] : NULL)
+               : NULL;
         *h_next = *z ? eg_gru_cell(x, *z, h) : NULL;
         status = *h_next ? EG_OK : eg_last_status();
     } else {
-        eg_tensor *hu = x ? eg_matmul(h, inputs[RECURRENT]) : NULL;
+        eg_tensor *hu = x ? product(s, h, recurrent, false, NULL) : NULL;
         *z = hu ? eg_add(x, hu) : NULL;
         status = *z ? eg_lstm_cell(*z, c, h_next, c_next) : eg_last_status();
         eg_release(hu);
@@ -110,12 +121,19 @@ static eg_status sequence_forward(int n_inputs, eg_tensor *const *inputs, int n_
     eg_tensor **ordered = calloc(n, sizeof *ordered);
     if (!ordered) return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of memory", name_of(s));
     eg__scope_suspend(); /* the steps' tensors belong to ctx until the tape lets the node go */
+    /* rounded once, not by every step's product (the same values: a product rounds its f32
+     * operands as a cast does) */
+    eg_tensor *rounded = s->products ? eg_cast(inputs[RECURRENT], s->products) : NULL;
+    const eg_tensor *recurrent = rounded ? rounded : inputs[RECURRENT];
+    if (s->products && !rounded) status = eg_last_status();
     for (int64_t k = 0; k < s->steps && status == EG_OK; k++) {
         const eg_tensor *h = k ? s->h[k - 1] : inputs[H0];
         const eg_tensor *c = s->gru ? NULL : k ? s->c[k - 1] : inputs[LAST_INPUT];
-        status = run_step(s, inputs, h, c, step_time(s, k), &s->z[k], &s->h[k], &s->c[k]);
+        status =
+            run_step(s, inputs, recurrent, h, c, step_time(s, k), &s->z[k], &s->h[k], &s->c[k]);
     }
     for (int64_t k = 0; k < s->steps && status == EG_OK; k++) ordered[output_block(s, k)] = s->h[k];
+    eg_release(rounded);
     eg__scope_resume();
     if (status == EG_OK) outputs[0] = eg_concat((int)s->steps, ordered, 0);
     if (status == EG_OK && outputs[0] && !s->gru)
@@ -164,7 +182,8 @@ static eg_status backward_recomputed(const sequence_ctx *s, eg_tensor *const *in
     if (status == EG_OK && (!h || (!s->gru && !c))) status = eg_last_status();
     for (int64_t k = 0; k < s->steps && status == EG_OK; k++) {
         eg_tensor *z = NULL, *h_next = NULL, *c_next = NULL;
-        status = run_step(s, inputs, h, c, step_time(s, k), &z, &h_next, &c_next);
+        status =
+            run_step(s, inputs, inputs[RECURRENT], h, c, step_time(s, k), &z, &h_next, &c_next);
         eg_release(z);
         eg_release(h);
         eg_release(c);
@@ -195,9 +214,9 @@ static eg_tensor *stacked(const eg_tensor *dh, const eg_tensor *dc) {
 /* U^T made row-major once: each step's product with U^T then reads it where it lies (the
  * product's direct path for few rows) instead of transposing all of U into its packing buffers
  * at every step. */
-static eg_tensor *transposed(const eg_tensor *u) {
+static eg_tensor *transposed(const sequence_ctx *s, const eg_tensor *u) {
     eg_tensor *view = eg_transpose(u, 0, 1);
-    eg_tensor *t = view ? eg_contiguous(view) : NULL;
+    eg_tensor *t = view ? (s->products ? eg_cast(view, s->products) : eg_contiguous(view)) : NULL;
     eg_release(view);
     return t;
 }
@@ -220,7 +239,7 @@ static eg_status backward_lstm(const sequence_ctx *s, eg_tensor *const *inputs,
     eg_tensor *dh = NULL,
               *dc = status == EG_OK ? eg_reshape(output_grads[1], 2, (int64_t[]){B, H}) : NULL;
     if (status == EG_OK && !dc) status = eg_last_status();
-    eg_tensor *u_t = status == EG_OK ? transposed(inputs[RECURRENT]) : NULL;
+    eg_tensor *u_t = status == EG_OK ? transposed(s, inputs[RECURRENT]) : NULL;
     if (status == EG_OK && !u_t) status = eg_last_status();
     eg__attrs attrs;
     memset(&attrs, 0, sizeof attrs);
@@ -241,13 +260,13 @@ static eg_status backward_lstm(const sequence_ctx *s, eg_tensor *const *inputs,
         eg_release(flat);
         const eg_tensor *before = k ? s->h[k - 1] : inputs[H0];
         h_prev[step_time(s, k)] = dc ? eg_reshape(before, 2, before->shape) : NULL;
-        dh = h_prev[step_time(s, k)] ? eg_matmul(dz[step_time(s, k)], u_t) : NULL;
+        dh = h_prev[step_time(s, k)] ? product(s, dz[step_time(s, k)], u_t, false, NULL) : NULL;
         if (!dh) status = eg_last_status();
     }
     if (status == EG_OK) {
         eg_tensor *dz_all = eg_concat((int)T, dz, 0);
         eg_tensor *h_all = dz_all ? eg_concat((int)T, h_prev, 0) : NULL;
-        input_grads[1] = h_all ? eg_matmul_ex(h_all, dz_all, true, false) : NULL;
+        input_grads[1] = h_all ? product(s, h_all, dz_all, true, NULL) : NULL;
         input_grads[0] = input_grads[1] ? dz_all : NULL;
         if (!input_grads[0]) eg_release(dz_all);
         eg_release(h_all);
@@ -280,7 +299,7 @@ static eg_status backward_gru(const sequence_ctx *s, eg_tensor *const *inputs,
     eg_tensor **h_prev = calloc((size_t)T, sizeof *h_prev);
     eg_status status =
         dx && dp && h_prev ? EG_OK : eg__error(EG_ERR_OUT_OF_MEMORY, "gru: out of memory");
-    eg_tensor *u_t = status == EG_OK ? transposed(inputs[RECURRENT]) : NULL, *dh = NULL;
+    eg_tensor *u_t = status == EG_OK ? transposed(s, inputs[RECURRENT]) : NULL, *dh = NULL;
     if (status == EG_OK && !u_t) status = eg_last_status();
     eg__attrs attrs;
     memset(&attrs, 0, sizeof attrs);
@@ -302,7 +321,7 @@ static eg_status backward_gru(const sequence_ctx *s, eg_tensor *const *inputs,
         eg_tensor *direct = dp[t] ? part(flat, 6 * B * H, B, H) : NULL;
         eg_release(flat);
         h_prev[t] = direct ? eg_reshape(before, 2, before->shape) : NULL;
-        eg_tensor *through = h_prev[t] ? eg_matmul(dp[t], u_t) : NULL;
+        eg_tensor *through = h_prev[t] ? product(s, dp[t], u_t, false, NULL) : NULL;
         dh = through ? eg_add(direct, through) : NULL;
         eg_release(direct);
         eg_release(through);
@@ -313,7 +332,7 @@ static eg_status backward_gru(const sequence_ctx *s, eg_tensor *const *inputs,
         eg_tensor *h_all = dp_all ? eg_concat((int)T, h_prev, 0) : NULL;
         input_grads[PROJECTED] = h_all ? eg_concat((int)T, dx, 0) : NULL;
         input_grads[RECURRENT] =
-            input_grads[PROJECTED] ? eg_matmul_ex(h_all, dp_all, true, false) : NULL;
+            input_grads[PROJECTED] ? product(s, h_all, dp_all, true, NULL) : NULL;
         if (input_grads[RECURRENT] && s->n_inputs > LAST_INPUT)
             input_grads[LAST_INPUT] = eg_sum(dp_all, 1, (const int[]){0}, false);
         eg_release(dp_all);
@@ -363,7 +382,7 @@ static const eg_custom_gradient_def gru_sequence = {.name = "gru",
                                                     .free_ctx = free_ctx};
 
 static eg_status run_sequence(bool gru, int n_inputs, const eg_tensor *const *inputs, bool reverse,
-                              bool time_order, eg_tensor **outputs) {
+                              bool time_order, eg_dtype products, eg_tensor **outputs) {
     outputs[0] = outputs[1] = NULL;
     int64_t batch = inputs[H0]->shape[0];
     sequence_ctx *s = calloc(1, sizeof *s);
@@ -374,7 +393,8 @@ static eg_status run_sequence(bool gru, int n_inputs, const eg_tensor *const *in
                         .batch = batch,
                         .units = inputs[H0]->shape[1],
                         .reverse = reverse,
-                        .time_order = time_order};
+                        .time_order = time_order,
+                        .products = products};
     if (s->steps > INT32_MAX) {
         eg_status status =
             eg__error(EG_ERR_SHAPE, "%s: %lld steps are too many", name_of(s), (long long)s->steps);
@@ -387,14 +407,15 @@ static eg_status run_sequence(bool gru, int n_inputs, const eg_tensor *const *in
 
 eg_status eg__lstm_sequence(const eg_tensor *projected, const eg_tensor *recurrent,
                             const eg_tensor *h0, const eg_tensor *c0, bool reverse, bool time_order,
-                            eg_tensor **outputs) {
+                            eg_dtype products, eg_tensor **outputs) {
     const eg_tensor *inputs[4] = {projected, recurrent, h0, c0};
-    return run_sequence(false, 4, inputs, reverse, time_order, outputs);
+    return run_sequence(false, 4, inputs, reverse, time_order, products, outputs);
 }
 
 eg_status eg__gru_sequence(const eg_tensor *projected, const eg_tensor *recurrent,
                            const eg_tensor *recurrent_bias, const eg_tensor *h0, bool reverse,
-                           bool time_order, eg_tensor **outputs) {
+                           bool time_order, eg_dtype products, eg_tensor **outputs) {
     const eg_tensor *inputs[4] = {projected, recurrent, h0, recurrent_bias};
-    return run_sequence(true, recurrent_bias ? 4 : 3, inputs, reverse, time_order, outputs);
+    return run_sequence(true, recurrent_bias ? 4 : 3, inputs, reverse, time_order, products,
+                        outputs);
 }
