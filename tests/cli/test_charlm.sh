@@ -66,5 +66,11 @@ check "eval without --checkpoint exits 2" [ $? -eq 2 ]
 check "--seq-len 1 exits 2" [ $? -eq 2 ]
 "$eagle" train --model charlm --state sometimes >/dev/null 2>&1
 check "--state sometimes exits 2" [ $? -eq 2 ]
+"$eagle" train --model charlm "${tiny[@]}" --precision bf16 >"$dir/h.txt" 2>&1
+rc=$?
+check "a bf16 run (mixed_bfloat16) trains and scores too" \
+    bash -c '[ "$1" -eq 0 ] && [ -n "$(bpc_of "$0")" ]' "$dir/h.txt" "$rc"
+"$eagle" train --model charlm --precision f8 >/dev/null 2>&1
+check "--precision f8 exits 2" [ $? -eq 2 ]
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

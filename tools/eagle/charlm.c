@@ -27,6 +27,7 @@ typedef struct charlm_options {
      * (bench/RESULTS.md): its batches follow the text's order instead of being shuffled. */
     bool carry_state;
     bool state_given; /* --state was given (eval's default is carry) */
+    bool bf16;        /* --precision bf16: the mixed_bfloat16 policy */
     double minutes, learning_rate, temperature;
     unsigned long long seed;
 } charlm_options;
@@ -37,7 +38,14 @@ typedef struct charlm {
     eg_layer *embedding, *lstm, *output;
 } charlm;
 
-static bool charlm_build(charlm *m, long hidden, long embedding) {
+/* The logits as f32 (under a mixed policy the output layer's are bf16): the loss's softmax needs
+ * f32's range. A new reference, or NULL. */
+static eg_tensor *wide_logits(eg_tensor *logits) {
+    return logits && eg_tensor_dtype(logits) != EG_DTYPE_F32 ? eg_cast(logits, EG_DTYPE_F32)
+                                                             : logits;
+}
+
+static bool charlm_build(charlm *m, long hidden, long embedding, bool bf16) {
     m->model = eg_sequential_new("charlm");
     eg_rnn_options ro = eg_rnn_options_default();
     ro.return_sequences = true;
@@ -47,7 +55,8 @@ static bool charlm_build(charlm *m, long hidden, long embedding) {
     return m->model && eg_sequential_add(m->model, m->embedding) == EG_OK &&
            eg_sequential_add(m->model, m->lstm) == EG_OK &&
            eg_sequential_add(m->model, m->output) == EG_OK &&
-           eg_model_build(m->model, 2, (const int64_t[]){-1, 8}) == EG_OK;
+           eg_model_build(m->model, 2, (const int64_t[]){-1, 8}) == EG_OK &&
+           (!bf16 || eg_model_set_policy(m->model, EG_POLICY_MIXED_BFLOAT16) == EG_OK);
 }
 
 /* Bytes of text as an i32 tensor of ids. */
@@ -64,7 +73,7 @@ static eg_tensor *ids_of(const char *text, int64_t n) {
 static eg_tensor *sequence_loss(charlm *m, const eg_tensor *x, const eg_tensor *y, bool training) {
     const int64_t *shape = eg_tensor_shape(x);
     int64_t rows = shape[0] * shape[1];
-    eg_tensor *logits = eg_model_call(m->model, x, training);
+    eg_tensor *logits = wide_logits(eg_model_call(m->model, x, training));
     eg_tensor *flat = logits ? eg_reshape(logits, 2, (const int64_t[]){rows, VOCAB}) : NULL;
     eg_tensor *labels = eg_reshape(y, 1, &rows);
     return flat && labels ? eg_mean(eg_sparse_softmax_cross_entropy(flat, labels), 0, NULL, false)
@@ -85,7 +94,7 @@ static eg_tensor *window_loss(charlm *m, const int32_t *x, const int32_t *y, int
     bool ok =
         h && labels &&
         eg_rnn_call(m->lstm, h, NULL, states[0] ? states : NULL, training, &seq, next) == EG_OK;
-    eg_tensor *logits = ok ? eg_layer_call(m->output, seq, training) : NULL;
+    eg_tensor *logits = ok ? wide_logits(eg_layer_call(m->output, seq, training)) : NULL;
     eg_tensor *rows_logits = logits ? eg_reshape(logits, 2, (const int64_t[]){flat, VOCAB}) : NULL;
     eg_tensor *each = rows_logits ? eg_sparse_softmax_cross_entropy(rows_logits, labels) : NULL;
     eg_tensor *loss = !each ? NULL
@@ -238,7 +247,7 @@ static int run_training(const charlm_options *o) {
     ds = eg_dataset_repeat(ds, -1);
     ds = eg_dataset_prefetch(ds, 2);
     stream_batches streams = {0};
-    if (!charlm_build(&m, o->hidden, o->embedding) || !adam || !ds ||
+    if (!charlm_build(&m, o->hidden, o->embedding, o->bf16) || !adam || !ds ||
         (o->carry_state &&
          !streams_init(&streams, kjv.train, kjv.train_length, o->batch, o->seq_len, o->seed))) {
         streams_free(&streams);
@@ -329,7 +338,7 @@ static int run_training(const charlm_options *o) {
  * LSTM's states. */
 static int run_generate(const charlm_options *o) {
     charlm m = {0};
-    if (!charlm_build(&m, o->hidden, o->embedding)) return charlm_fail("charlm");
+    if (!charlm_build(&m, o->hidden, o->embedding, o->bf16)) return charlm_fail("charlm");
     if (eg_model_load_weights(m.model, o->checkpoint) != EG_OK) {
         eg_model_free(m.model);
         return charlm_fail(o->checkpoint);
@@ -402,6 +411,7 @@ enum {
     OPT_TOP_K,
     OPT_MODEL,
     OPT_STATE,
+    OPT_PRECISION,
 };
 
 static void print_help(const char *command) {
@@ -441,7 +451,9 @@ static void print_help(const char *command) {
                "  --length N           characters to generate (default 300)\n"
                "  --temperature T      0: greedy (default 0.8)\n"
                "  --top-k K            sample among the K likeliest (default 0: all)\n");
-    printf("  --hidden N           LSTM units (default 512)\n"
+    printf("  --precision f32|bf16 bf16: the mixed_bfloat16 policy, products in bf16 with f32\n"
+           "                       sums, states and weights in f32 (default f32)\n"
+           "  --hidden N           LSTM units (default 512)\n"
            "  --embedding N        character embedding size (default 64)\n"
            "  --seed N             (default 42)\n"
            "  --threads N          compute threads\n");
@@ -468,6 +480,7 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
         {"temperature", required_argument, NULL, OPT_TEMPERATURE},
         {"top-k", required_argument, NULL, OPT_TOP_K},
         {"state", required_argument, NULL, OPT_STATE},
+        {"precision", required_argument, NULL, OPT_PRECISION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -508,6 +521,11 @@ static int parse(const char *command, int argc, char **argv, charlm_options *o) 
             break;
         case OPT_MINUTES:
             ok = cli_parse_double(command, "--minutes", optarg, 0, 1e6, &o->minutes);
+            break;
+        case OPT_PRECISION:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16"))
+                return cli_usage_error(command, "--precision %s: f32 or bf16", optarg);
+            o->bf16 = !strcmp(optarg, "bf16");
             break;
         case OPT_STATE:
             if (strcmp(optarg, "carry") && strcmp(optarg, "reset"))
@@ -591,7 +609,7 @@ int cli_eval_charlm(int argc, char **argv) {
     charlm m = {0};
     int status = CLI_OK;
     double bpc = NAN;
-    if (!charlm_build(&m, o.hidden, o.embedding))
+    if (!charlm_build(&m, o.hidden, o.embedding, o.bf16))
         status = charlm_fail("charlm");
     else if (eg_model_load_weights(m.model, o.checkpoint) != EG_OK)
         status = charlm_fail(o.checkpoint);
