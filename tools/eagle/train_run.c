@@ -420,17 +420,9 @@ static eg_status on_epoch_end(eg_fit_state *state, int epoch, const eg_logs *log
     return status;
 }
 
-/* Whether the command line asks for --model charlm (charlm.c trains it, with options of its own). */
-static bool wants_charlm(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], "charlm")) ||
-            !strcmp(argv[i], "--model=charlm"))
-            return true;
-    return false;
-}
-
 int cli_train(int argc, char **argv) {
-    if (wants_charlm(argc, argv)) return cli_train_charlm(argc, argv);
+    if (cli_wants_model(argc, argv, "charlm")) return cli_train_charlm(argc, argv);
+    if (cli_wants_model(argc, argv, "g2p")) return cli_train_g2p(argc, argv);
     double train_began_ns = monotonic_ns();
     train_options o;
     int parsed = train_parse_options(argc, argv, &o);
