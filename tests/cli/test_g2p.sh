@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # eagle train --model g2p and eagle generate --model g2p end to end on a tiny model: a short run
 # reports the word and phoneme error rates of the held-out words, each in [0, 100], and saves the
-# weights; two runs with one seed print the same figures; generate prints the word and phonemes
-# from the saved weights; usage errors exit 2. Needs CMUdict (scripts/install-cmudict.sh):
+# weights; two runs with one seed print the same figures, and eval of the saved weights prints
+# them too; generate prints the word and phonemes from the saved weights; usage errors exit 2. Needs CMUdict (scripts/install-cmudict.sh):
 # without it the test is skipped (exit 77).
 #   test_g2p.sh EAGLE_BINARY
 set -uo pipefail
@@ -28,6 +28,13 @@ check "WER and PER are in [0, 100]" \
 check "it says how several pronunciations are scored" grep -q "any of them" "$dir/a.txt"
 "$eagle" train --model g2p "${tiny[@]}" >"$dir/b.txt" 2>&1
 check "the same seed gives the same figures" [ "$(rates "$dir/a.txt")" = "$(rates "$dir/b.txt")" ]
+"$eagle" eval --model g2p --checkpoint "$dir/a.safetensors" --d-model 16 --layers 1 --heads 2 \
+    --eval-words 40 --threads 1 >"$dir/c.txt" 2>&1
+check "eval of the saved weights gives the training run's figures" \
+    [ "$(rates "$dir/a.txt")" = "$(rates "$dir/c.txt")" ]
+"$eagle" eval --model g2p --checkpoint "$dir/a.safetensors" --d-model 16 --layers 1 --heads 2 \
+    --eval-words 40 --threads 1 --beam 3 >"$dir/d.txt" 2>&1
+check "eval --beam 3 reports WER and PER" grep -q "^held-out words: WER [0-9.]* %  PER" "$dir/d.txt"
 gen=(generate --model g2p --checkpoint "$dir/a.safetensors" --d-model 16 --layers 1 --heads 2
      --word Hello --threads 1)
 out=$("$eagle" "${gen[@]}" 2>&1)
@@ -39,7 +46,7 @@ check "generate prints the word and ARPAbet phonemes" \
 check "generate without --checkpoint exits 2" [ $? -eq 2 ]
 "$eagle" generate --model g2p --checkpoint "$dir/a.safetensors" --word x >"$dir/err.txt" 2>&1
 check "a checkpoint of another size is refused" [ $? -eq 1 ]
-for bad in "--steps 0" "--d-model 10 --heads 4" "--batch x" "--layers 99" "--bogus"; do
+for bad in "--checkpoint x" "--beam 0" "--steps 0" "--d-model 10 --heads 4" "--batch x" "--layers 99" "--bogus"; do
     # shellcheck disable=SC2086
     "$eagle" train --model g2p $bad >/dev/null 2>&1
     check "train $bad exits 2" [ $? -eq 2 ]

@@ -19,8 +19,9 @@ int cli_profile(int argc, char **argv);
 /* eagle train --model charlm and eagle generate (charlm.c) */
 int cli_train_charlm(int argc, char **argv);
 int cli_generate(int argc, char **argv);
-/* eagle train --model g2p and eagle generate --model g2p (g2p.c) */
+/* eagle train, eval and generate --model g2p (g2p.c) */
 int cli_train_g2p(int argc, char **argv);
+int cli_eval_g2p(int argc, char **argv);
 int cli_generate_g2p(int argc, char **argv);
 /* Whether the command line asks for --model NAME (a model with options of its own). */
 bool cli_wants_model(int argc, char **argv, const char *name);

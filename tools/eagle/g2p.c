@@ -1,6 +1,6 @@
-/* `eagle train --model g2p` and `eagle generate --model g2p`: grapheme-to-phoneme conversion on
- * CMUdict (eagle/io.h), a Transformer encoder-decoder from spelling to phonemes trained for a
- * time budget with teacher forcing and scored by greedy decoding on the held-out words: word
+/* `eagle train|eval|generate --model g2p`: grapheme-to-phoneme conversion on CMUdict
+ * (eagle/io.h), a Transformer encoder-decoder from spelling to phonemes trained for a time budget
+ * with teacher forcing and scored by greedy decoding (or beam search) on the held-out words: word
  * error rate (a word is right only when its whole phoneme sequence is) and phoneme error rate
  * (edit distance over reference phonemes).
  *
@@ -36,7 +36,7 @@ typedef struct g2p_options {
     const char *save_path;
     const char *checkpoint; /* generate */
     const char *word;       /* generate */
-    long d_model, layers, heads, batch, steps, threads, eval_words, eval_every, warmup;
+    long d_model, layers, heads, batch, steps, threads, eval_words, eval_every, warmup, beam;
     double minutes, learning_rate, dropout, label_smoothing;
     unsigned long long seed;
 } g2p_options;
@@ -279,10 +279,30 @@ static int edit_distance(const uint8_t *a, int na, const uint8_t *b, int nb) {
     return row[nb];
 }
 
-/* Greedy decoding of n spellings: out[i * MAX_LEN ...] gets word i's phoneme ids (the loader's),
- * lengths[i] their count. Stops at the end symbol or after the spelling's length + 8 phonemes. */
-static bool greedy(g2p *m, const char *const *spellings, int64_t n, uint8_t *out, int *lengths) {
-    int64_t S = 1;
+/* The K best continuations of one word's beams: candidates (score, beam, token) kept sorted. */
+typedef struct candidate {
+    double score;
+    int beam, token; /* token -1: the beam had ended and carries over */
+} candidate;
+
+static void offer(candidate *best, int k, int *count, candidate c) {
+    if (*count == k && c.score <= best[k - 1].score) return;
+    int i = *count < k ? (*count)++ : k - 1;
+    while (i > 0 && best[i - 1].score < c.score) {
+        best[i] = best[i - 1];
+        i--;
+    }
+    best[i] = c;
+}
+
+/* Beam search (beam 1: greedy decoding) over n spellings, each word's `beam` hypotheses ranked by
+ * the sum of their phonemes' log-probabilities: out[i * MAX_LEN ...] gets word i's best phoneme
+ * ids (the loader's), lengths[i] their count. A hypothesis ends at the end symbol or after the
+ * spelling's length + 8 phonemes. The decoder reruns on the whole prefix at each step (no cache:
+ * the prefixes are a few phonemes). */
+static bool beam_decode(g2p *m, const char *const *spellings, int64_t n, int beam, uint8_t *out,
+                        int *lengths) {
+    int64_t S = 1, K = beam, R = n * K;
     for (int64_t i = 0; i < n; i++) {
         int64_t len = (int64_t)strlen(spellings[i]);
         if (len > S) S = len;
@@ -291,63 +311,103 @@ static bool greedy(g2p *m, const char *const *spellings, int64_t n, uint8_t *out
         fprintf(stderr, "eagle: a spelling longer than %d letters\n", MAX_LEN);
         return false;
     }
-    int64_t limit = S + 8 < MAX_LEN ? S + 8 : MAX_LEN;
-    int32_t *src = calloc((size_t)(n * S), sizeof *src), *tgt = calloc((size_t)(n * limit), 4);
-    bool *src_mask = calloc((size_t)(n * S), sizeof *src_mask);
-    bool *done = calloc((size_t)n, sizeof *done), *visible = malloc((size_t)(n * limit));
-    bool ok = src && tgt && src_mask && done && visible;
-    for (int64_t i = 0; ok && i < n * limit; i++) visible[i] = true;
-    for (int64_t i = 0; ok && i < n; i++) {
-        for (int64_t s = 0; spellings[i][s]; s++) {
-            src[i * S + s] = spelling_id(spellings[i][s]);
-            src_mask[i * S + s] = true;
+    int64_t limit = S + 9 < MAX_LEN ? S + 9 : MAX_LEN;
+    int32_t *src = calloc((size_t)(R * S), sizeof *src);
+    int32_t *prefix = calloc((size_t)(R * limit), sizeof *prefix);
+    int32_t *next_prefix = calloc((size_t)(R * limit), sizeof *next_prefix);
+    int32_t *window = calloc((size_t)(R * limit), sizeof *window);
+    bool *src_mask = calloc((size_t)(R * S), sizeof *src_mask);
+    bool *ended = calloc((size_t)R, sizeof *ended), *next_ended = calloc((size_t)R, 1);
+    bool *visible = malloc((size_t)(R * limit));
+    double *scores = malloc(sizeof *scores * (size_t)R),
+           *next_scores = malloc(sizeof *scores * (size_t)R);
+    candidate *best = malloc(sizeof *best * (size_t)K);
+    bool ok = src && prefix && next_prefix && window && src_mask && ended && next_ended &&
+              visible && scores && next_scores && best;
+    for (int64_t r = 0; ok && r < R; r++) {
+        const char *w = spellings[r / K];
+        for (int64_t s = 0; w[s]; s++) {
+            src[r * S + s] = spelling_id(w[s]);
+            src_mask[r * S + s] = true;
         }
-        lengths[i] = 0;
+        prefix[r * limit] = START;
+        scores[r] = r % K ? -INFINITY : 0; /* the beams start as one */
     }
+    for (int64_t i = 0; ok && i < R * limit; i++) visible[i] = true;
     eg_scope_begin();
     eg_tensor *src_t =
-        ok ? eg_tensor_from_data(src, EG_DTYPE_I32, 2, (const int64_t[]){n, S}) : NULL;
+        ok ? eg_tensor_from_data(src, EG_DTYPE_I32, 2, (const int64_t[]){R, S}) : NULL;
     eg_tensor *mask_t =
-        ok ? eg_tensor_from_data(src_mask, EG_DTYPE_BOOL, 2, (const int64_t[]){n, S}) : NULL;
+        ok ? eg_tensor_from_data(src_mask, EG_DTYPE_BOOL, 2, (const int64_t[]){R, S}) : NULL;
     eg_tensor *encoded = src_t && mask_t ? encode(m, src_t, mask_t, false) : NULL;
     ok = encoded != NULL;
-    int64_t remaining = n;
-    for (int64_t t = 1; ok && t < limit && remaining > 0; t++) {
+    int64_t t = 1;
+    for (bool all_ended = false; ok && t < limit && !all_ended; t++) {
         eg_scope_begin();
-        for (int64_t i = 0; i < n; i++) tgt[i * limit] = START;
-        /* the prefix so far, (n, t), taken from the first t columns */
-        int32_t *prefix = malloc(sizeof *prefix * (size_t)(n * t));
-        for (int64_t i = 0; prefix && i < n; i++)
-            memcpy(prefix + i * t, tgt + i * limit, sizeof *prefix * (size_t)t);
-        eg_tensor *tgt_t =
-            prefix ? eg_tensor_from_data(prefix, EG_DTYPE_I32, 2, (const int64_t[]){n, t}) : NULL;
-        free(prefix);
+        for (int64_t r = 0; r < R; r++)
+            memcpy(window + r * t, prefix + r * limit, sizeof *window * (size_t)t);
+        eg_tensor *tgt_t = eg_tensor_from_data(window, EG_DTYPE_I32, 2, (const int64_t[]){R, t});
         eg_tensor *tgt_mask =
-            eg_tensor_from_data(visible, EG_DTYPE_BOOL, 2, (const int64_t[]){n, t});
+            eg_tensor_from_data(visible, EG_DTYPE_BOOL, 2, (const int64_t[]){R, t});
         eg_tensor *logits =
             tgt_t && tgt_mask ? decode(m, tgt_t, tgt_mask, encoded, mask_t, false) : NULL;
-        eg_tensor *last = logits ? eg_argmax(eg_slice(logits, 1, t - 1, t, 1), -1, false) : NULL;
-        eg_tensor *ids = last ? eg_contiguous(last) : NULL;
-        ok = ids != NULL;
-        const int64_t *next = ok ? eg_tensor_data(ids) : NULL;
+        eg_tensor *last =
+            logits ? eg_contiguous(eg_log_softmax(eg_slice(logits, 1, t - 1, t, 1), -1)) : NULL;
+        ok = last != NULL;
+        const float *logp = ok ? eg_tensor_data(last) : NULL;
+        all_ended = true;
         for (int64_t i = 0; ok && i < n; i++) {
-            tgt[i * limit + t] = (int32_t)next[i];
-            if (done[i]) continue;
-            if (next[i] < 3) {
-                done[i] = true;
-                remaining--;
-            } else {
-                out[i * MAX_LEN + lengths[i]++] = (uint8_t)(next[i] - 3);
+            int count = 0;
+            for (int k = 0; k < K; k++) {
+                int64_t r = i * K + k;
+                if (ended[r]) {
+                    offer(best, (int)K, &count, (candidate){scores[r], k, -1});
+                    continue;
+                }
+                for (int v = END; v < TGT_VOCAB; v++)
+                    offer(best, (int)K, &count,
+                          (candidate){scores[r] + logp[r * TGT_VOCAB + v], k, v});
+            }
+            for (int j = 0; j < K; j++) {
+                int64_t to = i * K + j, from = i * K + (j < count ? best[j].beam : 0);
+                memcpy(next_prefix + to * limit, prefix + from * limit,
+                       sizeof *prefix * (size_t)limit);
+                next_scores[to] = j < count ? best[j].score : -INFINITY;
+                next_ended[to] = j >= count || best[j].token < 0 || best[j].token == END;
+                if (j < count && best[j].token >= 0) next_prefix[to * limit + t] = best[j].token;
+                all_ended = all_ended && next_ended[to];
             }
         }
+        int32_t *swap_prefix = prefix;
+        prefix = next_prefix;
+        next_prefix = swap_prefix;
+        double *swap_scores = scores;
+        scores = next_scores;
+        next_scores = swap_scores;
+        bool *swap_ended = ended;
+        ended = next_ended;
+        next_ended = swap_ended;
         eg_scope_end();
     }
     eg_scope_end();
+    /* each word's beam 0 ranks first */
+    for (int64_t i = 0; ok && i < n; i++) {
+        const int32_t *p = prefix + i * K * limit;
+        lengths[i] = 0;
+        for (int64_t j = 1; j < t && p[j] >= 3; j++)
+            out[i * MAX_LEN + lengths[i]++] = (uint8_t)(p[j] - 3);
+    }
     free(src);
-    free(tgt);
+    free(prefix);
+    free(next_prefix);
+    free(window);
     free(src_mask);
-    free(done);
+    free(ended);
+    free(next_ended);
     free(visible);
+    free(scores);
+    free(next_scores);
+    free(best);
     return ok;
 }
 
@@ -356,7 +416,7 @@ typedef struct score {
 } score;
 
 /* Decodes the first n held-out words in batches of similar lengths and scores them. */
-static bool evaluate(g2p *m, const eg_cmudict *d, int64_t n, score *sc) {
+static bool evaluate(g2p *m, const eg_cmudict *d, int64_t n, int beam, score *sc) {
     enum { EVAL_BATCH = 256 };
     memset(sc, 0, sizeof *sc);
     int64_t *test = malloc(sizeof *test * (size_t)(d->n_test_words ? d->n_test_words : 1));
@@ -377,7 +437,7 @@ static bool evaluate(g2p *m, const eg_cmudict *d, int64_t n, score *sc) {
     for (int64_t first = 0; ok && first < n; first += EVAL_BATCH) {
         int64_t count = n - first < EVAL_BATCH ? n - first : EVAL_BATCH;
         for (int64_t i = 0; i < count; i++) spellings[i] = d->words[test[first + i]].spelling;
-        ok = greedy(m, spellings, count, out, found);
+        ok = beam_decode(m, spellings, count, beam, out, found);
         for (int64_t i = 0; ok && i < count; i++) {
             const eg_cmudict_word *w = &d->words[test[first + i]];
             int best = -1, best_length = 0;
@@ -460,6 +520,10 @@ static int run_training(const g2p_options *o) {
         status = g2p_fail("g2p");
         goto done;
     }
+    if (o->checkpoint && eg_model_load_weights(m.model, o->checkpoint) != EG_OK) {
+        status = g2p_fail(o->checkpoint);
+        goto done;
+    }
     for (int64_t e = 0, k = 0; e < d.n_entries; e++)
         if (!d.words[d.entries[e].word].test) bt.order[k++] = e;
     eg_model_summary(m.model, stdout);
@@ -474,8 +538,8 @@ static int run_training(const g2p_options *o) {
     cli_interrupt_install();
     double start = cli_seconds(), budget = o->minutes * 60, recent = 0, tokens = 0;
     long step = 0, recent_n = 0;
-    while ((o->steps <= 0 || step < o->steps) && (o->steps > 0 || cli_seconds() - start < budget) &&
-           !cli_interrupted()) {
+    while (!o->checkpoint && (o->steps <= 0 || step < o->steps) &&
+           (o->steps > 0 || cli_seconds() - start < budget) && !cli_interrupted()) {
         double progress =
             o->steps > 0 ? (double)step / (double)o->steps : (cli_seconds() - start) / budget;
         double lr = learning_rate(o, step, progress);
@@ -514,7 +578,7 @@ static int run_training(const g2p_options *o) {
             score sc;
             char when[64];
             snprintf(when, sizeof when, "step %ld (%.0f s)", step, cli_seconds() - start);
-            if (!evaluate(&m, &d, eval_n < 1000 ? eval_n : 1000, &sc)) {
+            if (!evaluate(&m, &d, eval_n < 1000 ? eval_n : 1000, (int)o->beam, &sc)) {
                 status = g2p_fail("evaluation");
                 break;
             }
@@ -525,17 +589,23 @@ static int run_training(const g2p_options *o) {
     double train_seconds = cli_seconds() - start;
     score sc;
     double eval_start = cli_seconds();
-    if (status == CLI_OK && !evaluate(&m, &d, eval_n, &sc)) status = g2p_fail("evaluation");
+    if (status == CLI_OK && !evaluate(&m, &d, eval_n, (int)o->beam, &sc))
+        status = g2p_fail("evaluation");
     if (status == CLI_OK) {
-        printf("trained %ld steps (%.2f epochs) in %.1f s, %.0f phonemes/s; greedy decoding of "
-               "%lld held-out words in %.1f s\n",
-               step, (double)step * (double)bt.batch / (double)n_train, train_seconds,
-               tokens / train_seconds, (long long)sc.words, cli_seconds() - eval_start);
+        if (o->checkpoint)
+            printf("%s: ", o->checkpoint);
+        else
+            printf("trained %ld steps (%.2f epochs) in %.1f s, %.0f phonemes/s; ", step,
+                   (double)step * (double)bt.batch / (double)n_train, train_seconds,
+                   tokens / train_seconds);
+        printf("%s decoding (beam %ld) of %lld held-out words in %.1f s\n",
+               o->beam > 1 ? "beam" : "greedy", o->beam, (long long)sc.words,
+               cli_seconds() - eval_start);
         print_score("held-out words", &sc);
         printf("(a word with several pronunciations is right if the output is any of them; its "
                "PER counts the edits to the closest one. Published on CMUdict: Phonetisaurus "
                "33.9 %% WER, a 2-layer Transformer ~31 %%)\n");
-        if (o->save_path && eg_model_save_weights(m.model, o->save_path) != EG_OK)
+        if (o->save_path && !o->checkpoint && eg_model_save_weights(m.model, o->save_path) != EG_OK)
             status = g2p_fail(o->save_path);
         else if (o->save_path)
             printf("saved %s\n", o->save_path);
@@ -563,7 +633,7 @@ static int run_generate(const g2p_options *o) {
     int length = 0;
     const char *spellings[1] = {o->word};
     int status = CLI_OK;
-    if (!greedy(&m, spellings, 1, out, &length)) {
+    if (!beam_decode(&m, spellings, 1, (int)o->beam, out, &length)) {
         status = g2p_fail("generate");
     } else {
         fputs(o->word, stdout);
@@ -594,13 +664,14 @@ enum {
     OPT_CHECKPOINT,
     OPT_WORD,
     OPT_MODEL,
+    OPT_BEAM,
 };
 
 static void print_help(const char *command) {
     printf("usage: eagle %s --model g2p [options]\n\n", command);
     if (!strcmp(command, "train"))
         printf("Trains a Transformer from spelling to phonemes on CMUdict and reports the word\n"
-               "and phoneme error rates of greedy decoding on the held-out 5 %% of words.\n\n"
+               "and phoneme error rates of its decoding on the held-out 5 %% of words.\n\n"
                "  --minutes M          training time budget (default 30)\n"
                "  --steps N            train N steps instead of for a time\n"
                "  --batch N            pronunciations per step (default 128)\n"
@@ -611,12 +682,20 @@ static void print_help(const char *command) {
                "  --eval-words N       score only the first N held-out words\n"
                "  --eval-every N       also score 1000 held-out words every N steps (in the time)\n"
                "  --save FILE          the weights as safetensors\n"
+               "  --beam K             beam search of K hypotheses (default 1: greedy)\n"
                "  --data FILE          the dictionary (default " EG_CMUDICT_PATH ")\n");
+    else if (!strcmp(command, "eval"))
+        printf("Scores a model saved by 'eagle train --model g2p --save FILE' on the held-out\n"
+               "words.\n\n"
+               "  --checkpoint FILE    the saved weights (required)\n"
+               "  --beam K             beam search of K hypotheses (default 1: greedy)\n"
+               "  --eval-words N       score only the first N held-out words\n");
     else
         printf("Prints the phonemes a model saved by 'eagle train --model g2p --save FILE' reads\n"
-               "for a word (greedy decoding).\n\n"
+               "for a word.\n\n"
                "  --checkpoint FILE    the saved weights (required)\n"
-               "  --word WORD          the spelling (required)\n");
+               "  --word WORD          the spelling (required)\n"
+               "  --beam K             beam search of K hypotheses (default 1: greedy)\n");
     printf("  --d-model N          model width (default 128)\n"
            "  --layers N           encoder and decoder blocks each (default 2)\n"
            "  --heads N            attention heads (default 4)\n"
@@ -645,6 +724,7 @@ static int parse(const char *command, int argc, char **argv, g2p_options *o) {
         {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
         {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
         {"word", required_argument, NULL, OPT_WORD},
+        {"beam", required_argument, NULL, OPT_BEAM},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -657,6 +737,7 @@ static int parse(const char *command, int argc, char **argv, g2p_options *o) {
                        .warmup = 400,
                        .dropout = 0,
                        .label_smoothing = 0.1,
+                       .beam = 1,
                        .seed = 42};
     optind = 1;
     opterr = 0;
@@ -722,6 +803,9 @@ static int parse(const char *command, int argc, char **argv, g2p_options *o) {
         case OPT_CHECKPOINT:
             o->checkpoint = optarg;
             break;
+        case OPT_BEAM:
+            ok = cli_parse_int(command, "--beam", optarg, 1, 64, &o->beam);
+            break;
         case OPT_WORD:
             o->word = optarg;
             break;
@@ -744,6 +828,7 @@ int cli_train_g2p(int argc, char **argv) {
     g2p_options o;
     int parsed = parse("train", argc, argv, &o);
     if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+    if (o.checkpoint) return cli_usage_error("train", "--checkpoint is for eval and generate");
     if (o.threads > 0 && eg_set_num_threads((int)o.threads) != EG_OK) return g2p_fail("--threads");
     return run_training(&o);
 }
@@ -758,4 +843,13 @@ int cli_generate_g2p(int argc, char **argv) {
         return cli_usage_error("generate", "--word: at most %d letters", MAX_LEN);
     if (o.threads > 0 && eg_set_num_threads((int)o.threads) != EG_OK) return g2p_fail("--threads");
     return run_generate(&o);
+}
+
+int cli_eval_g2p(int argc, char **argv) {
+    g2p_options o;
+    int parsed = parse("eval", argc, argv, &o);
+    if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
+    if (!o.checkpoint) return cli_usage_error("eval", "--checkpoint FILE is required");
+    if (o.threads > 0 && eg_set_num_threads((int)o.threads) != EG_OK) return g2p_fail("--threads");
+    return run_training(&o);
 }
