@@ -16,7 +16,8 @@ check() {
     shift
     if "$@"; then echo "ok   $description"; else echo "FAIL $description"; failures=$((failures + 1)); fi
 }
-tiny=(--d-model 16 --layers 1 --heads 2 --batch 16 --steps 5 --eval-words 40 --threads 1)
+tiny=(--d-model 16 --layers 1 --heads 2 --batch 16 --steps 40 --warmup 10 --learning-rate 0.01 --eval-words 40
+      --threads 1)
 "$eagle" train --model g2p "${tiny[@]}" --save "$dir/a.safetensors" >"$dir/a.txt" 2>&1
 rc=$?
 check "a short run ends with 0" [ "$rc" -eq 0 ]
@@ -42,6 +43,12 @@ rc=$?
 check "generate ends with 0" [ "$rc" -eq 0 ]
 check "generate prints the word and ARPAbet phonemes" \
     bash -c '[[ "$0" =~ ^Hello(\ [A-Z]{1,2})*$ ]]' "$out"
+# padding must not change a word's phonemes: alone, and in one batch with a longer word
+pair=$("$eagle" generate --model g2p --checkpoint "$dir/a.safetensors" --d-model 16 --layers 1 \
+    --heads 2 --word Hello --word internationalization --beam 2 --threads 1 2>&1)
+alone=$("$eagle" generate --model g2p --checkpoint "$dir/a.safetensors" --d-model 16 --layers 1 \
+    --heads 2 --word Hello --beam 2 --threads 1 2>&1)
+check "a word decodes the same alone and beside a longer one" [ "$(head -1 <<<"$pair")" = "$alone" ]
 "$eagle" generate --model g2p --word x >/dev/null 2>&1
 check "generate without --checkpoint exits 2" [ $? -eq 2 ]
 "$eagle" generate --model g2p --checkpoint "$dir/a.safetensors" --word x >"$dir/err.txt" 2>&1

@@ -35,7 +35,8 @@ typedef struct g2p_options {
     const char *data_path; /* NULL: the installed dictionary */
     const char *save_path;
     const char *checkpoint; /* generate */
-    const char *word;       /* generate */
+    const char *words[64];  /* generate: decoded together, in one batch */
+    int n_words;
     long d_model, layers, heads, batch, steps, threads, eval_words, eval_every, warmup, beam;
     double minutes, learning_rate, dropout, label_smoothing;
     unsigned long long seed;
@@ -210,6 +211,7 @@ typedef struct batcher {
     const eg_cmudict *dict;
 } batcher;
 
+/* qsort's comparison takes no context: the lengths it ranks by. */
 static int64_t *by_length_scratch_lengths;
 static int by_length(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -498,6 +500,17 @@ static int run_training(const g2p_options *o) {
     eg_cmudict d;
     if (eg_cmudict_load(o->data_path, EG_CMUDICT_TEST_FRACTION, EG_CMUDICT_SEED, &d) != EG_OK)
         return g2p_fail("CMUdict");
+    for (int64_t e = 0; e < d.n_entries; e++) {
+        const eg_cmudict_entry *entry = &d.entries[e];
+        if (d.words[entry->word].length > MAX_LEN || entry->n_phonemes + 1 > MAX_LEN) {
+            fprintf(stderr,
+                    "eagle: CMUdict: '%s' is longer than g2p takes (%d letters, %d "
+                    "phonemes)\n",
+                    d.words[entry->word].spelling, MAX_LEN, MAX_LEN - 1);
+            eg_cmudict_free(&d);
+            return CLI_FAILURE;
+        }
+    }
     int64_t n_train = d.n_entries - d.n_test_entries;
     printf("CMUdict: %lld training words (%lld pronunciations), %lld held out (%lld); stress "
            "removed, %d phonemes\n",
@@ -629,16 +642,18 @@ static int run_generate(const g2p_options *o) {
         eg_model_free(m.model);
         return g2p_fail(o->checkpoint);
     }
-    uint8_t out[MAX_LEN];
-    int length = 0;
-    const char *spellings[1] = {o->word};
+    uint8_t out[64 * MAX_LEN];
+    int lengths[64];
     int status = CLI_OK;
-    if (!beam_decode(&m, spellings, 1, (int)o->beam, out, &length)) {
+    if (!beam_decode(&m, o->words, o->n_words, (int)o->beam, out, lengths)) {
         status = g2p_fail("generate");
     } else {
-        fputs(o->word, stdout);
-        for (int i = 0; i < length; i++) printf(" %s", eg_cmudict_phoneme_name(out[i]));
-        putchar('\n');
+        for (int w = 0; w < o->n_words; w++) {
+            fputs(o->words[w], stdout);
+            for (int i = 0; i < lengths[w]; i++)
+                printf(" %s", eg_cmudict_phoneme_name(out[w * MAX_LEN + i]));
+            putchar('\n');
+        }
     }
     eg_model_free(m.model);
     return status;
@@ -694,7 +709,7 @@ static void print_help(const char *command) {
         printf("Prints the phonemes a model saved by 'eagle train --model g2p --save FILE' reads\n"
                "for a word.\n\n"
                "  --checkpoint FILE    the saved weights (required)\n"
-               "  --word WORD          the spelling (required)\n"
+               "  --word WORD          the spelling (required; several: one batch, a line each)\n"
                "  --beam K             beam search of K hypotheses (default 1: greedy)\n");
     printf("  --d-model N          model width (default 128)\n"
            "  --layers N           encoder and decoder blocks each (default 2)\n"
@@ -807,7 +822,10 @@ static int parse(const char *command, int argc, char **argv, g2p_options *o) {
             ok = cli_parse_int(command, "--beam", optarg, 1, 64, &o->beam);
             break;
         case OPT_WORD:
-            o->word = optarg;
+            if (o->n_words == 64) return cli_usage_error(command, "--word: at most 64 words");
+            if (!optarg[0] || strlen(optarg) > MAX_LEN)
+                return cli_usage_error(command, "--word '%s': 1 to %d letters", optarg, MAX_LEN);
+            o->words[o->n_words++] = optarg;
             break;
         case 'h':
             print_help(command);
@@ -838,9 +856,7 @@ int cli_generate_g2p(int argc, char **argv) {
     int parsed = parse("generate", argc, argv, &o);
     if (parsed != CLI_OK) return parsed < 0 ? CLI_OK : parsed;
     if (!o.checkpoint) return cli_usage_error("generate", "--checkpoint FILE is required");
-    if (!o.word || !o.word[0]) return cli_usage_error("generate", "--word WORD is required");
-    if (strlen(o.word) > MAX_LEN)
-        return cli_usage_error("generate", "--word: at most %d letters", MAX_LEN);
+    if (!o.n_words) return cli_usage_error("generate", "--word WORD is required");
     if (o.threads > 0 && eg_set_num_threads((int)o.threads) != EG_OK) return g2p_fail("--threads");
     return run_generate(&o);
 }
