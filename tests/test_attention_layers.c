@@ -277,6 +277,36 @@ static void test_three_modes_agree(void **state) {
     eg_layer_free(ctx.layer);
 }
 
+/* A decoder keeps its input's shape, so that decoders stack in a functional graph (its output
+ * shape once came from reading its state as MultiHeadAttention's options: garbage features). */
+static void test_decoders_stack_in_a_functional_model(void **state) {
+    (void)state;
+    eg_manual_seed(9);
+    eg_transformer_options o = eg_transformer_options_default(HEADS, 16);
+    eg_symbol *x = eg_input(2, (const int64_t[]){-1, E}, EG_DTYPE_F32, "x");
+    eg_symbol *memory = eg_input(2, (const int64_t[]){-1, E}, EG_DTYPE_F32, "memory");
+    eg_symbol *h = x;
+    for (int i = 0; i < 2; i++)
+        h = eg_layer_apply_multi(eg_transformer_decoder_new(&o), 2,
+                                 (const eg_symbol *[]){h, memory});
+    assert_non_null(h);
+    int n_dims = 0;
+    const int64_t *shape = eg_symbol_shape(h, &n_dims);
+    assert_int_equal(n_dims, 3);
+    assert_int_equal(shape[2], E);
+    eg_model *model = eg_functional_model_new(2, (const eg_symbol *[]){x, memory}, 1,
+                                              (const eg_symbol *[]){h}, NULL);
+    assert_non_null(model);
+    eg_tensor *out = NULL;
+    assert_int_equal(
+        eg_model_call_multi(model, 2, (eg_tensor *const[]){sequence(T, E, 10), sequence(6, E, 11)},
+                            false, 1, &out),
+        EG_OK);
+    assert_int_equal(eg_tensor_shape(out)[1], T);
+    assert_int_equal(eg_tensor_shape(out)[2], E);
+    eg_model_free(model);
+}
+
 static void test_bad_input_gets_clear_errors(void **state) {
     (void)state;
     eg_mha_options mo = eg_mha_options_default(0, 4);
@@ -319,6 +349,8 @@ int main(void) {
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_three_modes_agree, fresh_scope_setup,
                                         strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_decoders_stack_in_a_functional_model,
+                                        fresh_scope_setup, strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_gets_clear_errors, fresh_scope_setup,
                                         strict_scope_teardown),
     };

@@ -510,7 +510,6 @@ static const eg_layer_class decoder_class = {
     .min_inputs = 2,
     .max_inputs = 4,
     .build = transformer_build,
-    .compute_output_shape = mha_output_shape,
     .call = transformer_call,
     .free_state = free_options,
 };

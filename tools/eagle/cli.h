@@ -19,9 +19,13 @@ int cli_profile(int argc, char **argv);
 /* eagle train --model charlm and eagle generate (charlm.c) */
 int cli_train_charlm(int argc, char **argv);
 int cli_eval_charlm(int argc, char **argv);
-/* Whether argv asks for --model NAME (or --model=NAME). */
-bool cli_wants_model(int argc, char **argv, const char *name);
 int cli_generate(int argc, char **argv);
+/* eagle train, eval and generate --model g2p (g2p.c) */
+int cli_train_g2p(int argc, char **argv);
+int cli_eval_g2p(int argc, char **argv);
+int cli_generate_g2p(int argc, char **argv);
+/* Whether the command line asks for --model NAME (a model with options of its own). */
+bool cli_wants_model(int argc, char **argv, const char *name);
 
 /* Parses a whole decimal/float argument; false (after printing a usage error) when malformed. */
 bool cli_parse_int(const char *command, const char *flag, const char *text, long min, long max,

@@ -11,9 +11,11 @@ static void print_usage(FILE *out) {
         "\n"
         "commands:\n"
         "  train   train a model on Fashion-MNIST (the seed model by default), or with\n"
-        "          --model charlm a character language model on the King James Bible\n"
-        "  generate sample text from a saved charlm\n"
-        "  eval    evaluate saved weights on the test split\n"
+        "          --model charlm a character language model on the King James Bible,\n"
+        "          --model g2p spelling to phonemes on CMUdict\n"
+        "  generate sample text from a saved charlm (--model g2p: a word's phonemes)\n"
+        "  eval    evaluate saved weights on the test split (--model charlm: the held-out\n"
+        "          books; --model g2p: the held-out words)\n"
         "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
         "  info    version, build, threads, BLAS, devices (--ops: the op x device x dtype table)\n"
         "  profile time each op of training steps on synthetic data\n"
@@ -36,8 +38,12 @@ int main(int argc, char **argv) {
         return cli_info(2, info_argv);
     }
     if (!strcmp(command, "train")) return cli_train(argc - 1, argv + 1);
-    if (!strcmp(command, "eval")) return cli_eval(argc - 1, argv + 1);
-    if (!strcmp(command, "generate")) return cli_generate(argc - 1, argv + 1);
+    if (!strcmp(command, "eval"))
+        return cli_wants_model(argc - 1, argv + 1, "g2p") ? cli_eval_g2p(argc - 1, argv + 1)
+                                                          : cli_eval(argc - 1, argv + 1);
+    if (!strcmp(command, "generate"))
+        return cli_wants_model(argc - 1, argv + 1, "g2p") ? cli_generate_g2p(argc - 1, argv + 1)
+                                                          : cli_generate(argc - 1, argv + 1);
     if (!strcmp(command, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(command, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(command, "profile")) return cli_profile(argc - 1, argv + 1);

@@ -420,9 +420,9 @@ static eg_status on_epoch_end(eg_fit_state *state, int epoch, const eg_logs *log
     return status;
 }
 
-/* Whether the command line asks for --model charlm (charlm.c trains it, with options of its own). */
 int cli_train(int argc, char **argv) {
     if (cli_wants_model(argc, argv, "charlm")) return cli_train_charlm(argc, argv);
+    if (cli_wants_model(argc, argv, "g2p")) return cli_train_g2p(argc, argv);
     double train_began_ns = monotonic_ns();
     train_options o;
     int parsed = train_parse_options(argc, argv, &o);

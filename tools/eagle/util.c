@@ -90,6 +90,14 @@ bool cli_check_output_path(const char *command, const char *flag, const char *pa
     return false;
 }
 
+bool cli_wants_model(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], name)) ||
+            (!strncmp(argv[i], "--model=", 8) && !strcmp(argv[i] + 8, name)))
+            return true;
+    return false;
+}
+
 double cli_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -170,12 +178,4 @@ void cli_progress_end(cli_progress *progress, int64_t samples, double loss, doub
 int cli_bad_option(const char *command, int option, const char *flag) {
     if (option == ':') return cli_usage_error(command, "%s needs a value", flag);
     return cli_usage_error(command, "unknown option '%s'", flag);
-}
-
-bool cli_wants_model(int argc, char **argv, const char *name) {
-    for (int i = 1; i < argc; i++)
-        if ((!strcmp(argv[i], "--model") && i + 1 < argc && !strcmp(argv[i + 1], name)) ||
-            (!strncmp(argv[i], "--model=", 8) && !strcmp(argv[i] + 8, name)))
-            return true;
-    return false;
 }
