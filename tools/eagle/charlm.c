@@ -264,9 +264,8 @@ static int run_training(const charlm_options *o) {
            !cli_interrupted()) {
         /* cosine decay over the run (its steps, or its time budget) to a twentieth of the rate:
          * the last part of a short run at a small rate settles into a lower loss */
-        double done = o->steps > 0 ? (double)step / (double)o->steps
-                                   : (cli_seconds() - start) / budget;
-        double rate = o->learning_rate * (0.05 + 0.95 * 0.5 * (1 + cos(M_PI * fmin(done, 1.0))));
+        double done = cli_run_progress(step, o->steps, start, budget);
+        double rate = o->learning_rate * cli_cosine_decay(done, 0.05);
         if (eg_optimizer_set_learning_rate(adam, eg_schedule_constant(rate)) != EG_OK) {
             status = charlm_fail("learning rate");
             break;

@@ -75,5 +75,10 @@ void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, 
                          double accuracy);
 void cli_progress_end(cli_progress *progress, int64_t samples, double loss, double accuracy);
 double cli_seconds(void);
+/* How far a run is, in [0, 1]: step of steps when steps > 0, else the share of the time budget
+ * (seconds) spent since start (cli_seconds). */
+double cli_run_progress(long step, long steps, double start, double budget);
+/* A cosine decay's factor at progress (clamped to [0, 1]): 1 at the start, floor at the end. */
+double cli_cosine_decay(double progress, double floor);
 
 #endif

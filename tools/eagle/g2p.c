@@ -492,8 +492,7 @@ static eg_tensor *batch_loss(g2p *m, const batch *b, double smoothing) {
 /* Linear warmup, then a cosine decay to 2 % over the run (its steps, or its time budget). */
 static double learning_rate(const g2p_options *o, long step, double progress) {
     double warm = step < o->warmup ? (double)(step + 1) / (double)o->warmup : 1;
-    if (progress > 1) progress = 1;
-    return o->learning_rate * warm * (0.02 + 0.98 * 0.5 * (1 + cos(M_PI * progress)));
+    return o->learning_rate * warm * cli_cosine_decay(progress, 0.02);
 }
 
 static int run_training(const g2p_options *o) {
@@ -553,9 +552,7 @@ static int run_training(const g2p_options *o) {
     long step = 0, recent_n = 0;
     while (!o->checkpoint && (o->steps <= 0 || step < o->steps) &&
            (o->steps > 0 || cli_seconds() - start < budget) && !cli_interrupted()) {
-        double progress =
-            o->steps > 0 ? (double)step / (double)o->steps : (cli_seconds() - start) / budget;
-        double lr = learning_rate(o, step, progress);
+        double lr = learning_rate(o, step, cli_run_progress(step, o->steps, start, budget));
         eg_scope_begin();
         batch b = {0};
         const int64_t *entries = batcher_next(&bt);

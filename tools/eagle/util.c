@@ -98,6 +98,16 @@ bool cli_wants_model(int argc, char **argv, const char *name) {
     return false;
 }
 
+double cli_run_progress(long step, long steps, double start, double budget) {
+    double progress = steps > 0 ? (double)step / (double)steps : (cli_seconds() - start) / budget;
+    return progress < 0 ? 0 : progress > 1 ? 1 : progress;
+}
+
+double cli_cosine_decay(double progress, double floor) {
+    double p = progress < 0 ? 0 : progress > 1 ? 1 : progress;
+    return floor + (1 - floor) * 0.5 * (1 + cos(M_PI * p));
+}
+
 double cli_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
