@@ -23,5 +23,6 @@
 #include "eagle/distribute.h"
 #include "eagle/fit.h"
 #include "eagle/text.h"
+#include "eagle/approx.h"
 
 #endif

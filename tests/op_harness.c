@@ -95,7 +95,7 @@ static bool parse_dtype(const char *text, eg_dtype float_dtype, spec *s) {
         eg_dtype dtype;
     } names[] = {{"f32", EG_DTYPE_F32}, {"f64", EG_DTYPE_F64}, {"bf16", EG_DTYPE_BF16},
                  {"f16", EG_DTYPE_F16}, {"i32", EG_DTYPE_I32}, {"i64", EG_DTYPE_I64},
-                 {"u8", EG_DTYPE_U8},   {"b", EG_DTYPE_BOOL}};
+                 {"u8", EG_DTYPE_U8},   {"b", EG_DTYPE_BOOL},  {"i8", EG_DTYPE_I8}};
     s->is_float = strcmp(text, "F") == 0 || strcmp(text, "Fs") == 0;
     if (s->is_float) {
         /* Fs: a statistic or parameter of batch normalization, f32 for bf16 / f16 F */
@@ -221,6 +221,9 @@ static eg_tensor *tensor_from_values(const spec *s, const double *values, int64_
             break;
         case EG_DTYPE_I64:
             *(int64_t *)p = (int64_t)values[i];
+            break;
+        case EG_DTYPE_I8:
+            *(int8_t *)p = (int8_t)values[i];
             break;
         case EG_DTYPE_F16:
         case EG_DTYPE_BF16: { /* both bytes of the element, rounded to nearest even */
@@ -383,6 +386,9 @@ bool oc_read(const eg_tensor *t, oc_ref *out) {
             break;
         case EG_DTYPE_I64:
             v = (double)*(const int64_t *)p;
+            break;
+        case EG_DTYPE_I8:
+            v = *(const int8_t *)p;
             break;
         default:
             v = *(const uint8_t *)p;

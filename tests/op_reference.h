@@ -84,6 +84,13 @@ int oc_apply_attention(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
 int oc_apply_attention_backward(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
 int oc_ref_attention(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_attention_backward(const oc_case *c, const oc_ref *in, oc_ref *out);
+/* the int8 products (op_cases_quantized.c): calls and references */
+int oc_apply_quantize_int8(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_apply_dense_int8(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_apply_conv2d_int8(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+int oc_ref_quantize_int8(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_dense_int8(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_ref_conv2d_int8(const oc_case *c, const oc_ref *in, oc_ref *out);
 bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out, char *why,
                       size_t why_size);
 

@@ -261,9 +261,9 @@ static void test_valid_variants(void **state) {
     /* Offsets out of header order, trailing spaces, no metadata, a zero-size tensor sharing an
      * offset, a known dtype eagle cannot hold. */
     write_raw(path, sizeof path, "ok.safetensors",
-              "{\"b\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[8,11]},"
+              "{\"b\":{\"dtype\":\"I16\",\"shape\":[3],\"data_offsets\":[8,14]},"
               "\"z\":{\"dtype\":\"F64\",\"shape\":[0,5],\"data_offsets\":[8,8]}," GOOD_ENTRY "}   ",
-              11);
+              14);
     eg_safetensors *st = eg_safetensors_open(path);
     assert_non_null(st);
     assert_int_equal(eg_safetensors_count(st), 3);

@@ -66,6 +66,7 @@ static void test_dtype_sizes_and_names(void **state) {
         {EG_DTYPE_F16, 2, "f16", true},  {EG_DTYPE_BF16, 2, "bf16", true},
         {EG_DTYPE_I32, 4, "i32", false}, {EG_DTYPE_I64, 8, "i64", false},
         {EG_DTYPE_U8, 1, "u8", false},   {EG_DTYPE_BOOL, 1, "bool", false},
+        {EG_DTYPE_I8, 1, "i8", false},
     };
     assert_int_equal(sizeof table / sizeof table[0], EG_DTYPE_COUNT);
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {

@@ -19,6 +19,7 @@ typedef enum eg_dtype {
     EG_DTYPE_I64,
     EG_DTYPE_U8,
     EG_DTYPE_BOOL,
+    EG_DTYPE_I8, /* signed bytes: quantized weights (eg_quantize_int8, ops.h) */
     EG_DTYPE_COUNT
 } eg_dtype;
 

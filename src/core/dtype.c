@@ -10,9 +10,9 @@
 #define EG_HAVE_X86 1
 #endif
 
-const size_t eg__dtype_sizes[EG_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1, 1};
-static const char *const dtype_names[EG_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16",
-                                                        "i32", "i64", "u8",  "bool"};
+const size_t eg__dtype_sizes[EG_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1, 1, 1};
+static const char *const dtype_names[EG_DTYPE_COUNT] = {"f32", "f64", "f16", "bf16", "i32",
+                                                        "i64", "u8",  "bool", "i8"};
 
 size_t eg_dtype_size(eg_dtype dtype) {
     return (unsigned)dtype < EG_DTYPE_COUNT ? eg__dtype_sizes[dtype] : 0;
@@ -186,6 +186,7 @@ double eg__load_as_double(const void *data, eg_dtype dtype, int64_t index) {
     case EG_DTYPE_I64: return (double)((const int64_t *)data)[index];
     case EG_DTYPE_U8: return ((const uint8_t *)data)[index];
     case EG_DTYPE_BOOL: return ((const uint8_t *)data)[index] != 0;
+    case EG_DTYPE_I8: return ((const int8_t *)data)[index];
     default: return NAN;
     }
 }
@@ -216,6 +217,7 @@ void eg__store_from_double(void *data, eg_dtype dtype, int64_t index, double val
         break;
     case EG_DTYPE_U8: ((uint8_t *)data)[index] = (uint8_t)saturate_i64(value, 0.0, 255.0); break;
     case EG_DTYPE_BOOL: ((uint8_t *)data)[index] = value != 0.0; break;
+    case EG_DTYPE_I8: ((int8_t *)data)[index] = (int8_t)saturate_i64(value, -128.0, 127.0); break;
     default: break;
     }
 }

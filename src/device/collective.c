@@ -139,6 +139,7 @@ static int64_t element_bytes(eg_dtype dtype) {
         return 2;
     case EG_DTYPE_U8:
     case EG_DTYPE_BOOL:
+    case EG_DTYPE_I8:
         return 1;
     default:
         return 4;

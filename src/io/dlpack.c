@@ -18,6 +18,7 @@ static const struct {
     {EG_DTYPE_F32, kDLFloat, 32},   {EG_DTYPE_F64, kDLFloat, 64}, {EG_DTYPE_F16, kDLFloat, 16},
     {EG_DTYPE_BF16, kDLBfloat, 16}, {EG_DTYPE_I32, kDLInt, 32},   {EG_DTYPE_I64, kDLInt, 64},
     {EG_DTYPE_U8, kDLUInt, 8},      {EG_DTYPE_BOOL, kDLBool, 8},
+    {EG_DTYPE_I8, kDLInt, 8},
 };
 enum { N_DTYPES = sizeof dtype_table / sizeof dtype_table[0] };
 

@@ -31,7 +31,7 @@
 
 static const uint8_t npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
-#define SUPPORTED_DTYPES "'<f4' '<f8' '<f2' '<i4' '<i8' '|u1' '|b1' (also big-endian '>')"
+#define SUPPORTED_DTYPES "'<f4' '<f8' '<f2' '<i4' '<i8' '|u1' '|b1' '|i1' (also big-endian '>')"
 
 typedef struct npy_dtype {
     const char *code; /* without the byte-order character */
@@ -42,7 +42,7 @@ typedef struct npy_dtype {
 static const npy_dtype npy_dtypes[] = {
     {"f4", EG_DTYPE_F32, 4},  {"f8", EG_DTYPE_F64, 8}, {"f2", EG_DTYPE_F16, 2},
     {"i4", EG_DTYPE_I32, 4},  {"i8", EG_DTYPE_I64, 8}, {"u1", EG_DTYPE_U8, 1},
-    {"b1", EG_DTYPE_BOOL, 1},
+    {"b1", EG_DTYPE_BOOL, 1}, {"i1", EG_DTYPE_I8, 1},
 };
 
 /* ---- header ---- */
@@ -514,6 +514,9 @@ eg_status eg_npy_write(const char *path, const eg_tensor *t) {
         break;
     case EG_DTYPE_BOOL:
         descr = "|b1";
+        break;
+    case EG_DTYPE_I8:
+        descr = "|i1";
         break;
     case EG_DTYPE_BF16:
         return eg__error(EG_ERR_UNSUPPORTED,

@@ -39,7 +39,7 @@ typedef struct st_dtype {
 static const st_dtype st_dtypes[] = {
     {"F32", 32, EG_DTYPE_F32},      {"F64", 64, EG_DTYPE_F64},      {"F16", 16, EG_DTYPE_F16},
     {"BF16", 16, EG_DTYPE_BF16},    {"I32", 32, EG_DTYPE_I32},      {"I64", 64, EG_DTYPE_I64},
-    {"U8", 8, EG_DTYPE_U8},         {"BOOL", 8, EG_DTYPE_BOOL},     {"I8", 8, EG_DTYPE_COUNT},
+    {"U8", 8, EG_DTYPE_U8},         {"BOOL", 8, EG_DTYPE_BOOL},     {"I8", 8, EG_DTYPE_I8},
     {"I16", 16, EG_DTYPE_COUNT},    {"U16", 16, EG_DTYPE_COUNT},    {"U32", 32, EG_DTYPE_COUNT},
     {"U64", 64, EG_DTYPE_COUNT},    {"C64", 64, EG_DTYPE_COUNT},    {"F8_E5M2", 8, EG_DTYPE_COUNT},
     {"F8_E4M3", 8, EG_DTYPE_COUNT}, {"F8_E8M0", 8, EG_DTYPE_COUNT}, {"F6_E2M3", 6, EG_DTYPE_COUNT},
@@ -619,7 +619,7 @@ static const st_entry *find_readable(const eg_safetensors *st, const char *name,
     if (e->dtype->dtype == EG_DTYPE_COUNT) {
         eg__error(EG_ERR_UNSUPPORTED,
                   "%s: tensor '%s' has dtype %s, which eagle has no equivalent for (supported: "
-                  "F32 F64 F16 BF16 I32 I64 U8 BOOL)",
+                  "F32 F64 F16 BF16 I32 I64 U8 BOOL I8)",
                   st->path, printable(name, strlen(name), text, sizeof text), e->dtype->name);
         return NULL;
     }

@@ -538,6 +538,9 @@ static double *tensor_values(const eg_tensor *t, const char *tag, size_t *n) {
             case EG_DTYPE_BOOL:
                 values[k] = ((const uint8_t *)raw)[k] != 0;
                 break;
+            case EG_DTYPE_I8:
+                values[k] = ((const int8_t *)raw)[k];
+                break;
             default:
                 break; /* F64: already in place */
             }

@@ -14,7 +14,8 @@
  * Templates: each input is "ROLE SHAPE": v = a value input, in the probed dtype; b = a bool
  * condition (where); i = i64 indices (gather, scatter_add, labels); s = a statistic or parameter
  * of batch normalization, in the probed dtype but f32 when that is bf16 or f16 (the mix those
- * ops take: low-precision activations, f32 statistics). one_hot's only input is its
+ * ops take: low-precision activations, f32 statistics); q = i8 quantized weights and f = f32
+ * scales (the int8 ops). one_hot's only input is its
  * index tensor: it is the value input there (its schema takes i32, i64 and u8). Shapes and
  * attributes are small and valid for every dtype the op takes, so a rejection can only come from
  * the dtype. Every op of ops.def must have a row: a missing row (all zeros), a malformed one or
@@ -136,6 +137,9 @@ static const probe probes[EG__OP_COUNT] = {
     [EG__OP_AVG_POOL2D] = {.inputs = {"v 1,4,4,2"}, .attrs = {POOL_WINDOW}},
     [EG__OP_AVG_POOL2D_BACKWARD] = {.inputs = {"v 1,2,2,2"},
                                     .attrs = {POOL_WINDOW, .n_dims = 4, .shape = {1, 4, 4, 2}}},
+    [EG__OP_QUANTIZE_INT8] = {.inputs = {"v 2,3", "f 3"}, .attrs = {.ints = {63}}},
+    [EG__OP_DENSE_INT8] = {.inputs = {"v 2,3", "q 3,4", "f 4"}},
+    [EG__OP_CONV2D_INT8] = {.inputs = {"v 1,4,4,2", "q 3,3,2,3", "f 3"}, .attrs = {CONV_WINDOW}},
     [EG__OP_ALL_REDUCE] = {.inputs = {"v 2,3"}},
     [EG__OP_ALL_REDUCE_START] = {.inputs = {"v 2,3", "v 4"}},
     [EG__OP_ALL_REDUCE_DONE] = {.inputs = {"v 10"}},
@@ -154,6 +158,12 @@ static bool template_tensor(const char *text, eg_dtype value_dtype, eg_tensor *t
         break;
     case 'i':
         t->dtype = EG_DTYPE_I64;
+        break;
+    case 'q':
+        t->dtype = EG_DTYPE_I8;
+        break;
+    case 'f':
+        t->dtype = EG_DTYPE_F32;
         break;
     case 's':
         t->dtype = value_dtype == EG_DTYPE_BF16 || value_dtype == EG_DTYPE_F16 ? EG_DTYPE_F32

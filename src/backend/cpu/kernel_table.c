@@ -16,6 +16,9 @@ KERNEL(softmax)
 KERNEL(sparse_softmax_cross_entropy)
 KERNEL(matmul)
 KERNEL(dense)
+KERNEL(quantize_int8)
+KERNEL(dense_int8)
+KERNEL(conv2d_int8)
 KERNEL(concat)
 KERNEL(gather)
 KERNEL(scatter_add)
@@ -130,4 +133,7 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_MAX_POOL2D_ARGMAX] = eg__cpu_max_pool2d_argmax,
     [EG__OP_AVG_POOL2D] = eg__cpu_avg_pool2d,
     [EG__OP_AVG_POOL2D_BACKWARD] = eg__cpu_avg_pool2d_backward,
+    [EG__OP_QUANTIZE_INT8] = eg__cpu_quantize_int8,
+    [EG__OP_DENSE_INT8] = eg__cpu_dense_int8,
+    [EG__OP_CONV2D_INT8] = eg__cpu_conv2d_int8,
 };

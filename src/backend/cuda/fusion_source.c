@@ -111,6 +111,8 @@ static const char *value_type(eg_dtype dtype) {
     case EG_DTYPE_U8:
     case EG_DTYPE_BOOL:
         return "unsigned char";
+    case EG_DTYPE_I8:
+        return "signed char";
     default:
         return NULL;
     }
