@@ -3,13 +3,17 @@
  * a STREAM copy and triad measured in the same run, so the ratios are side by side.
  *   bench_elementwise [--threads N] [--min-elems N] [--max-elems N] [--seconds S] [--wall]
  *                     [--ops add,exp,...] [--no-layouts] [--tsv FILE] [--dtype f32|bf16|f16]
- *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element)
+ *   bench_elementwise --vector-math   (our vector math against SLEEF's, ns per element, and the
+ *                                      fast-math variants against the exact functions)
  *   bench_elementwise [--threads N] --softmax   (f32 softmax rows, ns per element)
+ *   bench_elementwise [--threads N] --dense     (dense + sigmoid / tanh, exact and fast math)
  * Bytes moved: 12 per element for binary ops (two reads, one write), 8 for unary ops, 4 for a full
  * sum (STREAM's convention: no write-allocate traffic counted), in f32; with --dtype bf16 or f16
  * the same ops on 16-bit tensors (6, 4 and 2 bytes per element), plus the casts from and to f32
  * (cast_in: f32 -> dtype, cast_out: dtype -> f32, 6 bytes per element); the op names in the TSV
- * then carry the dtype (add.bf16). Each figure is the median of 7 timings of a loop that runs at
+ * then carry the dtype (add.bf16). exp_fast, tanh_fast, sigmoid_fast and gelu_fast are the ops
+ * inside a fast-math region (eg_fast_math_begin; f32 only: other dtypes compute exactly). Each
+ * figure is the median of 7 timings of a loop that runs at
  * least S / 7 seconds (default S = 0.35). */
 #define _DEFAULT_SOURCE /* madvise */
 #define _POSIX_C_SOURCE 200809L
@@ -146,13 +150,18 @@ typedef enum {
     OP_RELU_BACKWARD,
     OP_CAST_IN,
     OP_CAST_OUT,
+    OP_EXP_FAST, /* the ops again inside a fast-math region (eg_fast_math_begin) */
+    OP_TANH_FAST,
+    OP_SIGMOID_FAST,
+    OP_GELU_FAST,
     OP_COUNT
 } op_kind;
-static const char *const op_names[] = {"add",  "mul",     "exp",  "relu", "sum",
-                                       "tanh", "sigmoid", "gelu", "log",  "softplus",
-                                       "relu_backward", "cast_in", "cast_out"};
+static const char *const op_names[] = {
+    "add",      "mul",      "exp",       "relu",         "sum",           "tanh",
+    "sigmoid",  "gelu",     "log",       "softplus",     "relu_backward", "cast_in",
+    "cast_out", "exp_fast", "tanh_fast", "sigmoid_fast", "gelu_fast"};
 /* Elements of the op's dtype read and written per element (the casts: f32 counted apart). */
-static const int op_elements[] = {3, 3, 2, 2, 1, 2, 2, 2, 2, 2, 3, 1, 1};
+static const int op_elements[] = {3, 3, 2, 2, 1, 2, 2, 2, 2, 2, 3, 1, 1, 2, 2, 2, 2};
 
 /* The dtype of the ops (--dtype) and its element size. */
 static eg_dtype dtype = EG_DTYPE_F32;
@@ -217,6 +226,17 @@ static void op_body(void *arg) {
     case OP_CAST_OUT:
         r = eg_cast(c->x, EG_DTYPE_F32);
         break;
+    case OP_EXP_FAST:
+    case OP_TANH_FAST:
+    case OP_SIGMOID_FAST:
+    case OP_GELU_FAST:
+        eg_fast_math_begin();
+        r = c->op == OP_EXP_FAST       ? eg_exp(c->x)
+            : c->op == OP_TANH_FAST    ? eg_tanh(c->x)
+            : c->op == OP_SIGMOID_FAST ? eg_sigmoid(c->x)
+                                       : eg_gelu(c->x);
+        eg_fast_math_end();
+        break;
     case OP_COUNT:
         break;
     }
@@ -269,16 +289,32 @@ __attribute__((target("avx2,fma"))) static void sleef_body(void *arg) {
 static void vector_math_costs(void) {
     for (int i = 0; i < VM_N; i++) vm_in[i] = ((float)i / VM_N - 0.5f) * 20.0f;
     printf("vector math, ns per element (4096 in-cache f32 in [-10, 10], one thread):\n");
+    double ns[EG__VECMATH_COUNT][EG__CPU_LEVEL_COUNT] = {{0}};
     for (int fn = 0; fn < EG__VECMATH_COUNT; fn++) {
-        printf("  %-8s", eg__vecmath_name(fn));
+        printf("  %-12s", eg__vecmath_name(fn));
         for (int level = 0; level < EG__CPU_LEVEL_COUNT; level++) {
             vm_context c = {(eg__cpu_level)level, fn};
             if (level > (int)eg__cpu_best_level()) {
                 printf("  eagle %s  (not on this CPU)", eg__cpu_level_name(c.level));
                 continue;
             }
-            printf("  eagle %s %6.3f", eg__cpu_level_name(c.level),
-                   measure(vm_body, &c) / VM_N * 1e9);
+            ns[fn][level] = measure(vm_body, &c) / VM_N * 1e9;
+            printf("  eagle %s %6.3f", eg__cpu_level_name(c.level), ns[fn][level]);
+        }
+        printf("\n");
+    }
+    /* the fast-math variants (eg_fast_math_begin) beside the exact functions */
+    static const eg__vecmath_fn pairs[][2] = {{EG__VECMATH_EXP, EG__VECMATH_EXP_FAST},
+                                              {EG__VECMATH_TANH, EG__VECMATH_TANH_FAST},
+                                              {EG__VECMATH_SIGMOID, EG__VECMATH_SIGMOID_FAST},
+                                              {EG__VECMATH_GELU, EG__VECMATH_GELU_FAST}};
+    printf("fast math, ns per element exact / fast (speed-up):\n");
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        printf("  %-8s", eg__vecmath_name(pairs[i][0]));
+        for (int level = 0; level <= (int)eg__cpu_best_level(); level++) {
+            double exact = ns[pairs[i][0]][level], fast = ns[pairs[i][1]][level];
+            printf("  %s %6.3f / %6.3f (%.2fx)", eg__cpu_level_name((eg__cpu_level)level), exact,
+                   fast, exact / fast);
         }
         printf("\n");
     }
@@ -352,6 +388,54 @@ static void softmax_costs(void) {
     eg_generator_free(gen);
 }
 
+/* ---- dense with a sigmoid or tanh epilogue, exact and in a fast-math region ---- */
+
+typedef struct dense_context {
+    const eg_tensor *x, *w, *b;
+    eg_activation activation;
+    bool fast;
+} dense_context;
+
+static void dense_body(void *arg) {
+    const dense_context *c = arg;
+    eg_scope_begin();
+    if (c->fast) eg_fast_math_begin();
+    eg_tensor *y = eg_dense(c->x, c->w, c->b, c->activation);
+    if (c->fast) eg_fast_math_end();
+    if (!y) {
+        fprintf(stderr, "bench_elementwise: dense failed: %s\n", eg_last_error());
+        exit(1);
+    }
+    eg_scope_end();
+}
+
+/* ns per output element of f32 dense (M, K) x (K, N) + bias, exact against fast activation. */
+static void dense_costs(void) {
+    static const int64_t shapes[][3] = {{32, 64, 256}, {256, 512, 512}, {1024, 256, 1024}};
+    static const eg_activation acts[] = {EG_ACTIVATION_SIGMOID, EG_ACTIVATION_TANH};
+    eg_generator *gen = eg_generator_new(3);
+    printf("dense, ns per output element exact / fast (speed-up), %d thread(s):\n", threads);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        eg_scope_begin();
+        int64_t xs[2] = {shapes[s][0], shapes[s][1]}, ws[2] = {shapes[s][1], shapes[s][2]};
+        int64_t bs[1] = {shapes[s][2]};
+        eg_tensor *x = eg_random_uniform(gen, EG_DTYPE_F32, 2, xs, -1, 1);
+        eg_tensor *w = eg_random_uniform(gen, EG_DTYPE_F32, 2, ws, -0.2, 0.2);
+        eg_tensor *b = eg_random_uniform(gen, EG_DTYPE_F32, 1, bs, -1, 1);
+        double outputs = (double)(shapes[s][0] * shapes[s][2]);
+        for (int a = 0; a < 2; a++) {
+            dense_context exact = {x, w, b, acts[a], false}, fast = {x, w, b, acts[a], true};
+            double e = measure(dense_body, &exact) / outputs * 1e9;
+            double f = measure(dense_body, &fast) / outputs * 1e9;
+            printf("  (%lld, %lld) x (%lld, %lld) %-8s %8.3f / %8.3f (%.2fx)\n",
+                   (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][1],
+                   (long long)shapes[s][2], eg_activation_name(acts[a]), e, f, e / f);
+        }
+        eg_scope_end();
+    }
+    eg_generator_free(gen);
+}
+
 /* Whether op is in the comma-separated list (NULL: every op). */
 static bool selected(const char *list, const char *op) {
     if (!list) return true;
@@ -381,6 +465,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--vector-math")) {
             vector_math_costs();
             return 0;
+        } else if (!strcmp(argv[i], "--dense")) {
+            if (eg_set_num_threads(threads) != EG_OK) return 1;
+            dense_costs();
+            return 0;
         } else if (!strcmp(argv[i], "--softmax")) {
             if (eg_set_num_threads(threads) != EG_OK) return 1;
             softmax_costs();
@@ -403,7 +491,7 @@ int main(int argc, char **argv) {
                     "usage: bench_elementwise [--threads N] [--min-elems N] [--max-elems N] "
                     "[--seconds S] [--wall] [--ops add,exp,...] [--no-layouts] "
                     "[--tsv FILE] [--dtype f32|bf16|f16] | --vector-math | [--threads N] "
-                    "--softmax\n");
+                    "--softmax | [--threads N] --dense\n");
             return 2;
         }
     }

@@ -1,4 +1,5 @@
-"""Fits the polynomial coefficients of src/backend/cpu/vecmath.c (f32 vector math).
+"""Fits the polynomial coefficients of src/backend/cpu/vecmath.c (f32 vector math), and the
+rational ones of its fast-math variants (fit_rational).
 
 Weighted least squares on Chebyshev nodes, reweighted (Lawson) towards minimax relative error,
 against mpmath at 50 digits. Prints each polynomial's coefficients (highest degree first, as Horner
@@ -46,3 +47,37 @@ fit("erf_scaled", lambda x: x * x, lambda x: mpmath.erf(x / mpmath.sqrt(2)) / x,
 for degree in (10, 12, 14):
     fit(f"erfcx deg {degree}", lambda z: 1 / (1 + 0.5 * z),
         lambda z: mpmath.erfc(z) * mpmath.exp(z * z), 0.5, 10.5, degree)
+
+
+def fit_rational(name, target, lo, hi, m, n, nodes=3000, iterations=40):
+    """target(x) ~ P(x^2) / Q(x^2), P of degree m, Q of degree n with Q(0) = 1: linearized
+    (P - y Q = 0) least squares of relative error, reweighted with the last Q and (Lawson) towards
+    minimax. Coefficients highest degree first, as Horner uses them."""
+    k = np.arange(nodes)
+    x = (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / nodes)
+    y = np.array([float(target(mpmath.mpf(float(v)))) for v in x])
+    z = x * x
+    q_values, w = np.ones(nodes), np.ones(nodes)
+    for _ in range(iterations):
+        a = np.concatenate([np.stack([z**i for i in range(m + 1)], 1),
+                            np.stack([-y * z**i for i in range(1, n + 1)], 1)], 1)
+        s = np.abs(y) * np.abs(q_values)
+        c, *_ = np.linalg.lstsq(a * (w / s)[:, None], y * w / s, rcond=None)
+        p, q = c[:m + 1], np.concatenate([[1.0], c[m + 1:]])
+        q_values = sum(q[i] * z**i for i in range(n + 1))
+        err = (sum(p[i] * z**i for i in range(m + 1)) / q_values - y) / np.abs(y)
+        w = w * np.sqrt(np.abs(err) / np.abs(err).max() + 1e-3)
+        w /= w.max()
+    p, q = p.astype(np.float32), q.astype(np.float32)
+    approx = sum(float(p[i]) * z**i for i in range(m + 1)) / sum(float(q[i]) * z**i for i in range(n + 1))
+    error = np.abs(approx - y) / np.abs(y)
+    print(f"{name}: P degree {m}, Q degree {n} on [{lo}, {hi}], max rel error {error.max() * 2**24:.3f} x 2^-24")
+    print("    P:", ", ".join(f"{float(v).hex()}" for v in p[::-1]))
+    print("    Q:", ", ".join(f"{float(v).hex()}" for v in q[::-1]))
+
+
+# the fast variants: exp of degree 4 (c0 = 1) on the one-constant reduction's range
+fit("exp_fast", lambda r: r, mpmath.exp, -0.3467, 0.3467, 4, fixed=(1.0,))
+# tanh(x) / x = P(x^2) / Q(x^2) on |x| <= 9; erf(x / sqrt 2) / x likewise on |x| <= 5.6
+fit_rational("tanh_fast", lambda x: mpmath.tanh(x) / x, 1e-4, 9.0, 4, 3)
+fit_rational("gelu_fast erf", lambda x: mpmath.erf(x / mpmath.sqrt(2)) / x, 1e-4, 5.6, 5, 4)

@@ -248,6 +248,34 @@ eg_tensor *eg_batch_norm_training(const eg_tensor *x, int n_axes, const int *axe
 eg_tensor *eg_layer_normalization(const eg_tensor *x, int n_axes, const int *axes,
                                   const eg_tensor *scale, const eg_tensor *offset, double epsilon);
 
+/* ---- fast-math regions: cheaper transcendental functions, their error on the table ----
+ * While this thread's depth is > 0, eg_exp, eg_tanh, eg_sigmoid and eg_gelu, and the sigmoid and
+ * tanh activations of eg_dense / eg_dense_low_precision, are built to compute with cheaper
+ * approximations where they can: on the CPU, for an f32 result (the activation's input and
+ * output f32), in eager mode and inside lazy mode's and graph mode's fused elementwise loops
+ * alike, with the same bits in all three. Their maximum errors against the exact functions (at
+ * each CPU level; gelu against the exact erf gelu, not a tanh form) are documented and asserted
+ * by tests/test_vecmath.c: tens of ulp (a relative error of about 1e-6 to 7e-6) where the exact
+ * result is not tiny, where the exact functions promise 1 to 8 ulp. Results saturate: exp_fast
+ * gives inf above about 88.72 and 0 below -87.33 (no subnormal results), tanh gives +-1, sigmoid
+ * 0 and 1; NaN gives NaN.
+ *
+ * What the region changes is read when an op is built (recorded, in lazy and graph modes) and
+ * kept with the op: a lazy tensor built inside a region and realized outside computes fast, and
+ * a function traced by eg_function outside a region is traced again for calls inside one (and
+ * the other way round). Other devices (CUDA) and dtypes (f64, bf16, f16) compute exactly; other
+ * ops (softmax, log, softplus, the recurrent cells, attention) are not affected. Gradients: the
+ * backward rules of exp, tanh, sigmoid and dense reuse the forward output, so they carry its
+ * approximation; gelu's rule builds exp and erf ops when the gradient is computed, which are
+ * fast when that happens inside a region.
+ *
+ * Regions nest (a depth count); eg_fast_math_end at depth 0 does nothing. They are per thread:
+ * a thread starts with none. */
+void eg_fast_math_begin(void);
+void eg_fast_math_end(void);
+/* Whether this thread is inside a fast-math region. */
+bool eg_fast_math_enabled(void);
+
 /* ---- activations and fused layer ops ---- */
 
 /* Activation functions of Dense and Activation layers. SOFTMAX is over the last axis; GELU is

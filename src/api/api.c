@@ -37,24 +37,32 @@ eg_tensor *eg__sum_to_shape(const eg_tensor *g, int n_dims, const int64_t *shape
     eg_tensor *eg_##name(const eg_tensor *x) {                                                     \
         return run1(EG__OP_##OP, x, &no_attrs);                                                    \
     }
+/* The ops a fast-math region changes carry it in their attributes (the executors key and
+ * compare ops by them), read when the op is built. */
+#define UNARY_FAST_MATH(name, OP)                                                                  \
+    eg_tensor *eg_##name(const eg_tensor *x) {                                                     \
+        static const eg__attrs fast = {.fast_math = true};                                         \
+        return run1(EG__OP_##OP, x, eg_fast_math_enabled() ? &fast : &no_attrs);                   \
+    }
 UNARY(neg, NEG)
 UNARY(abs, ABS)
-UNARY(exp, EXP)
+UNARY_FAST_MATH(exp, EXP)
 UNARY(log, LOG)
 UNARY(sqrt, SQRT)
 UNARY(rsqrt, RSQRT)
 UNARY(sin, SIN)
 UNARY(cos, COS)
-UNARY(tanh, TANH)
-UNARY(sigmoid, SIGMOID)
+UNARY_FAST_MATH(tanh, TANH)
+UNARY_FAST_MATH(sigmoid, SIGMOID)
 UNARY(relu, RELU)
-UNARY(gelu, GELU)
+UNARY_FAST_MATH(gelu, GELU)
 UNARY(softplus, SOFTPLUS)
 UNARY(sign, SIGN)
 UNARY(square, SQUARE)
 UNARY(reciprocal, RECIPROCAL)
 UNARY(erf, ERF)
 #undef UNARY
+#undef UNARY_FAST_MATH
 
 #define BINARY(name, OP)                                                                           \
     eg_tensor *eg_##name(const eg_tensor *a, const eg_tensor *b) {                                 \

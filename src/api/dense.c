@@ -50,6 +50,7 @@ eg_tensor *eg_dense(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor
     eg__attrs attrs;
     memset(&attrs, 0, sizeof attrs);
     attrs.ints[0] = (int64_t)activation;
+    attrs.fast_math = eg_fast_math_enabled();
     const eg_tensor *in[3] = {x, kernel, bias};
     return eg__execute(EG__OP_DENSE, 3, in, &attrs);
 }
@@ -66,6 +67,7 @@ eg_tensor *eg_dense_low_precision(const eg_tensor *x, const eg_tensor *kernel,
     attrs.low_precision = true;
     attrs.compute_dtype = compute_dtype;
     attrs.result_dtype = result_dtype;
+    attrs.fast_math = eg_fast_math_enabled();
     const eg_tensor *in[3] = {x, kernel, bias};
     return eg__execute(EG__OP_DENSE, 3, in, &attrs);
 }

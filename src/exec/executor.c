@@ -3,6 +3,20 @@
 #include "exec/executor.h"
 #include "lazy/internal.h"
 
+/* Fast-math regions (eagle/ops.h) live here, below the op builders that read them, so that
+ * graph mode can key its traces by them too. */
+static _Thread_local int fast_math_depth;
+
+void eg_fast_math_begin(void) {
+    fast_math_depth++;
+}
+void eg_fast_math_end(void) {
+    if (fast_math_depth > 0) fast_math_depth--;
+}
+bool eg_fast_math_enabled(void) {
+    return fast_math_depth > 0;
+}
+
 static eg_status run_now(const eg__effect *effect) {
     eg_status status = effect->run(effect->context);
     if (effect->free_context) effect->free_context(effect->context);

@@ -259,6 +259,11 @@ eg_status eg_function_stats_get(const eg_function *f, eg_function_stats *out) {
 
 /* ---- tracing ---- */
 
+/* Whether t was traced in the other fast-math state than this thread's now. */
+static bool fast_math_differs(const trace *t) {
+    return t->fast_math >= 0 && t->fast_math != (int)eg_fast_math_enabled();
+}
+
 /* How many of (dtype, shape, device) differ between input x and its traced signature s; into
  * out (when not NULL) the differences, e.g. "dtype i32 -> i64, shape (4,) -> (5,)". */
 static int signature_differences(const input_signature *s, const eg_tensor *x, char *out,
@@ -302,7 +307,7 @@ static void describe_signature_change(const eg_function *f, const eg_tensor *con
     const trace *nearest = NULL;
     int fewest = 0;
     for (int t = f->n_traces; t-- > 0;) {
-        int n = 0;
+        int n = fast_math_differs(f->traces[t]);
         for (int i = 0; i < f->n_inputs; i++)
             n += signature_differences(&f->traces[t]->signature[i], inputs[i], NULL, 0);
         if (!nearest || n < fewest) {
@@ -312,6 +317,9 @@ static void describe_signature_change(const eg_function *f, const eg_tensor *con
     }
     size_t used = 0;
     out[0] = '\0';
+    if (fast_math_differs(nearest))
+        used += (size_t)snprintf(out, size, "fast-math region %s",
+                                 eg_fast_math_enabled() ? "entered" : "left");
     for (int i = 0; i < f->n_inputs && used < size; i++) {
         char what[256];
         if (!signature_differences(&nearest->signature[i], inputs[i], what, sizeof what)) continue;
@@ -326,6 +334,7 @@ static void describe_signature_change(const eg_function *f, const eg_tensor *con
 
 static bool signature_matches(const eg_function *f, const trace *t,
                               const eg_tensor *const *inputs) {
+    if (fast_math_differs(t)) return false;
     for (int i = 0; i < f->n_inputs; i++) {
         const input_signature *s = &t->signature[i];
         const eg_tensor *x = inputs[i];
@@ -407,6 +416,7 @@ static eg_status build_trace(eg_function *f, const eg_tensor *const *inputs, tra
         return eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory", f->name);
     }
     t->device = f->n_inputs ? inputs[0]->device : eg__device_current();
+    t->fast_math = eg_fast_math_enabled();
     eg_status status = EG_OK;
     eg__scope_suspend();
     for (int i = 0; i < f->n_inputs && status == EG_OK; i++) {
@@ -772,6 +782,7 @@ eg_status eg__graph_sign(trace *t) {
         s->device = x->device;
     }
     t->device = t->n_inputs ? t->placeholders[0]->device : eg__device_current();
+    t->fast_math = -1;
     return EG_OK;
 }
 

@@ -79,6 +79,9 @@ typedef struct trace {
     eg__storage *arena;
     const eg_device *device;
     bool borrowed_actions; /* a session's plan: the graph owns the actions */
+    /* 1 or 0: traced inside a fast-math region or not (eagle/ops.h), part of the signature; -1:
+     * either (a session's plan keeps what its graph recorded) */
+    int fast_math;
     eg_tensor **notes;     /* a session graph: every op recorded while building it */
     int n_notes;
     bool keep_notes;

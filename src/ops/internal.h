@@ -50,6 +50,9 @@ typedef struct eg__attrs {
      * copy), sums in f32 and gives result_dtype (f32 or compute_dtype); otherwise the operands
      * share one dtype, the result's. */
     bool low_precision;
+    /* exp, tanh, sigmoid, gelu and dense built inside a fast-math region (eg_fast_math_begin):
+     * backends may compute the cheaper approximations (the CPU does for f32) */
+    bool fast_math;
     eg_dtype compute_dtype, result_dtype;
     eg__window window;       /* conv2d*, *_pool2d* */
     const eg_device *device; /* to_device: the destination */

@@ -32,6 +32,7 @@ typedef struct unary_context {
     eg__op op;
     eg_dtype dtype;
     double low, high;
+    bool fast_math; /* built in a fast-math region (eagle/ops.h): only f32 takes it */
 } unary_context;
 
 #define UNARY_CASES(T, EXP, LOG, SQRT, SIN, COS, TANH, ERF, FABS, LOG1P)                           \
@@ -97,19 +98,20 @@ typedef struct unary_context {
     }
 
 /* The f32 transcendental ops run on our vector math (vecmath.h): on a given CPU path, the same
- * bits for every stride and position, in eager mode and in lazy fused loops. -1 for others. */
-static int vecmath_of(eg__op op) {
+ * bits for every stride and position, in eager mode and in lazy fused loops; fast: the fast-math
+ * variant where there is one. -1 for others. */
+static int vecmath_of(eg__op op, bool fast) {
     switch (op) {
     case EG__OP_EXP:
-        return EG__VECMATH_EXP;
+        return fast ? EG__VECMATH_EXP_FAST : EG__VECMATH_EXP;
     case EG__OP_LOG:
         return EG__VECMATH_LOG;
     case EG__OP_TANH:
-        return EG__VECMATH_TANH;
+        return fast ? EG__VECMATH_TANH_FAST : EG__VECMATH_TANH;
     case EG__OP_SIGMOID:
-        return EG__VECMATH_SIGMOID;
+        return fast ? EG__VECMATH_SIGMOID_FAST : EG__VECMATH_SIGMOID;
     case EG__OP_GELU:
-        return EG__VECMATH_GELU;
+        return fast ? EG__VECMATH_GELU_FAST : EG__VECMATH_GELU;
     case EG__OP_SOFTPLUS:
         return EG__VECMATH_SOFTPLUS;
     default:
@@ -149,7 +151,7 @@ static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
         return;
     }
     if (c->dtype == EG_DTYPE_F32) {
-        int fn = vecmath_of(c->op);
+        int fn = vecmath_of(c->op, c->fast_math);
         if (fn >= 0) {
             if (s[0] == sizeof(float) && s[1] == sizeof(float))
                 eg__vecmath_f32((eg__vecmath_fn)fn, n, (float *)p[0], (const float *)p[1]);
@@ -167,13 +169,14 @@ static void unary_inner(void *context, int64_t n, char **p, const int64_t *s) {
  * rounded once. */
 static void lowp_unary(const unary_context *c, int64_t n, char **p, const int64_t *s) {
     if (eg__lowp_unary_fast(c->op, c->dtype, n, p, s)) return;
-    int fn = vecmath_of(c->op);
+    int fn = vecmath_of(c->op, false);
     if (fn >= 0 && s[0] == 2 && s[1] == 2 &&
         eg__vecmath_lowp((eg__vecmath_fn)fn, c->dtype, n, (uint16_t *)p[0], (const uint16_t *)p[1]))
         return;
     float in[EG__LOWP_BLOCK], out[EG__LOWP_BLOCK];
     unary_context f32 = *c;
     f32.dtype = EG_DTYPE_F32;
+    f32.fast_math = false; /* fast math is f32's only (eagle/ops.h) */
     char *pointers[2] = {(char *)out, (char *)in};
     int64_t strides[2] = {sizeof(float), sizeof(float)};
     for (int64_t begin = 0; begin < n; begin += EG__LOWP_BLOCK) {
@@ -236,7 +239,7 @@ static eg_status run_loop(const eg__kernel_call *call, int n_operands, eg__nd_in
 eg_status eg__cpu_unary(const eg__kernel_call *call);
 eg_status eg__cpu_unary(const eg__kernel_call *call) {
     unary_context c = {call->op, call->output->dtype, call->attrs->scalars[0],
-                       call->attrs->scalars[1]};
+                       call->attrs->scalars[1], call->attrs->fast_math};
     return run_loop(call, 2, unary_inner, &c);
 }
 
@@ -654,7 +657,7 @@ void eg__cpu_elementwise_flat(eg__op op, const eg__attrs *attrs, eg_dtype out_dt
     }
     eg__kernel_fn kernel = eg__cpu_kernels[op];
     if (kernel == eg__cpu_unary) {
-        unary_context c = {op, out_dtype, attrs->scalars[0], attrs->scalars[1]};
+        unary_context c = {op, out_dtype, attrs->scalars[0], attrs->scalars[1], attrs->fast_math};
         unary_inner(&c, n, pointers, strides);
     } else if (kernel == eg__cpu_binary) {
         binary_context c = {op, in_dtype};

@@ -17,6 +17,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_lowp.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/vecmath.h"
 #include "base/cpu_features.h"
 #include "base/error.h"
 #include "eagle/nn.h"
@@ -126,6 +127,11 @@ typedef struct matmul_job {
     /* epilogue: bias (a 1-d tensor of n elements, or NULL) and activation (EG__OP_COUNT: none) */
     const eg_tensor *bias;
     eg__op activation;
+    /* A fast-math dense (eagle/ops.h: f32 sigmoid or tanh): activation is then EG__OP_COUNT and
+     * this vecmath function is applied to each tile or part after the GEMM's bias epilogue (the
+     * epilogue's own activations are exact; gemm.c is not this file's); -1: none. The same bits
+     * as the unfused product, add and fast activation, however C is split. */
+    int fast_activation;
     /* Eagle's GEMM: each batch element is cut into parts_m x parts_n parts */
     bool own;         /* Eagle's GEMM (own_gemm), else OpenBLAS tiles */
     bool lowp;        /* a bf16 or f16 product (gemm_lowp.c; own is then set too) */
@@ -187,6 +193,16 @@ static eg__gemm_lowp lowp_problem(const matmul_job *j, int64_t batch, void *c) {
     };
 }
 
+/* The fast activation on rows x cols f32 elements at c, rows ldc elements apart. */
+static void apply_fast_activation(const matmul_job *j, char *c, int64_t ldc, int64_t rows,
+                                  int64_t cols) {
+    if (j->fast_activation < 0) return;
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = (float *)c + r * ldc;
+        eg__vecmath_f32((eg__vecmath_fn)j->fast_activation, cols, row, row);
+    }
+}
+
 /* Output tile `task` ((batch, row tile, column tile) in row-major order) into c, whose rows are
  * ldc elements apart, epilogue included: the same computation wherever c is. On Eagle's GEMM the
  * tile is a sub-problem with the same k, whose elements have the bits of the whole product's
@@ -214,7 +230,9 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
         if (g.bias)
             g.bias =
                 (const char *)g.bias + (size_t)(j0 * g.bias_stride) * eg_dtype_size(g.bias_dtype);
-        return eg__gemm_lowp_range(&g, 0, rows, 0, cols);
+        if (!eg__gemm_lowp_range(&g, 0, rows, 0, cols)) return false;
+        apply_fast_activation(j, c, ldc, rows, cols);
+        return true;
     }
     if (j->own) {
         eg__gemm_f32 g = own_problem(j, batch, (float *)c);
@@ -224,7 +242,9 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
         g.b += j0 * g.b_col;
         g.ldc = ldc;
         if (g.bias) g.bias += j0 * g.bias_stride;
-        return eg__gemm_f32_range(&g, 0, rows, 0, cols);
+        if (!eg__gemm_f32_range(&g, 0, rows, 0, cols)) return false;
+        apply_fast_activation(j, c, ldc, rows, cols);
+        return true;
     }
     /* rows i0.. of op(A) and columns j0.. of op(B) in this batch element */
     int64_t ao = batch_offset(j->a, j->out, batch) + (j->trans_a ? i0 : i0 * j->lda);
@@ -248,6 +268,7 @@ static bool compute_tile(const matmul_job *j, int64_t task, char *c, int64_t ldc
         eg__gemm_epilogue(j->out->dtype, c, ldc, rows, cols, j0,
                           j->bias ? (const char *)eg__data(j->bias) : NULL,
                           j->bias ? j->bias->strides[0] : 0, j->activation);
+    apply_fast_activation(j, c, ldc, rows, cols);
     return true;
 }
 
@@ -273,16 +294,21 @@ static void own_parts(void *context, int64_t begin, int64_t end) {
         int64_t m0 = part / j->parts_n * j->part_rows, n0 = part % j->parts_n * j->part_cols;
         int64_t m1 = m0 + j->part_rows < j->m ? m0 + j->part_rows : j->m;
         int64_t n1 = n0 + j->part_cols < j->n ? n0 + j->part_cols : j->n;
+        char *c =
+            (char *)eg__data(j->out) + (size_t)(batch * j->m * j->n) * eg_dtype_size(j->out->dtype);
+        bool done;
         if (j->lowp) {
-            eg__gemm_lowp g =
-                lowp_problem(j, batch,
-                             (char *)eg__data(j->out) +
-                                 (size_t)(batch * j->m * j->n) * eg_dtype_size(j->out->dtype));
-            if (!eg__gemm_lowp_range(&g, m0, m1, n0, n1)) atomic_store(&j->failed, true);
-            continue;
+            eg__gemm_lowp g = lowp_problem(j, batch, c);
+            done = eg__gemm_lowp_range(&g, m0, m1, n0, n1);
+        } else {
+            eg__gemm_f32 g = own_problem(j, batch, (float *)c);
+            done = eg__gemm_f32_range(&g, m0, m1, n0, n1);
         }
-        eg__gemm_f32 g = own_problem(j, batch, (float *)eg__data(j->out) + batch * j->m * j->n);
-        if (!eg__gemm_f32_range(&g, m0, m1, n0, n1)) atomic_store(&j->failed, true);
+        if (!done)
+            atomic_store(&j->failed, true);
+        else if (j->fast_activation >= 0)
+            apply_fast_activation(j, c + (size_t)(m0 * j->n + n0) * sizeof(float), j->n, m1 - m0,
+                                  n1 - n0);
     }
 }
 
@@ -377,13 +403,20 @@ static eg_status prepare_job(const eg__kernel_call *call, const eg_tensor *bias,
         blas_view(b, &b_op);
     }
     const eg_tensor *A = a ? a : a_in, *B = b ? b : b_in;
+    /* fast math (eagle/ops.h): an f32 result's sigmoid or tanh, after the GEMM */
+    int fast = -1;
+    if (call->attrs->fast_math && out->dtype == EG_DTYPE_F32)
+        fast = activation == EG__OP_SIGMOID ? EG__VECMATH_SIGMOID_FAST
+               : activation == EG__OP_TANH  ? EG__VECMATH_TANH_FAST
+                                            : -1;
     *job_out = (matmul_job){.a = A,
                             .b = B,
                             .out = out,
                             .lda = a_op.leading,
                             .ldb = b_op.leading,
                             .bias = bias,
-                            .activation = activation};
+                            .activation = fast >= 0 ? EG__OP_COUNT : activation,
+                            .fast_activation = fast};
     atomic_init(&job_out->failed, false);
     job_out->m = out->shape[out->n_dims - 2];
     job_out->n = out->shape[out->n_dims - 1];
@@ -457,6 +490,7 @@ static eg_status dense_as_product(const eg__kernel_call *call, eg__attrs *attrs,
     attrs->low_precision = call->attrs->low_precision; /* eg_dense_low_precision */
     attrs->compute_dtype = call->attrs->compute_dtype;
     attrs->result_dtype = call->attrs->result_dtype;
+    attrs->fast_math = call->attrs->fast_math;
     *product = *call;
     product->attrs = attrs;
     *activation = activations[requested];

@@ -83,9 +83,12 @@ typedef uint32_t vu16 __attribute__((vector_size(64)));
 
 typedef void (*driver_fn)(int64_t n, float *out, const float *in);
 static const driver_fn drivers[EG__CPU_LEVEL_COUNT][EG__VECMATH_COUNT] = {
-    {exp_baseline, log_baseline, tanh_baseline, sigmoid_baseline, gelu_baseline, softplus_baseline},
-    {exp_avx2, log_avx2, tanh_avx2, sigmoid_avx2, gelu_avx2, softplus_avx2},
-    {exp_avx512, log_avx512, tanh_avx512, sigmoid_avx512, gelu_avx512, softplus_avx512},
+    {exp_baseline, log_baseline, tanh_baseline, sigmoid_baseline, gelu_baseline, softplus_baseline,
+     exp_fast_baseline, tanh_fast_baseline, sigmoid_fast_baseline, gelu_fast_baseline},
+    {exp_avx2, log_avx2, tanh_avx2, sigmoid_avx2, gelu_avx2, softplus_avx2, exp_fast_avx2,
+     tanh_fast_avx2, sigmoid_fast_avx2, gelu_fast_avx2},
+    {exp_avx512, log_avx512, tanh_avx512, sigmoid_avx512, gelu_avx512, softplus_avx512,
+     exp_fast_avx512, tanh_fast_avx512, sigmoid_fast_avx512, gelu_fast_avx512},
 };
 
 void eg__vecmath_f32_at(eg__cpu_level level, eg__vecmath_fn fn, int64_t n, float *out,
@@ -114,7 +117,8 @@ void eg__vecmath_f32_strided(eg__vecmath_fn fn, int64_t n, char *out, int64_t ou
 }
 
 typedef void (*driver16_fn)(int64_t n, uint16_t *out, const uint16_t *in);
-/* [level][0: bf16, 1: f16][fn]; the baseline has no f16 drivers (no F16C) */
+/* [level][0: bf16, 1: f16][fn]; the baseline has no f16 drivers (no F16C); the fast variants
+ * have none (fast math is f32 only: vecmath.h) */
 static const driver16_fn drivers16[EG__CPU_LEVEL_COUNT][2][EG__VECMATH_COUNT] = {
     {{exp_bf16_baseline, log_bf16_baseline, tanh_bf16_baseline, sigmoid_bf16_baseline,
       gelu_bf16_baseline, softplus_bf16_baseline},
@@ -137,6 +141,7 @@ static const driver16_fn bf16_native[EG__VECMATH_COUNT] = {
 bool eg__vecmath_lowp(eg__vecmath_fn fn, eg_dtype dtype, int64_t n, uint16_t *out,
                       const uint16_t *in) {
     bool f16 = dtype == EG_DTYPE_F16;
+    if (fn >= EG__VECMATH_EXP_FAST) return false;
     if ((!f16 && dtype != EG_DTYPE_BF16) || (f16 && !eg__cpu_has_f16c())) return false;
     eg__cpu_level level = eg__cpu_active_level();
     if (!f16 && level >= EG__CPU_AVX512 && eg__cpu_has_avx512_bf16()) {
@@ -150,7 +155,8 @@ bool eg__vecmath_lowp(eg__vecmath_fn fn, eg_dtype dtype, int64_t n, uint16_t *ou
 }
 
 const char *eg__vecmath_name(eg__vecmath_fn fn) {
-    static const char *const names[EG__VECMATH_COUNT] = {"exp",     "log",  "tanh",
-                                                         "sigmoid", "gelu", "softplus"};
+    static const char *const names[EG__VECMATH_COUNT] = {
+        "exp",      "log",      "tanh",      "sigmoid",      "gelu",
+        "softplus", "exp_fast", "tanh_fast", "sigmoid_fast", "gelu_fast"};
     return (unsigned)fn < EG__VECMATH_COUNT ? names[fn] : "?";
 }

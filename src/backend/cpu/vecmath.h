@@ -33,6 +33,19 @@
  *                       exact, so the negative tail keeps its relative precision (1 + erf in f32
  *                       loses it all below x = -4); gelu(-inf) = -0
  *   softplus  2 ulp     (1.57 / 1.57) max(x, 0) + log1p(exp(-|x|))
+ * The fast-math variants (EG__VECMATH_*_FAST, chosen inside eg_fast_math_begin regions; f32
+ * only), against the same references (gelu_fast against the erf gelu), the same sweeps; ulp
+ * where |exact| >= a floor, the absolute error below it; maximum relative error in brackets:
+ *   exp_fast      47 ulp    (42.9 / 46.2; 3.1e-6) degree 4, one-constant reduction; floor 2^-125:
+ *                           results below ~2^-126 flush to 0 (x < -87.33), x > 88.7228 gives inf
+ *   tanh_fast     14 ulp    (13.5 / 13.7; 1.1e-6) x P(x^2) / Q(x^2), degrees 4 / 3; no floor
+ *   sigmoid_fast  44 ulp    (42.8 / 42.8; 3.1e-6) 1 / (1 + exp_fast(-x)); floor 2^-125, below it
+ *                           absolute 2.9e-39
+ *   gelu_fast     78 / 70 ulp (76.6 / 68.2; 6.7e-6) erf through a rational of degrees 5 / 4, not
+ *                           the tanh form; floor 2^-4 (|gelu| below 1/16: x in (-0.14, 0.12) and
+ *                           the negative tail beyond -1.9, where 1 + erf cancels): there
+ *                           absolute 2.0e-6; gelu_fast(-0) = +0
+ * Speed, exact against fast: bench/RESULTS.md ("Issue 24: fast-math").
  * (The asserted bounds in tests/test_vecmath.c are the source of truth; the figures above are
  * what it measured.) Why not SLEEF (libsleef, Debian): when both paths had to give the same bits,
  * only its no-FMA ("cinz") variants qualified, 3-10x slower per element than these; its FMA
@@ -55,6 +68,11 @@ typedef enum eg__vecmath_fn {
     EG__VECMATH_SIGMOID,
     EG__VECMATH_GELU,
     EG__VECMATH_SOFTPLUS,
+    /* the fast-math variants (eg_fast_math_begin): f32 only */
+    EG__VECMATH_EXP_FAST,
+    EG__VECMATH_TANH_FAST,
+    EG__VECMATH_SIGMOID_FAST,
+    EG__VECMATH_GELU_FAST,
     EG__VECMATH_COUNT
 } eg__vecmath_fn;
 
@@ -69,7 +87,8 @@ void eg__vecmath_f32_strided(eg__vecmath_fn fn, int64_t n, char *out, int64_t ou
 /* The same on contiguous bf16 or f16 (dtype), widened and rounded in registers: the f32
  * function's result on the widened input, rounded once to nearest even, the same bits as
  * widening, eg__vecmath_f32 and rounding would give. out may equal in. false (nothing done) where
- * the level has no such driver (f16 at the baseline, or without F16C). */
+ * the level has no such driver (f16 at the baseline, or without F16C), and for the fast
+ * variants. */
 bool eg__vecmath_lowp(eg__vecmath_fn fn, eg_dtype dtype, int64_t n, uint16_t *out,
                       const uint16_t *in);
 

@@ -281,6 +281,110 @@ VM_INLINE vf VM(gelu_v)(vf x) {
     return VM(is_nan_select)(x, VM(choose)(VM_LT(a, 0x1.6a09e6p-1f), small, large));
 }
 
+/* ---- the fast variants (vecmath.h: EG__VECMATH_*_FAST) ----
+ * Cheaper at the price of a few more ulp (vecmath.h's table): lower degrees, rational forms with
+ * one division in place of an exp and a division, and no special cases beyond those that keep
+ * results finite and ordered: exp saturates to 0 and inf, tanh and erf are clamped to [-1, 1],
+ * NaN gives NaN. No subnormal results from exp_fast and sigmoid_fast (they flush to 0). */
+
+/* x clamped to [lo, hi], a NaN kept: minps / maxps return their second operand when one is NaN,
+ * and the baseline's comparisons are false for it. */
+VM_INLINE vf VM(clamp_keep_nan)(vf x, float lo, float hi) {
+#if VM_AVX512
+    x = (vf)_mm512_max_ps((__m512)splat(lo), (__m512)x);
+    return (vf)_mm512_min_ps((__m512)splat(hi), (__m512)x);
+#elif VM_FMA
+    x = (vf)_mm256_max_ps((__m256)splat(lo), (__m256)x);
+    return (vf)_mm256_min_ps((__m256)splat(hi), (__m256)x);
+#else
+    x = VM(choose)(VM_LT(x, lo), splat(lo), x);
+    return VM(choose)(VM_GT(x, hi), splat(hi), x);
+#endif
+}
+
+/* e^x for x in [-87.328125, 88.72283]: 2^n p(r), r = x - n ln 2, p of degree 4 (degree 5 cut
+ * the error from 46 to 5 ulp but the speed-up from 1.5x to 1.3x: bench/RESULTS.md), 2^n added to
+ * p's exponent as an integer (p is in [0.7, 1.42], so the result stays a normal float there:
+ * the bounds are where n = -126 still has p > 1 and n = 128 has p < 1). With an FMA, one
+ * constant for ln 2: x - n LN2 is exact (see exp_reduce), and ln 2 - LN2 ~ 1.9e-9 adds at most
+ * 2.4e-7 relative at n = 126. Without, exp_reduce's two-part ln 2. */
+VM_INLINE vf VM(exp_fast_core)(vf x) {
+    vf t = VM_MADDC(x, splat(0x1.715476p+0f), 0x1.8p23f); /* n in t's low bits */
+    vf n = t - 0x1.8p23f;
+#if VM_FMA
+    vf r = VM(nmadd)(n, splat(0x1.62e43p-1f), x);
+#else
+    vf r = (x - n * 0x1.63p-1f) - n * -0x1.bd0106p-13f;
+#endif
+    vf p = splat(0x1.541494p-5f);
+    p = VM_MADDC(p, r, 0x1.57cf2ap-3f);
+    p = VM_MADDC(p, r, 0x1.0003f4p-1f);
+    p = VM_MADDC(p, r, 0x1.fffba6p-1f);
+    p = VM_MADDC(p, r, 1.0f);
+    /* t's bits are those of 1.5 2^23 plus n, whose top bits shift out */
+    return (vf)((vu)p + ((vu)t << 23));
+}
+
+VM_INLINE vf VM(exp_fast_v)(vf x) {
+#if VM_FMA
+    if (VM_ALL(VM_LT(VM(abs_of)(x), 87.0f))) return VM(exp_fast_core)(x); /* false for NaN */
+#endif
+    vf y = VM(exp_fast_core)(VM(clamp_keep_nan)(x, -0x1.5d5p+6f, 0x1.62e42ep+6f));
+    y = VM(choose)(VM_GT(x, 0x1.62e42ep+6f), splat(__builtin_inff()), y);
+    y = VM(choose)(VM_LT(x, -0x1.5d5p+6f), splat(0.0f), y);
+    return VM(is_nan_select)(x, y);
+}
+
+/* tanh(x) = x P(x^2) / Q(x^2), a rational fit of relative error on |x| <= 9
+ * (bench/elementwise/fit_vecmath.py), clamped to [-1, 1] where it overshoots by a few ulp. x is
+ * clamped to +-8.5, where the fit is above 1 (tanh is within 1.5e-7 of 1 there): so the limits
+ * are reached exactly. tanh(-0) = -0. */
+VM_INLINE vf VM(tanh_fast_v)(vf x) {
+    vf c = VM(clamp_keep_nan)(x, -8.5f, 8.5f);
+    vf z = c * c;
+    vf p = splat(-0x1.5ada1ap-28f);
+    p = VM_MADDC(p, z, 0x1.b53296p-18f);
+    p = VM_MADDC(p, z, 0x1.55aaep-9f);
+    p = VM_MADDC(p, z, 0x1.02846p-3f);
+    p = VM_MADDC(p, z, 0x1.ffffeep-1f);
+    vf q = splat(0x1.84d588p-13f);
+    q = VM_MADDC(q, z, 0x1.700f8cp-6f);
+    q = VM_MADDC(q, z, 0x1.d6967p-2f);
+    q = VM_MADDC(q, z, 1.0f);
+    return VM(clamp_keep_nan)((c * p) / q, -1.0f, 1.0f);
+}
+
+/* 1 / (1 + e^-x): e^-x's relative error carries over to the negative tail (no cancellation). */
+VM_INLINE vf VM(sigmoid_fast_v)(vf x) {
+    return 1.0f / (1.0f + VM(exp_fast_v)(-x));
+}
+
+/* 0.5 x (1 + erf(x / sqrt 2)), the exact function (not the tanh form, which is 1e-3 off it),
+ * with erf(x / sqrt 2) = x P(x^2) / Q(x^2), a rational fit on |x| <= 5.6, clamped to [-1, 1].
+ * x is clamped to +-5.45, where the fit is above 1 (erf is within 5e-8 of 1 there), so that
+ * gelu(x) = x and -0 beyond; the half x is taken of max(x, -5.45), so that gelu(-inf) is -0, not
+ * inf - inf. In the negative tail 1 + erf cancels: the relative error grows as gelu shrinks
+ * (vecmath.h). gelu_fast(-0) = +0. */
+VM_INLINE vf VM(gelu_fast_v)(vf x) {
+    vf low = VM(clamp_keep_nan)(x, -5.45f, __builtin_inff());
+    vf c = VM(clamp_keep_nan)(low, -5.45f, 5.45f);
+    vf z = c * c;
+    vf p = splat(-0x1.17ddb6p-25f);
+    p = VM_MADDC(p, z, 0x1.84927cp-17f);
+    p = VM_MADDC(p, z, 0x1.e69094p-11f);
+    p = VM_MADDC(p, z, 0x1.aa848cp-7f);
+    p = VM_MADDC(p, z, 0x1.0d23a4p-3f);
+    p = VM_MADDC(p, z, 0x1.988462p-1f);
+    vf q = splat(0x1.41a044p-13f);
+    q = VM_MADDC(q, z, 0x1.d89e52p-9f);
+    q = VM_MADDC(q, z, 0x1.7d4ce8p-5f);
+    q = VM_MADDC(q, z, 0x1.535388p-2f);
+    q = VM_MADDC(q, z, 1.0f);
+    vf erf = VM(clamp_keep_nan)((c * p) / q, -1.0f, 1.0f);
+    vf h = 0.5f * low;
+    return VM(madd)(h, erf, h);
+}
+
 /* The drivers: whole vectors, then the tail through the same code on a zero-padded vector (with
  * AVX-512, a masked load and store; zeros in the other lanes either way). */
 #if VM_AVX512
@@ -329,6 +433,10 @@ VM_DRIVER(tanh, tanh_v)
 VM_DRIVER(sigmoid, sigmoid_v)
 VM_DRIVER(gelu, gelu_v)
 VM_DRIVER(softplus, softplus_v)
+VM_DRIVER(exp_fast, exp_fast_v)
+VM_DRIVER(tanh_fast, tanh_fast_v)
+VM_DRIVER(sigmoid_fast, sigmoid_fast_v)
+VM_DRIVER(gelu_fast, gelu_fast_v)
 
 /* bf16 and f16 drivers (vecmath.h: eg__vecmath_lowp): LANES 16-bit elements widened in registers
  * (exactly), the f32 core, and the result rounded as core/dtype.c rounds: bf16 by its integer
