@@ -174,6 +174,34 @@ static void test_bad_arguments(void **state) {
     eg_clear_error();
 }
 
+/* A Dense layer's snapshot: inference calls run int8 (close to, not equal to, exact), training
+ * calls stay exact, bits 0 drops it; other layers refuse. */
+static void test_layer_snapshot(void **state) {
+    (void)state;
+    eg_layer *dense = eg_dense_new(20, EG_ACTIVATION_RELU);
+    assert_int_equal(eg_layer_quantize_int8(dense, 7), EG_ERR_STATE); /* not built */
+    assert_int_equal(eg_layer_build(dense, 2, (const int64_t[]){-1, 64}), EG_OK);
+    eg_tensor *x = random_tensor(18, 2, (const int64_t[]){8, 64}, -1, 1);
+    eg_tensor *exact = eg_layer_call(dense, x, false);
+    assert_false(eg_layer_is_quantized(dense));
+    assert_int_equal(eg_layer_quantize_int8(dense, 7), EG_OK);
+    assert_true(eg_layer_is_quantized(dense));
+    eg_tensor *approx = eg_layer_call(dense, x, false);
+    eg_tensor *trained = eg_layer_call(dense, x, true);
+    assert_false(same_bits(approx, exact));
+    assert_true(relative_error(approx, exact) < 0.02);
+    assert_true(same_bits(trained, exact));
+    assert_int_equal(eg_layer_quantize_int8(dense, 0), EG_OK);
+    assert_false(eg_layer_is_quantized(dense));
+    assert_true(same_bits(eg_layer_call(dense, x, false), exact));
+    eg_layer *flatten = eg_flatten_new(NULL);
+    assert_int_equal(eg_layer_quantize_int8(flatten, 7), EG_ERR_UNSUPPORTED);
+    expect_error_containing(EG_ERR_UNSUPPORTED, "only Dense and Conv2D", NULL);
+    eg_clear_error();
+    eg_layer_free(flatten);
+    eg_layer_free(dense);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_dense_error_bounds, fresh_scope_setup,
@@ -185,6 +213,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_calibrated_range_clips, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_layer_snapshot, fresh_scope_setup,
                                         strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,7 @@
 #ifndef EAGLE_APPROX_H
 #define EAGLE_APPROX_H
 
+#include "eagle/nn.h"
 #include "eagle/ops.h"
 
 #ifdef __cplusplus
@@ -46,12 +47,32 @@ eg_tensor *eg_dense_int8(const eg_tensor *x, const eg_tensor *q, const eg_tensor
 eg_tensor *eg_conv2d_int8(const eg_tensor *x, const eg_tensor *q, const eg_tensor *scale,
                           const eg_tensor *range, const eg_conv2d_options *options);
 
+/* ---- layers ---- */
+
+/* Snapshots a built Dense or Conv2D layer's f32 kernel as int8 (eg_quantize_int8 with `bits`):
+ * from then on its inference calls (training false, f32 inputs under the float32 policy; Dense
+ * on 2-d inputs, Conv2D NHWC with one group) run eg_dense_int8 / eg_conv2d_int8 on the snapshot
+ * with dynamic activation ranges; training calls still run the exact ops. The snapshot does not
+ * follow later changes of the weights: quantize again after training. bits 0 drops it (exact
+ * again). EG_ERR_UNSUPPORTED for other layers (or grouped / NCHW convolutions), EG_ERR_STATE
+ * before the layer is built, EG_ERR_INVALID_ARGUMENT for bits, EG_ERR_DTYPE for non-f32 weights. */
+eg_status eg_layer_quantize_int8(eg_layer *layer, int bits);
+/* eg_layer_quantize_int8 on every Dense and Conv2D layer of the model whose kernel has at least
+ * min_inner inputs per output (KH * KW * C_in, or D_in: small products gain nothing from int8),
+ * bits 0 on the others; *n_quantized (may be NULL) gets how many were quantized. Stops at the
+ * first error. */
+eg_status eg_model_quantize_int8(eg_model *model, int bits, int64_t min_inner, int *n_quantized);
+/* Whether the layer holds an int8 snapshot. false for NULL. */
+bool eg_layer_is_quantized(const eg_layer *layer);
+
 #if !defined(EG_NO_CALLSITE)
-#define eg_quantize_int8(...)    EG_CALLSITE_(eg_quantize_int8(__VA_ARGS__))
-#define eg_int8_range(...)       EG_CALLSITE_(eg_int8_range(__VA_ARGS__))
-#define eg_int8_range_merge(...) EG_CALLSITE_(eg_int8_range_merge(__VA_ARGS__))
-#define eg_dense_int8(...)       EG_CALLSITE_(eg_dense_int8(__VA_ARGS__))
-#define eg_conv2d_int8(...)      EG_CALLSITE_(eg_conv2d_int8(__VA_ARGS__))
+#define eg_quantize_int8(...)       EG_CALLSITE_(eg_quantize_int8(__VA_ARGS__))
+#define eg_int8_range(...)          EG_CALLSITE_(eg_int8_range(__VA_ARGS__))
+#define eg_int8_range_merge(...)    EG_CALLSITE_(eg_int8_range_merge(__VA_ARGS__))
+#define eg_dense_int8(...)          EG_CALLSITE_(eg_dense_int8(__VA_ARGS__))
+#define eg_conv2d_int8(...)         EG_CALLSITE_(eg_conv2d_int8(__VA_ARGS__))
+#define eg_layer_quantize_int8(...) EG_CALLSITE_(eg_layer_quantize_int8(__VA_ARGS__))
+#define eg_model_quantize_int8(...) EG_CALLSITE_(eg_model_quantize_int8(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -413,17 +413,22 @@ static bool same_dtype(eg_layer *layer, const eg_tensor *x, const eg_tensor *var
     return false;
 }
 
+eg_conv2d_options eg__conv_layer_options(const eg_layer *layer) {
+    const eg_conv2d_layer_options *o = &layer->conv;
+    return (eg_conv2d_options){{o->strides[0], o->strides[1]},
+                               {o->dilations[0], o->dilations[1]},
+                               o->padding,
+                               {o->explicit_padding[0], o->explicit_padding[1],
+                                o->explicit_padding[2], o->explicit_padding[3]},
+                               o->groups,
+                               o->data_format};
+}
+
 static eg_tensor *call_conv(eg_layer *layer, const eg_tensor *x,
                             const eg_tensor *const *variables) {
     if (!same_dtype(layer, x, variables[0], "conv2d layer")) return NULL;
     const eg_conv2d_layer_options *o = &layer->conv;
-    eg_conv2d_options options = {{o->strides[0], o->strides[1]},
-                                 {o->dilations[0], o->dilations[1]},
-                                 o->padding,
-                                 {o->explicit_padding[0], o->explicit_padding[1],
-                                  o->explicit_padding[2], o->explicit_padding[3]},
-                                 o->groups,
-                                 o->data_format};
+    eg_conv2d_options options = eg__conv_layer_options(layer);
     eg__temps temps = {0};
     /* x: (B, H, W, C), kernel: (KH, KW, C / groups, F) -> (B, OH, OW, F) */
     eg_tensor *y = eg__temp(&temps, eg_conv2d(x, variables[0], &options));
@@ -588,8 +593,13 @@ static eg_tensor *call_norm(eg_layer *layer, const eg_tensor *x, bool training) 
 eg_tensor *eg__conv_layer_call(eg_layer *layer, const eg_tensor *x,
                                const eg_tensor *const *variables, bool training) {
     switch (layer->kind) {
-    case EG__LAYER_CONV2D:
-        return call_conv(layer, x, variables);
+    case EG__LAYER_CONV2D: {
+        bool handled = false;
+        eg_tensor *y = !training && layer->int8_kernel
+                           ? eg__layer_int8_call(layer, x, variables, &handled)
+                           : NULL;
+        return handled ? y : call_conv(layer, x, variables);
+    }
     case EG__LAYER_MAX_POOL2D:
         return eg_max_pool2d(x, &layer->pool);
     case EG__LAYER_AVG_POOL2D:

@@ -65,6 +65,9 @@ struct eg_layer {
     bool policy_fixed;        /* set by eg_layer_set_policy: a model's policy leaves it alone */
     eg_generator *generator;  /* for their initializers (NULL: the default generator) */
     eg_activation activation; /* DENSE, ACTIVATION */
+    /* DENSE, CONV2D: an int8 snapshot of the kernel (eg_layer_quantize_int8; owned, or NULL) that
+     * inference calls use (quantized_layers.c) */
+    eg_tensor *int8_kernel, *int8_scale;
     /* DENSE */
     int64_t units;
     int64_t input_dim; /* 0 until built */
@@ -238,5 +241,13 @@ bool eg__model_is_built(const eg_model *model);
  * from `what` naming the tensor, the file and both shapes (model_weights.c). */
 eg_status eg__check_stored_variable(const eg_safetensors *st, const eg_tensor *v,
                                     const char *path, const char *what);
+
+/* The eg_conv2d options of a Conv2D layer's call (conv_layers.c). */
+eg_conv2d_options eg__conv_layer_options(const eg_layer *layer);
+/* An inference call of a Dense or Conv2D layer with an int8 snapshot (quantized_layers.c): its
+ * result, or NULL with *handled false where the snapshot does not apply (then the exact call
+ * runs). */
+eg_tensor *eg__layer_int8_call(eg_layer *layer, const eg_tensor *x,
+                               const eg_tensor *const *variables, bool *handled);
 
 #endif

@@ -449,9 +449,13 @@ eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *
     }
     eg_tensor *y = NULL;
     if (input) switch (layer->kind) {
-        case EG__LAYER_DENSE:
-            y = call_dense(layer, input, variables, runs_in);
+        case EG__LAYER_DENSE: {
+            bool handled = false;
+            if (!training && layer->int8_kernel)
+                y = eg__layer_int8_call(layer, input, variables, &handled);
+            if (!handled) y = call_dense(layer, input, variables, runs_in);
             break;
+        }
         case EG__LAYER_FLATTEN:
             if (input->n_dims < 1)
                 eg__error(EG_ERR_SHAPE, "flatten: '%s' needs at least 1 dim, got a 0-d tensor",
@@ -536,6 +540,8 @@ void eg_layer_set_trainable(eg_layer *layer, bool trainable) {
 
 void eg__layer_destroy(eg_layer *layer) {
     for (int i = 0; i < layer->n_variables; i++) eg_release(layer->variables[i]);
+    eg_release(layer->int8_kernel);
+    eg_release(layer->int8_scale);
     if (layer->inner) eg__layer_destroy(layer->inner);
     eg__layer_free_nodes(layer);
     if (layer->layer_class && layer->layer_class->free_state)

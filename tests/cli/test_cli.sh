@@ -251,6 +251,9 @@ PY
     cnn_accuracy=$(grep "test accuracy" <<<"$cnn_straight" | tail -1 | awk '{print $3}')
     check "cnn: eval of the checkpoint reproduces the test accuracy $cnn_accuracy" \
         bash -c 'out=$("$0" eval --limit 300 "$1"); grep -q "test accuracy $2" <<<"$out"' "$eagle" "$tmp/cnn-straight.safetensors" "$cnn_accuracy"
+    check "cnn: eval --approx int8 compares 5 int8 layers (the first convolution stays f32)" \
+        bash -c 'out=$("$0" eval --limit 300 --approx int8 "$1"); grep -q "test accuracy $2" <<<"$out" && grep -q "^int8 (5 layers" <<<"$out" && [ "$(grep -c " Conv2D " <<<"$out")" -eq 3 ]' "$eagle" "$tmp/cnn-straight.safetensors" "$cnn_accuracy"
+    check "eval --approx with an unknown policy -> 2" expect_exit 2 "$eagle" eval --approx lowrank "$tmp/cnn-straight.safetensors"
     cnn_eager=$(numbers_of "$(cnn --epochs 1)")
     cnn_lazy=$(numbers_of "$(cnn --epochs 1 --mode lazy)")
     check "cnn: --mode lazy gives eager's training log" \
