@@ -184,7 +184,9 @@ static void test_layer_snapshot(void **state) {
     eg_tensor *x = random_tensor(18, 2, (const int64_t[]){8, 64}, -1, 1);
     eg_tensor *exact = eg_layer_call(dense, x, false);
     assert_false(eg_layer_is_quantized(dense));
+    eg_scope_begin(); /* the snapshot outlives a scope around the call (the layer owns it) */
     assert_int_equal(eg_layer_quantize_int8(dense, 7), EG_OK);
+    eg_scope_end();
     assert_true(eg_layer_is_quantized(dense));
     eg_tensor *approx = eg_layer_call(dense, x, false);
     eg_tensor *trained = eg_layer_call(dense, x, true);

@@ -36,6 +36,9 @@ eg_status eg_layer_quantize_int8(eg_layer *layer, int bits) {
         q = eg_quantize_int8(kernel, bits, &scale);
         eg_no_grad_end();
         if (!q) return eg_last_status();
+        /* the layer owns them: a scope open around this call must not release them */
+        eg__scope_forget(q);
+        eg__scope_forget(scale);
     }
     eg_release(layer->int8_kernel);
     eg_release(layer->int8_scale);
