@@ -44,7 +44,8 @@ prepare() {
   cp build/gpu/tools/eagle/eagle "$bundle/bin/"
   cp build/gpu/bench/bench_gpu "$bundle/bin/" 2>/dev/null || echo "note: no bench_gpu built"
   for t in "${cuda_tests[@]}"; do cp "build/gpu/tests/${t%%|*}" "$bundle/bin/"; done
-  strip "$bundle"/bin/* 2>/dev/null || true
+  # eagle and bench_gpu keep their symbols: a crash there is shown with a backtrace (run)
+  for t in "${cuda_tests[@]}"; do strip "$bundle/bin/${t%%|*}" 2>/dev/null || true; done
   # Shared libraries outside the CUDA toolkit and glibc: a bare GPU machine may lack them.
   ldd "$bundle"/bin/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux|libgcc_s|libstdc\+\+|libcuda|libcudart)[.-]' |
@@ -121,8 +122,18 @@ run() {
     *) failed+=(test_cuda_train); tail -25 "$bundle/train.log" ;;
   esac
   if [ -x "$bundle/bin/bench_gpu" ] && [ -f bench/gpu/run.sh ]; then
-    EAGLE_BENCH_GPU=$bundle/bin/bench_gpu timeout 240 bash bench/gpu/run.sh "$bundle/bench.txt" ||
-      echo "benchmarks: exit $?"
+    EAGLE_BENCH_GPU=$bundle/bin/bench_gpu timeout 240 bash bench/gpu/run.sh "$bundle/bench.txt" \
+      2>&1 | tee "$bundle/bench.log"
+    local bench_rc=${PIPESTATUS[0]}
+    [ "$bench_rc" -eq 0 ] || echo "benchmarks: exit $bench_rc"
+    # A crashed benchmark loses the rest of its run: show where, with every op waited for so
+    # that a GPU fault is reported by the op that caused it (cuda-gdb debugs host code too).
+    if grep -q "exit 139" "$bundle/bench.log" 2>/dev/null && command -v cuda-gdb >/dev/null; then
+      echo "a benchmark crashed; its backtrace (the training steps, 5 of each):"
+      EG_CUDA_SYNC=1 timeout 120 cuda-gdb -batch -ex run -ex bt --args "$bundle/bin/bench_gpu" \
+        --only mlp,cnn --steps 5 >"$bundle/crash.log" 2>&1
+      grep -E "^#[0-9]|signal|RESULT|error" "$bundle/crash.log" | head -40
+    fi
   fi
   echo "SUMMARY: ${#passed[@]} passed, ${#failed[@]} failed (${failed[*]:-none}), ${#skipped[@]} skipped (${skipped[*]:-none})"
   [ ${#failed[@]} -eq 0 ]

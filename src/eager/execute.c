@@ -13,6 +13,22 @@ static __attribute__((noinline, cold)) void released_input(const char *op, int i
     eg__debug_released_error(t, what, false);
 }
 
+/* Whether device has a kernel for op on these inputs' dtypes: asked only for an empty result,
+ * which no kernel computes, so that an op a device lacks fails there the same way whatever the
+ * sizes (what eg_device_supports_op promises). */
+static __attribute__((noinline, cold)) bool empty_result_supported(eg__op op, int n_inputs,
+                                                                   const eg_tensor *const *inputs,
+                                                                   const eg_device *device) {
+    eg_dtype dtypes[32];
+    int n = n_inputs < 32 ? n_inputs : 32;
+    for (int i = 0; i < n; i++) dtypes[i] = inputs[i]->dtype;
+    eg__op_signature signature = {op, n, dtypes, true};
+    if (eg__device_supports(device, &signature)) return true;
+    eg__op_error(op, EG_ERR_UNSUPPORTED, "no kernel for %s on %s", eg_dtype_name(dtypes[0]),
+                 device->name);
+    return false;
+}
+
 /* Inlined into eg__execute so that the observers' check is all an op pays while none is on. The
  * argument checks are one pass with the failures out of line: this is the path every small op's
  * overhead is measured on. */
@@ -64,7 +80,9 @@ execute_now(eg__op op, int n_inputs, const eg_tensor *const *inputs, const eg__a
         output = eg__tensor_alloc(meta.dtype, meta.n_dims, meta.shape, device);
         if (!output) return NULL;
         eg__kernel_call call = {op, n_inputs, inputs, output, attrs};
-        if (output->n_elems > 0 && eg__launch(&call) != EG_OK) {
+        bool failed = output->n_elems > 0 ? eg__launch(&call) != EG_OK
+                                          : !empty_result_supported(op, n_inputs, inputs, device);
+        if (failed) {
             eg_release(output);
             return NULL;
         }

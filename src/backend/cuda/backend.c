@@ -8,6 +8,17 @@
 static eg__cuda_kernel_table table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
+/* Every kernel's entry: a family kernel may assume its inputs are in the dtypes it registered
+ * (a bf16 tensor must never reach a kernel written for f32 and f64). */
+static eg_status checked_kernel(const eg__kernel_call *call) {
+    unsigned dtypes = table.dtypes[call->op];
+    for (int i = 0; i < call->n_inputs; i++)
+        if (!(dtypes >> call->inputs[i]->dtype & 1u))
+            return eg__op_error(call->op, EG_ERR_UNSUPPORTED, "no kernel for %s on %s",
+                                eg_dtype_name(call->inputs[i]->dtype), call->output->device->name);
+    return table.family[call->op](call);
+}
+
 static void fill_table(void) {
     eg__cuda_register_copies(&table);
     eg__cuda_register_elementwise(&table);
@@ -16,6 +27,9 @@ static void fill_table(void) {
     eg__cuda_register_norm(&table);
     eg__cuda_register_products(&table);
     eg__cuda_register_dnn(&table);
+    eg__cuda_register_collectives(&table);
+    for (int op = 0; op < EG__OP_COUNT; op++)
+        if (table.family[op]) table.kernels[op] = checked_kernel;
 }
 
 const eg__cuda_kernel_table *eg__cuda_kernel_table_get(void) {

@@ -20,7 +20,10 @@ static inline unsigned eg__cuda_dtype_mask(const eg_dtype *dtypes, int n) {
 #define EG__CUDA_FLOAT_DTYPES EG__CUDA_DTYPES(EG_DTYPE_F32, EG_DTYPE_F64)
 
 typedef struct eg__cuda_kernel_table {
+    /* What the backend launches: for each op with a kernel, a check of the inputs' dtypes
+     * against `dtypes` (EG_ERR_UNSUPPORTED naming the dtype), then the family's kernel. */
     eg__kernel_fn kernels[EG__OP_COUNT];
+    eg__kernel_fn family[EG__OP_COUNT]; /* the families' own kernels */
     /* The dtypes an op's kernel takes, in any input position (value inputs, conditions,
      * indices). */
     unsigned dtypes[EG__OP_COUNT];
@@ -32,7 +35,7 @@ typedef struct eg__cuda_kernel_table {
 /* Sets op's entry. */
 static inline void eg__cuda_register(eg__cuda_kernel_table *table, eg__op op, eg__kernel_fn fn,
                                      unsigned dtypes, bool strided) {
-    table->kernels[op] = fn;
+    table->family[op] = fn;
     table->dtypes[op] = dtypes;
     table->strided[op] = strided;
 }
@@ -40,11 +43,12 @@ static inline void eg__cuda_register(eg__cuda_kernel_table *table, eg__op op, eg
 /* The families (each in its own file). */
 void eg__cuda_register_copies(eg__cuda_kernel_table *table); /* copy, to_device */
 void eg__cuda_register_elementwise(eg__cuda_kernel_table *table);
-void eg__cuda_register_shape(eg__cuda_kernel_table *table);      /* concat, gather, pad, ... */
-void eg__cuda_register_reductions(eg__cuda_kernel_table *table); /* reductions, softmax, loss */
-void eg__cuda_register_norm(eg__cuda_kernel_table *table);       /* moments, batch norm */
-void eg__cuda_register_products(eg__cuda_kernel_table *table);   /* matmul, dense (cuBLASLt) */
-void eg__cuda_register_dnn(eg__cuda_kernel_table *table);        /* conv2d, pooling (cuDNN) */
+void eg__cuda_register_shape(eg__cuda_kernel_table *table);       /* concat, gather, pad, ... */
+void eg__cuda_register_reductions(eg__cuda_kernel_table *table);  /* reductions, softmax, loss */
+void eg__cuda_register_norm(eg__cuda_kernel_table *table);        /* moments, batch norm */
+void eg__cuda_register_products(eg__cuda_kernel_table *table);    /* matmul, dense (cuBLASLt) */
+void eg__cuda_register_dnn(eg__cuda_kernel_table *table);         /* conv2d, pooling (cuDNN) */
+void eg__cuda_register_collectives(eg__cuda_kernel_table *table); /* all_reduce (staged) */
 
 /* The table, filled (backend.c). */
 const eg__cuda_kernel_table *eg__cuda_kernel_table_get(void);
