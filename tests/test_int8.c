@@ -204,6 +204,58 @@ static void test_layer_snapshot(void **state) {
     eg_layer_free(dense);
 }
 
+/* A snapshot read out (what eagle quantize stores) and installed on a fresh layer of the same
+ * shape gives the same int8 calls, bit for bit; what eg_layer_set_int8 refuses is named. */
+static void test_snapshot_round_trip(void **state) {
+    (void)state;
+    const int64_t input_shape[2] = {-1, 48};
+    eg_layer *source = eg_dense_new(12, EG_ACTIVATION_NONE);
+    eg_layer *target = eg_dense_new(12, EG_ACTIVATION_NONE);
+    assert_int_equal(eg_layer_build(source, 2, input_shape), EG_OK);
+    assert_int_equal(eg_layer_build(target, 2, input_shape), EG_OK);
+    int n = 0;
+    eg_tensor *const *from = eg_layer_variables(source, &n);
+    eg_tensor *const *to = eg_layer_variables(target, &n);
+    assert_int_equal(eg_assign(to[1], from[1]), EG_OK); /* the same bias */
+    eg_tensor *q = NULL, *scale = NULL;
+    assert_int_equal(eg_layer_int8_snapshot(source, &q, &scale), EG_ERR_STATE);
+    assert_null(q);
+    eg_clear_error();
+    assert_int_equal(eg_layer_quantize_int8(source, 7), EG_OK);
+    assert_int_equal(eg_layer_int8_snapshot(source, &q, &scale), EG_OK);
+    assert_int_equal(eg_tensor_dtype(q), EG_DTYPE_I8);
+    assert_int_equal(eg_layer_set_int8(target, q, scale), EG_OK);
+    assert_true(eg_layer_is_quantized(target));
+    eg_tensor *x = random_tensor(5, 2, (const int64_t[]){6, 48}, -1, 1);
+    assert_true(same_bits(eg_layer_call(source, x, false), eg_layer_call(target, x, false)));
+
+    /* refusals: dtypes, shapes, scales, layers */
+    eg_tensor *wide = eg_cast(q, EG_DTYPE_F32);
+    assert_int_equal(eg_layer_set_int8(target, wide, scale), EG_ERR_DTYPE);
+    expect_error_containing(EG_ERR_DTYPE, "takes q i8 and scale f32", NULL);
+    eg_clear_error();
+    eg_tensor *part = eg_slice(q, 0, 0, 40, 1);
+    assert_int_equal(eg_layer_set_int8(target, part, scale), EG_ERR_SHAPE);
+    expect_error_containing(EG_ERR_SHAPE, "q must be (48, 12) and scale (12)", NULL);
+    eg_clear_error();
+    eg_tensor *negative = eg_neg(scale);
+    assert_int_equal(eg_layer_set_int8(target, q, negative), EG_ERR_INVALID_ARGUMENT);
+    expect_error_containing(EG_ERR_INVALID_ARGUMENT, "scales must be finite and > 0", NULL);
+    eg_clear_error();
+    assert_int_equal(eg_layer_set_int8(target, NULL, scale), EG_ERR_NULL_ARGUMENT);
+    eg_clear_error();
+    eg_layer *unbuilt = eg_dense_new(12, EG_ACTIVATION_NONE);
+    assert_int_equal(eg_layer_set_int8(unbuilt, q, scale), EG_ERR_STATE);
+    eg_clear_error();
+    /* the refusals left the installed snapshot alone */
+    assert_true(same_bits(eg_layer_call(source, x, false), eg_layer_call(target, x, false)));
+    eg_release(q);
+    eg_release(scale);
+    eg_layer_free(unbuilt);
+    eg_layer_free(source);
+    eg_layer_free(target);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_dense_error_bounds, fresh_scope_setup,
@@ -217,6 +269,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_arguments, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_layer_snapshot, fresh_scope_setup,
+                                        strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_round_trip, fresh_scope_setup,
                                         strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

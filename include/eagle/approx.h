@@ -64,6 +64,41 @@ eg_status eg_layer_quantize_int8(eg_layer *layer, int bits);
 eg_status eg_model_quantize_int8(eg_model *model, int bits, int64_t min_inner, int *n_quantized);
 /* Whether the layer holds an int8 snapshot. false for NULL. */
 bool eg_layer_is_quantized(const eg_layer *layer);
+/* The layer's int8 snapshot: *q (i8, the kernel's shape) and *scale (f32 (O)), new references
+ * the caller releases (what an int8 checkpoint stores). EG_ERR_STATE when the layer holds none;
+ * *q and *scale NULL on error. */
+eg_status eg_layer_int8_snapshot(const eg_layer *layer, eg_tensor **q, eg_tensor **scale);
+/* Installs a stored snapshot (eg_layer_int8_snapshot's, read back from a checkpoint) on a built
+ * Dense or Conv2D layer, as eg_layer_quantize_int8 would have made it: q i8 with the kernel's
+ * shape, scale f32 (O) with O the kernel's last axis, every scale finite and > 0. The layer takes
+ * copies of its own (on the kernel's device). The f32 kernel is left as it is. Errors as
+ * eg_layer_quantize_int8's, and EG_ERR_SHAPE / EG_ERR_DTYPE / EG_ERR_INVALID_ARGUMENT naming
+ * what q or scale gets wrong. */
+eg_status eg_layer_set_int8(eg_layer *layer, const eg_tensor *q, const eg_tensor *scale);
+
+/* ---- low-rank layers ---- */
+
+/* A new layer "LowRankDense", built, computing activation(x · U · V + bias) with U (K, r) and
+ * V (r, N) from the truncated SVD of a built Dense layer's f32 kernel W (K, N) (LAPACK's
+ * sgesdd): W ~ U_r S_r V_r^T, U = U_r S_r^1/2, V = S_r^1/2 V_r^T, the bias and activation
+ * copied. Its weights are trainable, so it fine-tunes like any layer. r is `rank` (1..min(K, N))
+ * or, with rank 0, the smallest rank keeping the fraction `energy` (0, 1] of sum s_i^2; give one
+ * of the two. *kept_energy (may be NULL) gets the fraction kept: 1 - that is
+ * ||W - UV||_F^2 / ||W||_F^2 (Eckart-Young). Caller owns the layer. NULL with
+ * EG_ERR_INVALID_ARGUMENT (rank / energy), EG_ERR_UNSUPPORTED (not a Dense layer), EG_ERR_STATE
+ * (not built, or not an f32 2-d kernel), out of memory. */
+eg_layer *eg_dense_lowrank_new(const eg_layer *dense, int64_t rank, double energy,
+                               double *kept_energy);
+/* Whether the layer is a LowRankDense. false for NULL. */
+bool eg_layer_is_lowrank(const eg_layer *layer);
+/* Replaces each Dense layer of a built Sequential model by its eg_dense_lowrank_new (rank, or the
+ * energy fraction with rank 0), where that has fewer weights (r (K + N) < K N; a larger rank than
+ * a layer has is its full rank, which saves nothing); the replacement takes the layer's name, so
+ * its variables are "<name>/u", "<name>/v", "<name>/bias". Variables and tensors taken from the
+ * model before are stale (eg_model_variables again); a training configuration fit compiled is
+ * dropped. *n_factorized (may be NULL) gets how many layers were replaced. EG_ERR_UNSUPPORTED
+ * for a functional model; stops at the first error. */
+eg_status eg_model_lowrank(eg_model *model, int64_t rank, double energy, int *n_factorized);
 
 #if !defined(EG_NO_CALLSITE)
 #define eg_quantize_int8(...)       EG_CALLSITE_(eg_quantize_int8(__VA_ARGS__))
@@ -73,6 +108,10 @@ bool eg_layer_is_quantized(const eg_layer *layer);
 #define eg_conv2d_int8(...)         EG_CALLSITE_(eg_conv2d_int8(__VA_ARGS__))
 #define eg_layer_quantize_int8(...) EG_CALLSITE_(eg_layer_quantize_int8(__VA_ARGS__))
 #define eg_model_quantize_int8(...) EG_CALLSITE_(eg_model_quantize_int8(__VA_ARGS__))
+#define eg_layer_int8_snapshot(...) EG_CALLSITE_(eg_layer_int8_snapshot(__VA_ARGS__))
+#define eg_layer_set_int8(...)      EG_CALLSITE_(eg_layer_set_int8(__VA_ARGS__))
+#define eg_dense_lowrank_new(...)   EG_CALLSITE_(eg_dense_lowrank_new(__VA_ARGS__))
+#define eg_model_lowrank(...)       EG_CALLSITE_(eg_model_lowrank(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

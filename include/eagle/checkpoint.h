@@ -42,7 +42,7 @@ extern "C" {
  * the top of this file).
  *   - names[i] names tensors[i]; names must be unique, valid UTF-8, without NUL bytes (they are C
  *     strings) and not "__metadata__". The empty name is allowed.
- *   - Every eagle dtype is stored: F32 F64 F16 BF16 I32 I64 U8 BOOL. Tensors may be views (non-
+ *   - Every eagle dtype is stored: F32 F64 F16 BF16 I32 I64 I8 U8 BOOL. Tensors may be views (non-
  *     contiguous, e.g. transposed) and may live on any device: their elements are written in
  *     row-major order of their shape. 0-d tensors have shape [], empty ones 0 data bytes.
  *   - Data order: by element size, largest first, then by name (byte order). Like the reference
@@ -84,7 +84,7 @@ typedef struct eg_safetensors eg_safetensors;
  *     - tensors not covering the data buffer contiguously from offset 0 (a gap or an overlap);
  *     - the data buffer's size different from what follows the header in the file.
  *   Names and metadata strings containing NUL bytes are refused too (EG_ERR_FORMAT): the API hands
- *   them out as C strings. All dtypes of the format are accepted here (I8, U16, F8_E4M3, ...);
+ *   them out as C strings. All dtypes of the format are accepted here (I16, U16, F8_E4M3, ...);
  *   only reading one that eagle has no dtype for fails (see eg_safetensors_get).
  * The file stays open until eg_safetensors_close(): replacing it with a new checkpoint (an atomic
  * rename) does not disturb the handle, which keeps reading the old file. */
@@ -115,7 +115,7 @@ eg_status eg_safetensors_info(const eg_safetensors *st, const char *name, eg_dty
 /* Reads tensor name into a NEW contiguous CPU tensor of its dtype and shape (a copy: it does not
  * depend on st afterwards). BOOL bytes other than 0 are read as 1. NULL with an error when:
  * st or name is NULL (EG_ERR_NULL_ARGUMENT); no tensor has that name (EG_ERR_INVALID_ARGUMENT,
- * "model.safetensors: no tensor named 'x'"); its dtype has no eagle equivalent (I8, I16, U16, U32,
+ * "model.safetensors: no tensor named 'x'"); its dtype has no eagle equivalent (I16, U16, U32,
  * U64, F8_*, F4, F6_*, C64) or it has more than EG_MAX_DIMS dimensions (EG_ERR_UNSUPPORTED);
  * reading fails or the file has shrunk since it was opened (EG_ERR_IO); memory runs out.
  * Safe to call from several threads on one handle. */

@@ -8,6 +8,7 @@
 #   test_cli.sh EAGLE_BINARY
 set -uo pipefail
 eagle=$1
+here=$(cd "$(dirname "$0")" && pwd)
 failures=0
 check() { # description, command...
     local description=$1
@@ -41,7 +42,7 @@ check "--model cnn with --hidden -> 2" expect_exit 2 "$eagle" train --model cnn 
 check "bench without a name -> 2" expect_exit 2 "$eagle" bench
 check "eval without file -> 2" expect_exit 2 "$eagle" eval
 check "info extra arg -> 2" expect_exit 2 "$eagle" info extra
-for command in train eval info; do
+for command in train eval info quantize; do
     check "$command --help -> 0" bash -c 'out=$("$0" '"$command"' --help); [ $? -eq 0 ] && grep -q "usage: eagle" <<<"$out"' "$eagle"
 done
 check "--help -> 0" expect_exit 0 "$eagle" --help
@@ -254,6 +255,29 @@ PY
     check "cnn: eval --approx int8 compares 5 int8 layers (the first convolution stays f32)" \
         bash -c 'out=$("$0" eval --limit 300 --approx int8 "$1"); grep -q "test accuracy $2" <<<"$out" && grep -q "^int8 (5 layers" <<<"$out" && [ "$(grep -c " Conv2D " <<<"$out")" -eq 3 ]' "$eagle" "$tmp/cnn-straight.safetensors" "$cnn_accuracy"
     check "eval --approx with an unknown policy -> 2" expect_exit 2 "$eagle" eval --approx lowrank "$tmp/cnn-straight.safetensors"
+    check "cnn: eval --approx lowrank:16 factorizes the one Dense layer it makes smaller" \
+        bash -c 'out=$("$0" eval --limit 300 --approx lowrank:16 "$1"); grep -q "^lowrank (rank 16, 1 Dense layer, no fine-tuning): 123434 parameters against 871978 " <<<"$out"' \
+        "$eagle" "$tmp/cnn-straight.safetensors"
+    check "eval --approx lowrank:1.5 -> 2" expect_exit 2 "$eagle" eval --approx lowrank:1.5 "$tmp/cnn-straight.safetensors"
+    # Post-training quantization: an int8 checkpoint another program reads, which eval runs with
+    # the int8 products (the accuracy --approx int8 gave: the same snapshots).
+    cnn_int8_accuracy=$("$eagle" eval --limit 300 --approx int8 "$tmp/cnn-straight.safetensors" |
+        sed -n 's/^int8 .*test accuracy \([0-9.]*\).*/\1/p')
+    check "quantize: the CNN's 5 larger layers in int8" \
+        bash -c 'out=$("$0" quantize --checkpoint "$1" --out "$2"); grep -q ": 5 of the model" <<<"$out"' \
+        "$eagle" "$tmp/cnn-straight.safetensors" "$tmp/cnn-int8.safetensors"
+    check "quantize: Python reads its I8 kernels and scales (within half a step of f32)" \
+        python3 "$here/read_int8_checkpoint.py" "$tmp/cnn-straight.safetensors" "$tmp/cnn-int8.safetensors" 5
+    check "quantize: eval runs the int8 checkpoint at --approx int8's accuracy $cnn_int8_accuracy" \
+        bash -c 'out=$("$0" eval --limit 300 "$1"); grep -q "int8 (5 layers from the checkpoint): test accuracy $2 " <<<"$out"' \
+        "$eagle" "$tmp/cnn-int8.safetensors" "$cnn_int8_accuracy"
+    check "quantize: train --resume of an int8 checkpoint -> 1, naming it" \
+        bash -c 'out=$("$0" train --model cnn --limit 192 --resume "$1" 2>&1); [ $? -eq 1 ] && grep -q "int8 checkpoint" <<<"$out"' \
+        "$eagle" "$tmp/cnn-int8.safetensors"
+    check "quantize without --out -> 2" expect_exit 2 "$eagle" quantize --checkpoint "$tmp/cnn-straight.safetensors"
+    check "quantize --bits 9 -> 2" expect_exit 2 "$eagle" quantize --bits 9 --checkpoint "$tmp/cnn-straight.safetensors" --out "$tmp/x.safetensors"
+    echo "not a checkpoint" >"$tmp/junk.safetensors"
+    check "quantize of a file that is no checkpoint -> 1" expect_exit 1 "$eagle" quantize --checkpoint "$tmp/junk.safetensors" --out "$tmp/x.safetensors"
     cnn_eager=$(numbers_of "$(cnn --epochs 1)")
     cnn_lazy=$(numbers_of "$(cnn --epochs 1 --mode lazy)")
     check "cnn: --mode lazy gives eager's training log" \

@@ -14,6 +14,7 @@ enum { CLI_OK = 0, CLI_FAILURE = 1, CLI_USAGE = 2, CLI_INTERRUPTED = 130 };
 int cli_info(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_quantize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_profile(int argc, char **argv);
 /* eagle train --model charlm and eagle generate (charlm.c) */

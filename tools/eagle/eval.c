@@ -1,14 +1,17 @@
 /* eagle eval: test accuracy of weights saved by `eagle train --save`. */
 #include <getopt.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "cnn.h"
 #include "mlp.h"
+#include "saved_model.h"
 
 static void print_help(void) {
-    printf("usage: eagle eval [--data DIR] [--threads N] [--limit N] [--approx int8]\n"
+    printf("usage: eagle eval [--data DIR] [--threads N] [--limit N]\n"
+           "                  [--approx int8|lowrank:R|lowrank:F]\n"
            "                  WEIGHTS.safetensors\n"
            "\n"
            "Rebuilds the model saved by 'eagle train --save' and reports its accuracy and loss\n"
@@ -16,7 +19,11 @@ static void print_help(void) {
            "--approx int8 evaluates again with the Dense and Conv2D layers of 32 or more inputs\n"
            "per output in int8 (7-bit weights, dynamic activations) and prints what it cost:\n"
            "accuracy, loss and time against the exact run, and per layer, on one batch, the\n"
-           "relative and largest absolute error of its output and its time either way.\n");
+           "relative and largest absolute error of its output and its time either way.\n"
+           "--approx lowrank:R (or lowrank:F) evaluates again with each Dense layer that it\n"
+           "makes smaller factorized by a truncated SVD at rank R (or the smallest rank keeping\n"
+           "the fraction F of its squared singular values), without fine-tuning.\n"
+           "An int8 checkpoint of 'eagle quantize' is evaluated with its int8 layers.\n");
 }
 
 /* Weights of 7 bits keep the AVX2 kernel exact (eagle/approx.h); layers with fewer inputs per
@@ -87,21 +94,69 @@ static eg_status approx_layer_table(eg_model *model, const mlp_data *data, bool 
     return status;
 }
 
+/* The model's test accuracy and loss, and how long the evaluation took. */
+static eg_status timed_evaluate(eg_model *model, const mlp_data *test, bool cnn, double *accuracy,
+                                double *loss, double *seconds) {
+    double start = cli_seconds();
+    eg_status status = (cnn ? cnn_evaluate : mlp_evaluate)(model, test, accuracy, loss);
+    *seconds = cli_seconds() - start;
+    return status;
+}
+
 /* Evaluates in int8 after the exact run and prints the comparison. */
 static eg_status approx_report(eg_model *model, const mlp_data *test, bool cnn, double accuracy,
                                double loss, double exact_seconds) {
     int quantized = 0;
     eg_status status = eg_model_quantize_int8(model, APPROX_BITS, APPROX_MIN_INNER, &quantized);
-    double approx_accuracy = 0, approx_loss = 0, start = cli_seconds();
+    double approx_accuracy = 0, approx_loss = 0, seconds = 0;
     if (status == EG_OK)
-        status = (cnn ? cnn_evaluate : mlp_evaluate)(model, test, &approx_accuracy, &approx_loss);
-    double seconds = cli_seconds() - start;
+        status = timed_evaluate(model, test, cnn, &approx_accuracy, &approx_loss, &seconds);
     if (status != EG_OK) return status;
     printf("int8 (%d layers, %d-bit weights, dynamic activations): test accuracy %.4f (%+.4f)  "
            "test loss %.4f (%+.4f)  %.2f s against %.2f s exact (%.2fx)\n",
            quantized, APPROX_BITS, approx_accuracy, approx_accuracy - accuracy, approx_loss,
            approx_loss - loss, seconds, exact_seconds, exact_seconds / seconds);
     return approx_layer_table(model, test, cnn);
+}
+
+/* Factorizes the Dense layers (eg_model_lowrank, no fine-tuning) and evaluates again. */
+static eg_status lowrank_report(eg_model *model, const mlp_data *test, bool cnn, int64_t rank,
+                                double energy, double accuracy, double loss, double exact_seconds) {
+    int64_t params = eg_model_count_params(model);
+    int replaced = 0;
+    eg_status status = eg_model_lowrank(model, rank, energy, &replaced);
+    double low_accuracy = 0, low_loss = 0, seconds = 0;
+    if (status == EG_OK)
+        status = timed_evaluate(model, test, cnn, &low_accuracy, &low_loss, &seconds);
+    if (status != EG_OK) return status;
+    int64_t low_params = eg_model_count_params(model);
+    char policy[48];
+    if (rank > 0)
+        snprintf(policy, sizeof policy, "rank %lld", (long long)rank);
+    else
+        snprintf(policy, sizeof policy, "%.3g of the energy", energy);
+    printf("lowrank (%s, %d Dense layer%s, no fine-tuning): %lld parameters against %lld "
+           "(%.2fx fewer), test accuracy %.4f (%+.4f)  test loss %.4f (%+.4f)  %.2f s against "
+           "%.2f s exact (%.2fx)\n",
+           policy, replaced, replaced == 1 ? "" : "s", (long long)low_params, (long long)params,
+           (double)params / (double)low_params, low_accuracy, low_accuracy - accuracy, low_loss,
+           low_loss - loss, seconds, exact_seconds, exact_seconds / seconds);
+    return EG_OK;
+}
+
+/* "int8", "lowrank:R" (a rank) or "lowrank:F" (an energy fraction in (0, 1], with a point). */
+static bool parse_policy(const char *text, bool *int8, int64_t *rank, double *energy) {
+    *int8 = !strcmp(text, "int8");
+    if (*int8) return true;
+    if (strncmp(text, "lowrank:", 8) != 0 || !text[8]) return false;
+    char *end = NULL;
+    if (strchr(text + 8, '.')) {
+        *energy = strtod(text + 8, &end);
+        return *end == '\0' && *energy > 0 && *energy <= 1;
+    }
+    long long value = strtoll(text + 8, &end, 10);
+    *rank = value;
+    return *end == '\0' && value >= 1 && value <= (1LL << 30);
 }
 
 int cli_eval(int argc, char **argv) {
@@ -115,7 +170,9 @@ int cli_eval(int argc, char **argv) {
                                             {NULL, 0, NULL, 0}};
     const char *data_dir = NULL;
     long threads = 0, limit = 0;
-    bool approx = false;
+    bool approx = false, lowrank = false;
+    int64_t lowrank_rank = 0;
+    double lowrank_energy = 0;
     optind = 1;
     opterr = 0;
     int option;
@@ -131,9 +188,11 @@ int cli_eval(int argc, char **argv) {
             if (!cli_parse_int("eval", "--limit", optarg, 1, 1L << 40, &limit)) return CLI_USAGE;
             break;
         case APPROX:
-            if (strcmp(optarg, "int8") != 0)
-                return cli_usage_error("eval", "--approx takes int8 (the one policy so far)");
-            approx = true;
+            if (!parse_policy(optarg, &approx, &lowrank_rank, &lowrank_energy))
+                return cli_usage_error("eval",
+                                       "--approx takes int8, lowrank:R (a rank) or lowrank:F (a "
+                                       "fraction of the energy, 0 < F <= 1, with a point)");
+            lowrank = !approx;
             break;
         case 'h':
         case HELP:
@@ -147,56 +206,32 @@ int cli_eval(int argc, char **argv) {
     if (threads) eg_set_num_threads((int)threads);
     const char *path = argv[optind];
 
-    eg_safetensors *file = eg_safetensors_open(path);
-    if (!file) {
-        fprintf(stderr, "eagle eval: %s\n", eg_last_error());
-        return CLI_FAILURE;
-    }
-    const char *kind = eg_safetensors_metadata(file, "eagle.model");
-    const char *hidden = eg_safetensors_metadata(file, "eagle.hidden");
-    mlp_config config;
-    bool cnn = kind && !strcmp(kind, "cnn");
-    if (!cnn && (!kind || strcmp(kind, "mlp") || !hidden || !mlp_parse_hidden(hidden, &config))) {
-        fprintf(stderr,
-                "eagle eval: %s was not written by 'eagle train --save' (no eagle.model "
-                "/ eagle.hidden metadata)\n",
-                path);
-        eg_safetensors_close(file);
-        return CLI_FAILURE;
-    }
-    char why[256];
-    if (!cnn && !mlp_check_stored(file, &config, why, sizeof why)) {
-        fprintf(stderr, "eagle eval: %s: its tensors do not match eagle.hidden = %s: %s\n", path,
-                hidden, why);
-        eg_safetensors_close(file);
-        return CLI_FAILURE;
-    }
+    saved_model saved;
+    if (!saved_model_open("eval", path, &saved)) return CLI_FAILURE;
+    eg_model *model = saved.model;
+    bool cnn = saved.cnn;
     int rc = CLI_FAILURE;
     mlp_data test = {0};
-    eg_model *model = cnn ? cnn_build(false) : mlp_build(&config);
-    if (!model) goto done;
-    int n_vars; /* all of them: batch normalization's moving statistics too */
-    eg_tensor *const *vars = eg_model_variables(model, &n_vars);
-    if (!vars) goto done;
-    for (int i = 0; i < n_vars; i++) {
-        eg_tensor *value = eg_safetensors_get(file, eg_variable_name(vars[i]));
-        eg_status status = value ? eg_assign(vars[i], value) : eg_last_status();
-        eg_release(value);
-        if (status != EG_OK) goto done;
-    }
     if (!mlp_data_try_load(data_dir, false, limit, &test)) goto done;
-    double accuracy, loss, start = cli_seconds();
-    if ((cnn ? cnn_evaluate : mlp_evaluate)(model, &test, &accuracy, &loss) != EG_OK) goto done;
-    printf("%s: test accuracy %.4f  test loss %.4f  (%lld examples)\n", path, accuracy, loss,
-           (long long)test.n);
-    if (approx && approx_report(model, &test, cnn, accuracy, loss, cli_seconds() - start) != EG_OK)
+    double accuracy, loss, exact_seconds;
+    if (timed_evaluate(model, &test, cnn, &accuracy, &loss, &exact_seconds) != EG_OK) goto done;
+    if (saved.n_int8) /* an int8 checkpoint: its stored snapshots ran (the f32 kernels q * scale) */
+        printf("%s: int8 (%d layers from the checkpoint): test accuracy %.4f  test loss %.4f  "
+               "(%lld examples, %.2f s)\n",
+               path, saved.n_int8, accuracy, loss, (long long)test.n, exact_seconds);
+    else
+        printf("%s: test accuracy %.4f  test loss %.4f  (%lld examples)\n", path, accuracy, loss,
+               (long long)test.n);
+    if (approx && approx_report(model, &test, cnn, accuracy, loss, exact_seconds) != EG_OK)
+        goto done;
+    if (lowrank && lowrank_report(model, &test, cnn, lowrank_rank, lowrank_energy, accuracy, loss,
+                                  exact_seconds) != EG_OK)
         goto done;
     rc = CLI_OK;
 done:
     if (rc != CLI_OK && eg_last_status() != EG_OK)
         fprintf(stderr, "eagle eval: %s\n", eg_last_error());
     mlp_data_free(&test);
-    eg_model_free(model);
-    eg_safetensors_close(file);
+    saved_model_close(&saved);
     return rc;
 }

@@ -16,6 +16,7 @@ static void print_usage(FILE *out) {
         "  generate sample text from a saved charlm (--model g2p: a word's phonemes)\n"
         "  eval    evaluate saved weights on the test split (--model charlm: the held-out\n"
         "          books; --model g2p: the held-out words)\n"
+        "  quantize write an int8 checkpoint of saved weights (eagle eval runs it)\n"
         "  bench   benchmarks: 'eagle bench modes' compares eager, lazy and graph mode\n"
         "  info    version, build, threads, BLAS, devices (--ops: the op x device x dtype table)\n"
         "  profile time each op of training steps on synthetic data\n"
@@ -44,6 +45,7 @@ int main(int argc, char **argv) {
     if (!strcmp(command, "generate"))
         return cli_wants_model(argc - 1, argv + 1, "g2p") ? cli_generate_g2p(argc - 1, argv + 1)
                                                           : cli_generate(argc - 1, argv + 1);
+    if (!strcmp(command, "quantize")) return cli_quantize(argc - 1, argv + 1);
     if (!strcmp(command, "bench")) return cli_bench(argc - 1, argv + 1);
     if (!strcmp(command, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(command, "profile")) return cli_profile(argc - 1, argv + 1);

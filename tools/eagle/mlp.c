@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "mlp.h"
+#include "saved_model.h"
 
 bool mlp_parse_hidden_why(const char *text, mlp_config *config, char *why, size_t why_size) {
     char scratch[1];
@@ -95,7 +96,11 @@ bool mlp_check_stored(const eg_safetensors *file, const mlp_config *config, char
                 eg_clear_error();
                 return false;
             }
-            bool same = dtype == EG_DTYPE_F32 && n_dims == want_dims;
+            /* a kernel of an int8 checkpoint (`eagle quantize`): i8, its scales beside it */
+            char scale[80];
+            snprintf(scale, sizeof scale, "%s%s", name, SAVED_SCALE_SUFFIX);
+            bool int8 = !k && dtype == EG_DTYPE_I8 && eg_safetensors_contains(file, scale);
+            bool same = (dtype == EG_DTYPE_F32 || int8) && n_dims == want_dims;
             for (int d = 0; same && d < n_dims; d++) same = shape[d] == want[d];
             if (!same) {
                 char stored[160], wanted[64];

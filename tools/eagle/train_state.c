@@ -145,6 +145,13 @@ static bool read_number(const eg_safetensors *file, const char *path, const char
 
 bool train_state_read_meta(const eg_safetensors *file, const char *path, train_meta *meta) {
     memset(meta, 0, sizeof *meta);
+    if (eg_safetensors_metadata(file, "eagle.int8")) {
+        fprintf(stderr,
+                "eagle train: %s cannot be resumed: it is an int8 checkpoint of 'eagle quantize' "
+                "(for evaluation); resume from the checkpoint it was made of\n",
+                path);
+        return false;
+    }
     const char *kind = eg_safetensors_metadata(file, "eagle.model");
     const char *hidden = eg_safetensors_metadata(file, "eagle.hidden");
     const char *optimizer = eg_safetensors_metadata(file, "eagle.optimizer");
