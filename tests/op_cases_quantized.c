@@ -4,7 +4,10 @@
  * integers exactly and apply the scales in doubles, so they differ from Eagle's only in the
  * epilogue's last bits. */
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "api/internal.h"
 #include "eagle/approx.h"
 #include "op_reference.h"
 
@@ -172,4 +175,56 @@ int oc_ref_conv2d_int8(const oc_case *c, const oc_ref *in, oc_ref *out) {
                     out->data[((b * oh + i) * ow + j) * o + f] = sum * a.scale * scale[f];
                 }
     return 1;
+}
+
+/* ---- sample_indices (eg_matmul_sampled's draws) ---- */
+
+/* The draws from |x| (zeros where x is 0) under the fixed seed p[0], p[1] of them: the op itself,
+ * not eg_sample_indices, whose seed a traced function redraws at every call. */
+int oc_apply_sample_indices(const oc_case *c, eg_tensor *const *in, eg_tensor **out) {
+    eg_tensor *weights = eg_abs(in[0]);
+    eg__attrs attrs;
+    memset(&attrs, 0, sizeof attrs);
+    attrs.ints[0] = c->p[1];
+    attrs.seed = (uint64_t)c->p[0];
+    const eg_tensor *args[1] = {weights};
+    eg_tensor *drawn = weights ? eg__execute(EG__OP_SAMPLE_INDICES, 1, args, &attrs) : NULL;
+    eg_release(weights);
+    return oc_one(drawn, out);
+}
+
+/* p[1] indices into x, none of a zero weight, and the draws spread as the weights are: each
+ * index's count within 5 standard deviations of its expectation. */
+bool oc_check_sample_indices(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out,
+                             char *why, size_t why_size) {
+    const oc_ref *x = &in[0];
+    int64_t draws = c->p[1];
+    if (n_out != 1 || out->dtype != EG_DTYPE_I64 || out->n_dims != 1 || out->n_elems != draws) {
+        snprintf(why, why_size, "sample_indices: not %lld i64 indices", (long long)draws);
+        return false;
+    }
+    double total = 0;
+    for (int64_t l = 0; l < x->n_elems; l++) total += fabs(x->data[l]);
+    static int64_t counts[OC_MAX_ELEMS];
+    memset(counts, 0, sizeof counts);
+    for (int64_t t = 0; t < draws; t++) {
+        double v = out->data[t];
+        int64_t l = (int64_t)v;
+        if (v != (double)l || l < 0 || l >= x->n_elems || (total > 0 && x->data[l] == 0)) {
+            snprintf(why, why_size, "sample_indices: draw %lld is %g, of weight %g", (long long)t,
+                     v, l >= 0 && l < x->n_elems ? fabs(x->data[l]) : -1.0);
+            return false;
+        }
+        counts[l]++;
+    }
+    for (int64_t l = 0; l < x->n_elems; l++) {
+        double p = total > 0 ? fabs(x->data[l]) / total : 1.0 / (double)x->n_elems;
+        double expected = p * (double)draws, sigma = sqrt((double)draws * p * (1 - p));
+        if (fabs((double)counts[l] - expected) > 5 * sigma + 1) {
+            snprintf(why, why_size, "sample_indices: index %lld drawn %lld times, expected %.1f",
+                     (long long)l, (long long)counts[l], expected);
+            return false;
+        }
+    }
+    return true;
 }

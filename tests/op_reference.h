@@ -91,6 +91,9 @@ int oc_apply_conv2d_int8(const oc_case *c, eg_tensor *const *in, eg_tensor **out
 int oc_ref_quantize_int8(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_dense_int8(const oc_case *c, const oc_ref *in, oc_ref *out);
 int oc_ref_conv2d_int8(const oc_case *c, const oc_ref *in, oc_ref *out);
+int oc_apply_sample_indices(const oc_case *c, eg_tensor *const *in, eg_tensor **out);
+bool oc_check_sample_indices(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out,
+                             char *why, size_t why_size);
 bool oc_check_dropout(const oc_case *c, const oc_ref *in, int n_out, const oc_ref *out, char *why,
                       size_t why_size);
 

@@ -76,6 +76,47 @@ eg_status eg_layer_int8_snapshot(const eg_layer *layer, eg_tensor **q, eg_tensor
  * what q or scale gets wrong. */
 eg_status eg_layer_set_int8(eg_layer *layer, const eg_tensor *q, const eg_tensor *scale);
 
+/* ---- sampled products (column-row sampling) ---- */
+
+/* count draws of indices into weights (f32 or f64 (L), finite, >= 0), index l drawn
+ * count * p_l times in expectation with p_l = weights[l] / sum(weights) (uniform when every
+ * weight is 0), by systematic sampling: one uniform u, draw t at the point (u + t) / count of the
+ * running sum (so each index is drawn within one of its expectation, and in order): i64 (count).
+ * The draws
+ * come from the next seed of `generator` (NULL: the default one; eg_manual_seed repeats them) and
+ * are a function of that seed and the weights alone; a traced function draws anew at each call,
+ * as dropout does. EG_ERR_INVALID_ARGUMENT for count < 1 or a negative or non-finite weight. */
+eg_tensor *eg_sample_indices(const eg_tensor *weights, int64_t count, eg_generator *generator);
+/* op(a) op(b) (2-d; op transposes when asked) estimated from s = ceil(fraction * L) of the L
+ * inner terms op(a)[:, l] op(b)[l, :], drawn with probability proportional to
+ * ||op(a)[:, l]|| ||op(b)[l, :]|| (eg_sample_indices: systematic) and each weighted
+ * 1 / (s p_l) (Drineas, Kannan and Mahoney's column-row sampling): unbiased — the mean over draws
+ * is the exact product — for about fraction of the product's work. fraction in (0, 1]; draws from
+ * generator as eg_sample_indices does. Records its ops (the gradient of the estimate is the
+ * estimate's, not the exact product's). Errors as eg_matmul_ex's, EG_ERR_INVALID_ARGUMENT for
+ * fraction. */
+eg_tensor *eg_matmul_sampled(const eg_tensor *a, const eg_tensor *b, bool transpose_a,
+                             bool transpose_b, double fraction, eg_generator *generator);
+/* eg_dense, bitwise, whose recorded gradient estimates the kernel's gradient x^T dz with
+ * eg_matmul_sampled over the batch's rows (fraction of them; the default generator draws) and,
+ * with sample_input_gradient, the input's dz kernel^T over the units too; the bias's gradient
+ * stays exact. For training (Adelman et al., NeurIPS 2021): the step's products shrink, the
+ * gradient stays unbiased. */
+eg_tensor *eg_dense_sampled(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias,
+                            eg_activation activation, double fraction, bool sample_input_gradient);
+/* A Dense layer's training calls (training true, 2-d inputs, a bias, activation none, relu,
+ * sigmoid or tanh, the float32 policy) run eg_dense_sampled with this fraction from now on;
+ * fraction 0 makes them exact again. Inference calls are never sampled. EG_ERR_UNSUPPORTED for
+ * other layers, EG_ERR_INVALID_ARGUMENT for a fraction outside [0, 1]. */
+eg_status eg_layer_set_gradient_sampling(eg_layer *layer, double fraction,
+                                         bool sample_input_gradient);
+/* The same on every Dense layer of the model with at least min_units units (a classifier's
+ * few outputs make a product too small to gain from sampling), fraction 0 on the others;
+ * *n_sampled (may be NULL) gets how many sample. */
+eg_status eg_model_set_gradient_sampling(eg_model *model, double fraction,
+                                         bool sample_input_gradient, int64_t min_units,
+                                         int *n_sampled);
+
 /* ---- low-rank layers ---- */
 
 /* A new layer "LowRankDense", built, computing activation(x · U · V + bias) with U (K, r) and
@@ -111,7 +152,14 @@ eg_status eg_model_lowrank(eg_model *model, int64_t rank, double energy, int *n_
 #define eg_layer_int8_snapshot(...) EG_CALLSITE_(eg_layer_int8_snapshot(__VA_ARGS__))
 #define eg_layer_set_int8(...)      EG_CALLSITE_(eg_layer_set_int8(__VA_ARGS__))
 #define eg_dense_lowrank_new(...)   EG_CALLSITE_(eg_dense_lowrank_new(__VA_ARGS__))
-#define eg_model_lowrank(...)       EG_CALLSITE_(eg_model_lowrank(__VA_ARGS__))
+#define eg_sample_indices(...)      EG_CALLSITE_(eg_sample_indices(__VA_ARGS__))
+#define eg_matmul_sampled(...)      EG_CALLSITE_(eg_matmul_sampled(__VA_ARGS__))
+#define eg_dense_sampled(...)       EG_CALLSITE_(eg_dense_sampled(__VA_ARGS__))
+#define eg_layer_set_gradient_sampling(...)                                                        \
+    EG_CALLSITE_(eg_layer_set_gradient_sampling(__VA_ARGS__))
+#define eg_model_set_gradient_sampling(...)                                                        \
+    EG_CALLSITE_(eg_model_set_gradient_sampling(__VA_ARGS__))
+#define eg_model_lowrank(...) EG_CALLSITE_(eg_model_lowrank(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

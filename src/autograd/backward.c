@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "eagle/approx.h"
 #include "autograd/internal.h"
 #include "base/error.h"
 #include "api/internal.h"
@@ -346,15 +347,13 @@ eg_status eg__backward_matmul(const eg__backward_call *call) {
                                          its operand's dtype */
         eg_dtype compute = call->attrs->compute_dtype;
         if (NEEDS(0)) {
-            eg_tensor *da =
-                !ta ? eg_matmul_low_precision(GRAD, b, false, !tb, compute, a->dtype)
-                    : eg_matmul_low_precision(b, GRAD, tb, true, compute, a->dtype);
+            eg_tensor *da = !ta ? eg_matmul_low_precision(GRAD, b, false, !tb, compute, a->dtype)
+                                : eg_matmul_low_precision(b, GRAD, tb, true, compute, a->dtype);
             SET_GRAD(0, reduce_like(tmp(&t, da), a));
         }
         if (NEEDS(1)) {
-            eg_tensor *db =
-                !tb ? eg_matmul_low_precision(a, GRAD, !ta, false, compute, b->dtype)
-                    : eg_matmul_low_precision(GRAD, a, true, ta, compute, b->dtype);
+            eg_tensor *db = !tb ? eg_matmul_low_precision(a, GRAD, !ta, false, compute, b->dtype)
+                                : eg_matmul_low_precision(GRAD, a, true, ta, compute, b->dtype);
             SET_GRAD(1, reduce_like(tmp(&t, db), b));
         }
         return finish(&t);
@@ -738,6 +737,22 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
             db = cast;
         }
         if (call->needs_grad[2]) call->grad_inputs[2] = db;
+    } else if (dz && call->attrs->scalars[1] > 0) {
+        /* eg_dense_sampled: the products estimated from a sample of their inner terms (the
+         * batch's rows for the kernel's gradient, the units for the input's) */
+        double fraction = call->attrs->scalars[1];
+        bool inputs_too = call->attrs->ints[1] == 2;
+        if (call->needs_grad[0])
+            call->grad_inputs[0] = inputs_too
+                                       ? eg_matmul_sampled(dz, w, false, true, fraction, NULL)
+                                       : eg_matmul_ex(dz, w, false, true);
+        if (call->needs_grad[1])
+            call->grad_inputs[1] = eg_matmul_sampled(x, dz, true, false, fraction, NULL);
+        int rows_axis = 0;
+        if (call->needs_grad[2])
+            call->grad_inputs[2] = dz->n_dims == 2 && b->n_dims == 1 && dz->shape[1] == b->shape[0]
+                                       ? eg_sum(dz, 1, &rows_axis, false)
+                                       : eg__sum_to_shape(dz, 1, b->shape);
     } else if (dz) {
         if (call->needs_grad[0]) call->grad_inputs[0] = eg_matmul_ex(dz, w, false, true);
         if (call->needs_grad[1]) call->grad_inputs[1] = eg_matmul_ex(x, dz, true, false);

@@ -68,6 +68,10 @@ struct eg_layer {
     /* DENSE, CONV2D: an int8 snapshot of the kernel (eg_layer_quantize_int8; owned, or NULL) that
      * inference calls use (quantized_layers.c) */
     eg_tensor *int8_kernel, *int8_scale;
+    /* DENSE: training calls estimate the gradient from this fraction of the batch (and of the
+     * units, with sample_inputs): eg_layer_set_gradient_sampling; 0 exact */
+    double sample_fraction;
+    bool sample_inputs;
     /* DENSE */
     int64_t units;
     int64_t input_dim; /* 0 until built */
@@ -239,11 +243,15 @@ bool eg__model_is_built(const eg_model *model);
 
 /* The safetensors file's tensor named like variable v has v's dtype and shape; else an error
  * from `what` naming the tensor, the file and both shapes (model_weights.c). */
-eg_status eg__check_stored_variable(const eg_safetensors *st, const eg_tensor *v,
-                                    const char *path, const char *what);
+eg_status eg__check_stored_variable(const eg_safetensors *st, const eg_tensor *v, const char *path,
+                                    const char *what);
 
 /* The eg_conv2d options of a Conv2D layer's call (conv_layers.c). */
 eg_conv2d_options eg__conv_layer_options(const eg_layer *layer);
+/* A training call of a Dense layer with gradient sampling (quantized_layers.c): *handled false
+ * (and NULL) where eg_dense_sampled does not apply (then the exact call runs). */
+eg_tensor *eg__layer_sampled_call(eg_layer *layer, const eg_tensor *x,
+                                  const eg_tensor *const *variables, bool *handled);
 /* An inference call of a Dense or Conv2D layer with an int8 snapshot (quantized_layers.c): its
  * result, or NULL with *handled false where the snapshot does not apply (then the exact call
  * runs). */

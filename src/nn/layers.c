@@ -347,9 +347,9 @@ static eg_tensor *call_dense(eg_layer *layer, const eg_tensor *x, const eg_tenso
                    : eg_dense(x, kernel, bias, act);
     eg__temps temps = {0};
     /* x: (..., D_in), kernel: (D_in, D_out) -> (..., D_out) */
-    eg_tensor *y = eg__temp(&temps, low ? eg_matmul_low_precision(x, kernel, false, false,
-                                                                  compute, compute)
-                                        : eg_matmul(x, kernel));
+    eg_tensor *y =
+        eg__temp(&temps, low ? eg_matmul_low_precision(x, kernel, false, false, compute, compute)
+                             : eg_matmul(x, kernel));
     if (bias && low) bias = eg__temp(&temps, eg_cast(bias, compute));
     if (bias) y = eg__temp(&temps, eg_add(y, bias));
     eg_tensor *out = y ? eg_activation_apply(layer->activation, y) : NULL;
@@ -423,8 +423,8 @@ eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *
      * autocast theirs (a layer already in its input's dtype adds no op); a low-precision Dense
      * reads f32 inputs as they are (its product rounds them). Under FLOAT32 inputs pass as they
      * are: a layer without variables keeps their dtype, one with variables refuses another. */
-    bool reads_f32 = layer->kind == EG__LAYER_DENSE && runs_in != layer->dtype &&
-                     layer->dtype == EG_DTYPE_F32;
+    bool reads_f32 =
+        layer->kind == EG__LAYER_DENSE && runs_in != layer->dtype && layer->dtype == EG_DTYPE_F32;
     const eg_tensor *cast_inputs[EG__LAYER_MAX_INPUTS] = {0};
     bool inputs_ok = true;
     for (int i = 0; i < n_inputs; i++) {
@@ -453,6 +453,8 @@ eg_tensor *eg_layer_call_multi(eg_layer *layer, int n_inputs, eg_tensor *const *
             bool handled = false;
             if (!training && layer->int8_kernel)
                 y = eg__layer_int8_call(layer, input, variables, &handled);
+            if (training && layer->sample_fraction > 0)
+                y = eg__layer_sampled_call(layer, input, variables, &handled);
             if (!handled) y = call_dense(layer, input, variables, runs_in);
             break;
         }

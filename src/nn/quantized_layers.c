@@ -1,5 +1,7 @@
-/* int8 snapshots of Dense and Conv2D layers (eagle/approx.h): the kernel quantized once, the
- * layer's inference calls on eg_dense_int8 / eg_conv2d_int8, its training calls untouched. */
+/* The approximations a layer can hold (eagle/approx.h): int8 snapshots of Dense and Conv2D layers
+ * (the kernel quantized once, the layer's inference calls on eg_dense_int8 / eg_conv2d_int8, its
+ * training calls untouched), and Dense gradient sampling (its training calls on
+ * eg_dense_sampled). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,4 +182,54 @@ eg_tensor *eg__layer_int8_call(eg_layer *layer, const eg_tensor *x,
         y = activated;
     }
     return y;
+}
+
+/* ---- gradient sampling (eg_dense_sampled) ---- */
+
+eg_status eg_layer_set_gradient_sampling(eg_layer *layer, double fraction,
+                                         bool sample_input_gradient) {
+    static const char *what = "layer_set_gradient_sampling";
+    if (!layer) return eg__error(EG_ERR_NULL_ARGUMENT, "%s: layer is NULL", what);
+    if (layer->kind != EG__LAYER_DENSE)
+        return eg__error(EG_ERR_UNSUPPORTED, "%s: '%s' is a %s; only Dense layers sample", what,
+                         eg_layer_name(layer), eg_layer_type(layer));
+    if (!(fraction >= 0 && fraction <= 1))
+        return eg__error(EG_ERR_INVALID_ARGUMENT, "%s: fraction %g is not in [0, 1]", what,
+                         fraction);
+    layer->sample_fraction = fraction;
+    layer->sample_inputs = sample_input_gradient;
+    return EG_OK;
+}
+
+eg_status eg_model_set_gradient_sampling(eg_model *model, double fraction,
+                                         bool sample_input_gradient, int64_t min_units,
+                                         int *n_sampled) {
+    if (n_sampled) *n_sampled = 0;
+    if (!model)
+        return eg__error(EG_ERR_NULL_ARGUMENT, "model_set_gradient_sampling: model is NULL");
+    int count = 0;
+    for (int i = 0; i < eg_model_n_layers(model); i++) {
+        eg_layer *layer = eg_model_layer(model, i);
+        if (layer->kind != EG__LAYER_DENSE) continue;
+        const eg_tensor *kernel = layer->variables[0];
+        bool wanted = fraction > 0 && kernel && kernel->shape[1] >= min_units;
+        eg_status status =
+            eg_layer_set_gradient_sampling(layer, wanted ? fraction : 0, sample_input_gradient);
+        if (status != EG_OK) return status;
+        count += wanted;
+    }
+    if (n_sampled) *n_sampled = count;
+    return EG_OK;
+}
+
+eg_tensor *eg__layer_sampled_call(eg_layer *layer, const eg_tensor *x,
+                                  const eg_tensor *const *variables, bool *handled) {
+    eg_activation act = layer->activation;
+    *handled = x->dtype == EG_DTYPE_F32 && layer->policy == EG_POLICY_FLOAT32 && x->n_dims == 2 &&
+               layer->n_variables > 1 &&
+               (act == EG_ACTIVATION_NONE || act == EG_ACTIVATION_RELU ||
+                act == EG_ACTIVATION_SIGMOID || act == EG_ACTIVATION_TANH);
+    if (!*handled) return NULL;
+    return eg_dense_sampled(x, variables[0], variables[1], act, layer->sample_fraction,
+                            layer->sample_inputs);
 }

@@ -138,6 +138,7 @@ static const probe probes[EG__OP_COUNT] = {
     [EG__OP_AVG_POOL2D_BACKWARD] = {.inputs = {"v 1,2,2,2"},
                                     .attrs = {POOL_WINDOW, .n_dims = 4, .shape = {1, 4, 4, 2}}},
     [EG__OP_QUANTIZE_INT8] = {.inputs = {"v 2,3", "f 3"}, .attrs = {.ints = {63}}},
+    [EG__OP_SAMPLE_INDICES] = {.inputs = {"v 5"}, .attrs = {.ints = {3}}},
     [EG__OP_DENSE_INT8] = {.inputs = {"v 2,3", "q 3,4", "f 4"}},
     [EG__OP_CONV2D_INT8] = {.inputs = {"v 1,4,4,2", "q 3,3,2,3", "f 3"}, .attrs = {CONV_WINDOW}},
     [EG__OP_ALL_REDUCE] = {.inputs = {"v 2,3"}},

@@ -1,4 +1,5 @@
-/* Shape and dtype inference for the int8 ops (ops.def: quantize_int8, dense_int8, conv2d_int8).
+/* Shape and dtype inference for the approximate ops (ops.def: quantize_int8, dense_int8,
+ * conv2d_int8; sample_indices).
  * Activations and results are f32; weights i8 with one f32 scale per output channel (the last
  * axis); an optional calibrated activation range is f32 (2): lo, hi. */
 #include "base/error.h"
@@ -123,4 +124,25 @@ eg_status eg__infer_conv2d_int8(eg__op op, int n_in, const eg_tensor *const *in,
     filter.dtype = EG_DTYPE_F32;
     const eg_tensor *pair[2] = {in[0], &filter};
     return eg__infer_conv2d(op, 2, pair, attrs, meta);
+}
+
+/* (w f32 or f64 (L), L >= 1) -> i64 (s); attrs->ints[0] = s >= 1 (sample_indices). */
+eg_status eg__infer_sample_indices(eg__op op, int n_in, const eg_tensor *const *in,
+                                   const eg__attrs *attrs, eg__meta *meta) {
+    (void)n_in;
+    const eg_tensor *w = in[0];
+    char s[TEXT];
+    if (w->dtype != EG_DTYPE_F32 && w->dtype != EG_DTYPE_F64)
+        return eg__op_error(op, EG_ERR_DTYPE, "the weights must be f32 or f64, got %s",
+                            eg_dtype_name(w->dtype));
+    if (w->n_dims != 1 || w->shape[0] < 1)
+        return eg__op_error(op, EG_ERR_SHAPE, "the weights must be one non-empty axis, got %s",
+                            eg__shape_format(w->n_dims, w->shape, s, TEXT));
+    if (attrs->ints[0] < 1)
+        return eg__op_error(op, EG_ERR_INVALID_ARGUMENT, "%lld draws; at least 1",
+                            (long long)attrs->ints[0]);
+    meta->dtype = EG_DTYPE_I64;
+    meta->n_dims = 1;
+    meta->shape[0] = attrs->ints[0];
+    return EG_OK;
 }

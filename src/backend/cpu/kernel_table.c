@@ -17,6 +17,7 @@ KERNEL(sparse_softmax_cross_entropy)
 KERNEL(matmul)
 KERNEL(dense)
 KERNEL(quantize_int8)
+KERNEL(sample_indices)
 KERNEL(dense_int8)
 KERNEL(conv2d_int8)
 KERNEL(concat)
@@ -134,6 +135,7 @@ const eg__kernel_fn eg__cpu_kernels[EG__OP_COUNT] = {
     [EG__OP_AVG_POOL2D] = eg__cpu_avg_pool2d,
     [EG__OP_AVG_POOL2D_BACKWARD] = eg__cpu_avg_pool2d_backward,
     [EG__OP_QUANTIZE_INT8] = eg__cpu_quantize_int8,
+    [EG__OP_SAMPLE_INDICES] = eg__cpu_sample_indices,
     [EG__OP_DENSE_INT8] = eg__cpu_dense_int8,
     [EG__OP_CONV2D_INT8] = eg__cpu_conv2d_int8,
 };
