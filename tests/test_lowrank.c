@@ -1,7 +1,8 @@
 /* Low-rank Dense layers (eagle/approx.h): the factorization's error is what Eckart-Young says
  * (the energy of the dropped singular values), full rank reproduces the layer, an energy
- * fraction picks the smallest rank keeping it, the factors train, and a Sequential model's
- * Dense layers are replaced in place under their own names. */
+ * fraction picks the smallest rank keeping it, the factors train, a Sequential model's Dense
+ * layers are replaced in place under their own names, and the error budget chooses per layer
+ * within it (exact everywhere at 0). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -173,6 +174,57 @@ static void test_model_layers_are_replaced(void **state) {
     eg_model_free(model);
 }
 
+/* The budget: 0 keeps every layer exact (the model's outputs unchanged, bit for bit); a budget
+ * of 5 % holds every choice within it, each approximation faster than its exact call; bad
+ * arguments are named. */
+static void test_budget(void **state) {
+    (void)state;
+    eg_manual_seed(5);
+    eg_model *model = eg_sequential_new(NULL);
+    assert_int_equal(eg_sequential_add(model, eg_dense_new(256, EG_ACTIVATION_RELU)), EG_OK);
+    assert_int_equal(eg_sequential_add(model, eg_dense_new(256, EG_ACTIVATION_RELU)), EG_OK);
+    assert_int_equal(eg_sequential_add(model, eg_dense_new(10, EG_ACTIVATION_NONE)), EG_OK);
+    assert_int_equal(eg_model_build(model, 2, (const int64_t[]){-1, 300}), EG_OK);
+    eg_tensor *x = eg_random_uniform(NULL, EG_DTYPE_F32, 2, (const int64_t[]){128, 300}, 0, 1);
+    eg_tensor *before = eg_model_call(model, x, false);
+    eg_approx_choice choices[4];
+    int n = -1;
+    assert_int_equal(eg_model_choose_approx(model, x, 0, choices, 4, &n), EG_OK);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(choices[i].policy, "exact");
+        assert_int_equal(choices[i].candidates, 0);
+    }
+    assert_false(eg_layer_is_quantized(eg_model_layer(model, 0)));
+    eg_tensor *after = eg_model_call(model, x, false);
+    assert_memory_equal(eg_tensor_data(before), eg_tensor_data(after), 128 * 10 * sizeof(float));
+
+    assert_int_equal(eg_model_choose_approx(model, x, 0.05, choices, 4, &n), EG_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(choices[0].layer, "dense");
+    for (int i = 0; i < n; i++) {
+        print_message("%s: %s, error %.4f, %.3f ms against %.3f exact (%d candidates)\n",
+                      choices[i].layer, choices[i].policy, choices[i].error, choices[i].chosen_ms,
+                      choices[i].exact_ms, choices[i].candidates);
+        assert_true(choices[i].error <= 0.05);
+        assert_true(choices[i].candidates >= 1);
+        bool exact = !strcmp(choices[i].policy, "exact");
+        assert_true(exact || !strcmp(choices[i].policy, "int8") ||
+                    !strncmp(choices[i].policy, "lowrank:", 8));
+        assert_true(exact || choices[i].chosen_ms < choices[i].exact_ms);
+        assert_int_equal(eg_layer_is_lowrank(eg_model_layer(model, i)),
+                         !strncmp(choices[i].policy, "lowrank:", 8));
+        assert_int_equal(eg_layer_is_quantized(eg_model_layer(model, i)),
+                         !strcmp(choices[i].policy, "int8"));
+    }
+    assert_non_null(eg_model_call(model, x, false));
+    assert_int_equal(eg_model_choose_approx(model, x, -1, NULL, 0, NULL), EG_ERR_INVALID_ARGUMENT);
+    expect_error_containing(EG_ERR_INVALID_ARGUMENT, "budget -1 is negative", NULL);
+    assert_int_equal(eg_model_choose_approx(model, NULL, 0, NULL, 0, NULL), EG_ERR_NULL_ARGUMENT);
+    eg_clear_error();
+    eg_model_free(model);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     eg_layer *dense = random_dense(4, 12, 8, EG_ACTIVATION_NONE);
@@ -212,6 +264,7 @@ int main(void) {
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_model_layers_are_replaced, fresh_scope_setup,
                                         strict_scope_teardown),
+        cmocka_unit_test_setup_teardown(test_budget, fresh_scope_setup, strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, fresh_scope_setup, strict_scope_teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

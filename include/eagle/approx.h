@@ -141,6 +141,32 @@ bool eg_layer_is_lowrank(const eg_layer *layer);
  * for a functional model; stops at the first error. */
 eg_status eg_model_lowrank(eg_model *model, int64_t rank, double energy, int *n_factorized);
 
+/* ---- choosing per layer within an error budget ---- */
+
+/* What eg_model_choose_approx chose for one layer. */
+typedef struct eg_approx_choice {
+    char layer[64];   /* the layer's name */
+    char policy[32];  /* "exact", "int8" or "lowrank:R" */
+    double error;     /* ||y' - y||_F / ||y||_F of its output on the calibration batch */
+    double exact_ms;  /* the exact call's time (the fastest of 3) */
+    double chosen_ms; /* the chosen call's (exact_ms for "exact") */
+    int candidates;   /* how many approximations were measured */
+} eg_approx_choice;
+
+/* Calibrates on x (a batch of the model's input) and picks, for each Dense and Conv2D layer of a
+ * built Sequential model, the fastest of its approximations whose relative output error on x is
+ * at most `budget` and that is faster than the exact call — int8 (7-bit weights, where the layer
+ * has 32 or more inputs per output and its convolution is NHWC with one group) and, for Dense,
+ * lowrank at ranks min(K, N) / 8, / 4 and / 2 (where they have fewer weights) — else keeps it
+ * exact; then applies the choices (an int8 snapshot, or the layer replaced by its LowRankDense).
+ * Each layer is measured on the exact outputs of the layers before it, so its error is its own.
+ * budget 0 keeps every layer exact. The choices (one per Dense or Conv2D layer, in order) go to
+ * choices[0 .. *n_choices), at most max_choices of them (choices may be NULL with max_choices
+ * 0; *n_choices counts them all). EG_ERR_UNSUPPORTED for a functional model,
+ * EG_ERR_INVALID_ARGUMENT for a negative budget; a layer's own error stops it. */
+eg_status eg_model_choose_approx(eg_model *model, const eg_tensor *x, double budget,
+                                 eg_approx_choice *choices, int max_choices, int *n_choices);
+
 #if !defined(EG_NO_CALLSITE)
 #define eg_quantize_int8(...)       EG_CALLSITE_(eg_quantize_int8(__VA_ARGS__))
 #define eg_int8_range(...)          EG_CALLSITE_(eg_int8_range(__VA_ARGS__))

@@ -248,6 +248,10 @@ eg_status eg__check_stored_variable(const eg_safetensors *st, const eg_tensor *v
 
 /* The eg_conv2d options of a Conv2D layer's call (conv_layers.c). */
 eg_conv2d_options eg__conv_layer_options(const eg_layer *layer);
+/* Puts layer (built, unowned) in place of a Sequential model's layer `index`, under the old
+ * one's name (its variables renamed), and frees the old one; a compiled training configuration
+ * is dropped. On failure the layer is freed and the model unchanged (lowrank_layers.c). */
+eg_status eg__model_replace_layer(eg_model *model, int index, eg_layer *layer);
 /* A training call of a Dense layer with gradient sampling (quantized_layers.c): *handled false
  * (and NULL) where eg_dense_sampled does not apply (then the exact call runs). */
 eg_tensor *eg__layer_sampled_call(eg_layer *layer, const eg_tensor *x,

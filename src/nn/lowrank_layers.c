@@ -217,6 +217,32 @@ eg_layer *eg_dense_lowrank_new(const eg_layer *dense, int64_t rank, double energ
     return layer;
 }
 
+eg_status eg__model_replace_layer(eg_model *model, int index, eg_layer *layer) {
+    eg_layer *old = model->layers[index];
+    /* the new layer takes the old one's place and name: its variables are "<name>/u" ... */
+    char *name = strdup(eg_layer_name(old));
+    eg_status status = name ? EG_OK : eg__error(EG_ERR_OUT_OF_MEMORY, "model: out of memory");
+    if (status == EG_OK) {
+        free(layer->name);
+        layer->name = name;
+        layer->name_fixed = true;
+        status = eg__layer_rename_variables(layer);
+    }
+    if (status != EG_OK) {
+        eg_layer_free(layer);
+        return status;
+    }
+    layer->owner = model;
+    eg__layer_destroy(old);
+    model->layers[index] = layer;
+    if (model->attachment && model->attachment_free) {
+        /* a training configuration compiled for the old variables */
+        model->attachment_free(model->attachment);
+        model->attachment = NULL;
+    }
+    return EG_OK;
+}
+
 eg_status eg_model_lowrank(eg_model *model, int64_t rank, double energy, int *n_factorized) {
     if (n_factorized) *n_factorized = 0;
     if (!model) return eg__error(EG_ERR_NULL_ARGUMENT, "model_lowrank: model is NULL");
@@ -241,29 +267,9 @@ eg_status eg_model_lowrank(eg_model *model, int64_t rank, double energy, int *n_
             eg_layer_free(thin);
             continue;
         }
-        /* the new layer takes the old one's place and name: its variables are "<name>/u" ... */
-        char *name = strdup(eg_layer_name(dense));
-        eg_status status =
-            name ? EG_OK : eg__error(EG_ERR_OUT_OF_MEMORY, "model_lowrank: out of memory");
-        if (status == EG_OK) {
-            free(thin->name);
-            thin->name = name;
-            thin->name_fixed = true;
-            status = eg__layer_rename_variables(thin);
-        }
-        if (status != EG_OK) {
-            eg_layer_free(thin);
-            return status;
-        }
-        thin->owner = model;
-        eg__layer_destroy(dense);
-        model->layers[i] = thin;
+        eg_status status = eg__model_replace_layer(model, i, thin);
+        if (status != EG_OK) return status;
         count++;
-    }
-    if (count && model->attachment && model->attachment_free) {
-        /* a training configuration compiled for the old variables */
-        model->attachment_free(model->attachment);
-        model->attachment = NULL;
     }
     if (n_factorized) *n_factorized = count;
     return EG_OK;

@@ -259,6 +259,13 @@ PY
         bash -c 'out=$("$0" eval --limit 300 --approx lowrank:16 "$1"); grep -q "^lowrank (rank 16, 1 Dense layer, no fine-tuning): 123434 parameters against 871978 " <<<"$out"' \
         "$eagle" "$tmp/cnn-straight.safetensors"
     check "eval --approx lowrank:1.5 -> 2" expect_exit 2 "$eagle" eval --approx lowrank:1.5 "$tmp/cnn-straight.safetensors"
+    check "cnn: eval --approx budget:0 keeps all 6 layers exact, the accuracy too" \
+        bash -c 'out=$("$0" eval --limit 300 --approx budget:0 "$1"); [ "$(grep -cE "^(conv2d|dense)[_0-9]* +exact " <<<"$out")" -eq 6 ] && grep -q "^chosen: 871978 parameters, test accuracy $2 (+0.0000)" <<<"$out"' \
+        "$eagle" "$tmp/cnn-straight.safetensors" "$cnn_accuracy"
+    check "cnn: eval --approx budget:0.05 holds every chosen layer within 5 %" \
+        bash -c 'out=$("$0" eval --limit 300 --approx budget:0.05 "$1"); [ "$(grep -cE "^(conv2d|dense)[_0-9]* " <<<"$out")" -eq 6 ] && awk "/^(conv2d|dense)/ { if (\$3 > 0.05) bad = 1 } END { exit bad }" <<<"$out"' \
+        "$eagle" "$tmp/cnn-straight.safetensors"
+    check "eval --approx budget:-1 -> 2" expect_exit 2 "$eagle" eval --approx budget:-1 "$tmp/cnn-straight.safetensors"
     # Post-training quantization: an int8 checkpoint another program reads, which eval runs with
     # the int8 products (the accuracy --approx int8 gave: the same snapshots).
     cnn_int8_accuracy=$("$eagle" eval --limit 300 --approx int8 "$tmp/cnn-straight.safetensors" |

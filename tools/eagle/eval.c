@@ -11,7 +11,7 @@
 
 static void print_help(void) {
     printf("usage: eagle eval [--data DIR] [--threads N] [--limit N]\n"
-           "                  [--approx int8|lowrank:R|lowrank:F]\n"
+           "                  [--approx int8|lowrank:R|lowrank:F|budget:E]\n"
            "                  WEIGHTS.safetensors\n"
            "\n"
            "Rebuilds the model saved by 'eagle train --save' and reports its accuracy and loss\n"
@@ -23,6 +23,10 @@ static void print_help(void) {
            "--approx lowrank:R (or lowrank:F) evaluates again with each Dense layer that it\n"
            "makes smaller factorized by a truncated SVD at rank R (or the smallest rank keeping\n"
            "the fraction F of its squared singular values), without fine-tuning.\n"
+           "--approx budget:E calibrates on 512 training images and keeps, per Dense and\n"
+           "Conv2D layer, the fastest of int8 and low-rank whose output error is at most E\n"
+           "(relative) and that beats the exact call, else the exact layer; it prints the\n"
+           "choices and the accuracy with them (budget:0 keeps every layer exact).\n"
            "An int8 checkpoint of 'eagle quantize' is evaluated with its int8 layers.\n");
 }
 
@@ -144,10 +148,53 @@ static eg_status lowrank_report(eg_model *model, const mlp_data *test, bool cnn,
     return EG_OK;
 }
 
-/* "int8", "lowrank:R" (a rank) or "lowrank:F" (an energy fraction in (0, 1], with a point). */
-static bool parse_policy(const char *text, bool *int8, int64_t *rank, double *energy) {
+/* Calibrates on the first 512 training images, chooses per layer within the budget
+ * (eg_model_choose_approx), prints the choices and evaluates again. */
+static eg_status budget_report(eg_model *model, const char *data_dir, const mlp_data *test,
+                               bool cnn, double budget, double accuracy, double loss,
+                               double exact_seconds) {
+    enum { CALIBRATION = 512, MAX_LAYERS = 64 };
+    mlp_data train = {0};
+    if (!mlp_data_try_load(data_dir, true, CALIBRATION, &train)) return eg_last_status();
+    int64_t indices[CALIBRATION];
+    for (int64_t i = 0; i < train.n; i++) indices[i] = i;
+    eg_approx_choice choices[MAX_LAYERS];
+    int n = 0;
+    eg_scope_begin();
+    eg_tensor *x = NULL, *labels = NULL;
+    eg_status status = (cnn ? cnn_batch : mlp_batch)(&train, indices, train.n, &x, &labels);
+    if (status == EG_OK) status = eg_model_choose_approx(model, x, budget, choices, MAX_LAYERS, &n);
+    eg_scope_end();
+    mlp_data_free(&train);
+    if (status != EG_OK) return status;
+    printf("budget %g (relative error per layer, calibrated on %d training images):\n", budget,
+           CALIBRATION);
+    printf("%-22s %-12s %10s %9s %10s %10s\n", "layer", "chosen", "rel error", "exact ms",
+           "chosen ms", "candidates");
+    for (int i = 0; i < n && i < MAX_LAYERS; i++)
+        printf("%-22s %-12s %10.4f %9.2f %10.2f %10d\n", choices[i].layer, choices[i].policy,
+               choices[i].error, choices[i].exact_ms, choices[i].chosen_ms, choices[i].candidates);
+    double chosen_accuracy = 0, chosen_loss = 0, seconds = 0;
+    status = timed_evaluate(model, test, cnn, &chosen_accuracy, &chosen_loss, &seconds);
+    if (status != EG_OK) return status;
+    printf("chosen: %lld parameters, test accuracy %.4f (%+.4f)  test loss %.4f (%+.4f)  %.2f s "
+           "against %.2f s exact (%.2fx)\n",
+           (long long)eg_model_count_params(model), chosen_accuracy, chosen_accuracy - accuracy,
+           chosen_loss, chosen_loss - loss, seconds, exact_seconds, exact_seconds / seconds);
+    return EG_OK;
+}
+
+/* "int8", "lowrank:R" (a rank), "lowrank:F" (an energy fraction in (0, 1], with a point) or
+ * "budget:E" (*budget = E >= 0; else *budget stays negative). */
+static bool parse_policy(const char *text, bool *int8, int64_t *rank, double *energy,
+                         double *budget) {
     *int8 = !strcmp(text, "int8");
     if (*int8) return true;
+    if (!strncmp(text, "budget:", 7) && text[7]) {
+        char *end = NULL;
+        *budget = strtod(text + 7, &end);
+        return *end == '\0' && *budget >= 0 && *budget < 1e9;
+    }
     if (strncmp(text, "lowrank:", 8) != 0 || !text[8]) return false;
     char *end = NULL;
     if (strchr(text + 8, '.')) {
@@ -172,7 +219,7 @@ int cli_eval(int argc, char **argv) {
     long threads = 0, limit = 0;
     bool approx = false, lowrank = false;
     int64_t lowrank_rank = 0;
-    double lowrank_energy = 0;
+    double lowrank_energy = 0, budget = -1;
     optind = 1;
     opterr = 0;
     int option;
@@ -188,11 +235,12 @@ int cli_eval(int argc, char **argv) {
             if (!cli_parse_int("eval", "--limit", optarg, 1, 1L << 40, &limit)) return CLI_USAGE;
             break;
         case APPROX:
-            if (!parse_policy(optarg, &approx, &lowrank_rank, &lowrank_energy))
+            if (!parse_policy(optarg, &approx, &lowrank_rank, &lowrank_energy, &budget))
                 return cli_usage_error("eval",
-                                       "--approx takes int8, lowrank:R (a rank) or lowrank:F (a "
-                                       "fraction of the energy, 0 < F <= 1, with a point)");
-            lowrank = !approx;
+                                       "--approx takes int8, lowrank:R (a rank), lowrank:F (a "
+                                       "fraction of the energy, 0 < F <= 1, with a point) or "
+                                       "budget:E (a relative error per layer, E >= 0)");
+            lowrank = !approx && budget < 0;
             break;
         case 'h':
         case HELP:
@@ -222,7 +270,15 @@ int cli_eval(int argc, char **argv) {
     else
         printf("%s: test accuracy %.4f  test loss %.4f  (%lld examples)\n", path, accuracy, loss,
                (long long)test.n);
+    /* what an approximation is timed against: a second exact run, the first one warmed up
+     * the caches and the allocator */
+    if ((approx || lowrank || budget >= 0) &&
+        timed_evaluate(model, &test, cnn, &accuracy, &loss, &exact_seconds) != EG_OK)
+        goto done;
     if (approx && approx_report(model, &test, cnn, accuracy, loss, exact_seconds) != EG_OK)
+        goto done;
+    if (budget >= 0 &&
+        budget_report(model, data_dir, &test, cnn, budget, accuracy, loss, exact_seconds) != EG_OK)
         goto done;
     if (lowrank && lowrank_report(model, &test, cnn, lowrank_rank, lowrank_energy, accuracy, loss,
                                   exact_seconds) != EG_OK)
