@@ -104,12 +104,15 @@ eg_tensor *eg_matmul_sampled(const eg_tensor *a, const eg_tensor *b, bool transp
  * gradient stays unbiased. */
 eg_tensor *eg_dense_sampled(const eg_tensor *x, const eg_tensor *kernel, const eg_tensor *bias,
                             eg_activation activation, double fraction, bool sample_input_gradient);
-/* A Dense layer's training calls (training true, 2-d inputs, a bias, activation none, relu,
- * sigmoid or tanh, the float32 policy) run eg_dense_sampled with this fraction from now on;
+/* A Dense layer's training calls (training true, 2-d f32 inputs, activation none, relu, sigmoid
+ * or tanh, the float32 policy; a layer without a bias adds a zero one) run eg_dense_sampled with
+ * this fraction from now on;
  * fraction 0 makes them exact again. Inference calls are never sampled. EG_ERR_UNSUPPORTED for
  * other layers, EG_ERR_INVALID_ARGUMENT for a fraction outside [0, 1]. */
 eg_status eg_layer_set_gradient_sampling(eg_layer *layer, double fraction,
                                          bool sample_input_gradient);
+/* The layer's gradient-sampling fraction (0: exact, and for NULL or other layers). */
+double eg_layer_gradient_sampling(const eg_layer *layer);
 /* The same on every Dense layer of the model with at least min_units units (a classifier's
  * few outputs make a product too small to gain from sampling), fraction 0 on the others;
  * *n_sampled (may be NULL) gets how many sample. */
@@ -185,7 +188,8 @@ eg_status eg_model_choose_approx(eg_model *model, const eg_tensor *x, double bud
     EG_CALLSITE_(eg_layer_set_gradient_sampling(__VA_ARGS__))
 #define eg_model_set_gradient_sampling(...)                                                        \
     EG_CALLSITE_(eg_model_set_gradient_sampling(__VA_ARGS__))
-#define eg_model_lowrank(...) EG_CALLSITE_(eg_model_lowrank(__VA_ARGS__))
+#define eg_model_lowrank(...)       EG_CALLSITE_(eg_model_lowrank(__VA_ARGS__))
+#define eg_model_choose_approx(...) EG_CALLSITE_(eg_model_choose_approx(__VA_ARGS__))
 #endif
 
 #ifdef __cplusplus

@@ -253,7 +253,8 @@ eg_conv2d_options eg__conv_layer_options(const eg_layer *layer);
  * is dropped. On failure the layer is freed and the model unchanged (lowrank_layers.c). */
 eg_status eg__model_replace_layer(eg_model *model, int index, eg_layer *layer);
 /* A training call of a Dense layer with gradient sampling (quantized_layers.c): *handled false
- * (and NULL) where eg_dense_sampled does not apply (then the exact call runs). */
+ * (and NULL) where eg_dense_sampled does not apply (then the exact call runs); a layer without a
+ * bias adds a zero one (its output's -0.0 become +0.0). */
 eg_tensor *eg__layer_sampled_call(eg_layer *layer, const eg_tensor *x,
                                   const eg_tensor *const *variables, bool *handled);
 /* An inference call of a Dense or Conv2D layer with an int8 snapshot (quantized_layers.c): its

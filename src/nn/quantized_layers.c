@@ -201,6 +201,10 @@ eg_status eg_layer_set_gradient_sampling(eg_layer *layer, double fraction,
     return EG_OK;
 }
 
+double eg_layer_gradient_sampling(const eg_layer *layer) {
+    return layer && layer->kind == EG__LAYER_DENSE ? layer->sample_fraction : 0;
+}
+
 eg_status eg_model_set_gradient_sampling(eg_model *model, double fraction,
                                          bool sample_input_gradient, int64_t min_units,
                                          int *n_sampled) {
@@ -226,10 +230,18 @@ eg_tensor *eg__layer_sampled_call(eg_layer *layer, const eg_tensor *x,
                                   const eg_tensor *const *variables, bool *handled) {
     eg_activation act = layer->activation;
     *handled = x->dtype == EG_DTYPE_F32 && layer->policy == EG_POLICY_FLOAT32 && x->n_dims == 2 &&
-               layer->n_variables > 1 &&
                (act == EG_ACTIVATION_NONE || act == EG_ACTIVATION_RELU ||
                 act == EG_ACTIVATION_SIGMOID || act == EG_ACTIVATION_TANH);
     if (!*handled) return NULL;
-    return eg_dense_sampled(x, variables[0], variables[1], act, layer->sample_fraction,
-                            layer->sample_inputs);
+    const eg_tensor *kernel = variables[0];
+    /* without a bias (the CNN's hidden Dense), a zero one: the op takes one */
+    eg_tensor *zero = layer->n_variables > 1
+                          ? NULL
+                          : eg__full_on(kernel->device, kernel->dtype, 1, &kernel->shape[1], 0);
+    const eg_tensor *bias = layer->n_variables > 1 ? variables[1] : zero;
+    eg_tensor *y = bias ? eg_dense_sampled(x, kernel, bias, act, layer->sample_fraction,
+                                           layer->sample_inputs)
+                        : NULL;
+    eg_release(zero);
+    return y;
 }

@@ -38,6 +38,8 @@ check "bad mode -> 2" expect_exit 2 "$eagle" train --mode turbo
 check "bad model -> 2" expect_exit 2 "$eagle" train --model resnet
 check "bad precision -> 2" expect_exit 2 "$eagle" train --precision float16
 check "... naming the policies" grep -q "mixed_bfloat16" <<<"$out"
+check "train --approx int8 -> 2, naming sample:F" \
+    bash -c 'out=$("$0" train --approx int8 2>&1); [ $? -eq 2 ] && grep -q "sample:F" <<<"$out"' "$eagle"
 check "--model cnn with --hidden -> 2" expect_exit 2 "$eagle" train --model cnn --hidden 64
 check "bench without a name -> 2" expect_exit 2 "$eagle" bench
 check "eval without file -> 2" expect_exit 2 "$eagle" eval
@@ -265,6 +267,9 @@ PY
     check "cnn: eval --approx budget:0.05 holds every chosen layer within 5 %" \
         bash -c 'out=$("$0" eval --limit 300 --approx budget:0.05 "$1"); [ "$(grep -cE "^(conv2d|dense)[_0-9]* " <<<"$out")" -eq 6 ] && awk "/^(conv2d|dense)/ { if (\$3 > 0.05) bad = 1 } END { exit bad }" <<<"$out"' \
         "$eagle" "$tmp/cnn-straight.safetensors"
+    check "train --approx sample:0.5: the 64-unit Dense layer samples; the shadow check prints its error" \
+        bash -c 'out=$("$0" train --limit 1000 --test-limit 300 --epochs 1 --approx sample:0.5 2>&1); grep -q "^approx: sample:0.5 on 1 Dense layer " <<<"$out" && grep -qE "^    dense +kernel gradient: relative error [0-9.]+" <<<"$out"' \
+        "$eagle"
     check "eval --approx budget:-1 -> 2" expect_exit 2 "$eagle" eval --approx budget:-1 "$tmp/cnn-straight.safetensors"
     # Post-training quantization: an int8 checkpoint another program reads, which eval runs with
     # the int8 products (the accuracy --approx int8 gave: the same snapshots).

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "eagle/tensor.h"
+
 /* Exit codes: 0 ok, 1 runtime failure, 2 usage error (bad flags), 130 stopped by Ctrl-C (128 +
  * SIGINT, what a shell reports for a process SIGINT killed, so scripts see the run did not end). */
 enum { CLI_OK = 0, CLI_FAILURE = 1, CLI_USAGE = 2, CLI_INTERRUPTED = 130 };
@@ -76,6 +78,9 @@ void cli_progress_update(cli_progress *progress, int64_t step, int64_t samples, 
                          double accuracy);
 void cli_progress_end(cli_progress *progress, int64_t samples, double loss, double accuracy);
 double cli_seconds(void);
+/* ||a - b||_F / ||b||_F into *relative and max |a - b| into *largest, of two f32 tensors of one
+ * shape (read on the host; 0 and 0 when one cannot be read). */
+void cli_compare(const eg_tensor *a, const eg_tensor *b, double *relative, double *largest);
 /* How far a run is, in [0, 1]: step of steps when steps > 0, else the share of the time budget
  * (seconds) spent since start (cli_seconds). */
 double cli_run_progress(long step, long steps, double start, double budget);

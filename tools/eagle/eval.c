@@ -34,21 +34,6 @@ static void print_help(void) {
  * output than this gain nothing from int8 (the first convolution's 9). */
 enum { APPROX_BITS = 7, APPROX_MIN_INNER = 32, REPORT_BATCH = 500 };
 
-/* ||a - b||_F / ||b||_F and max |a - b| of two f32 tensors of one shape. */
-static void compare(const eg_tensor *a, const eg_tensor *b, double *relative, double *largest) {
-    int64_t n = eg_tensor_n_elems(b);
-    const float *x = eg_tensor_data(a), *y = eg_tensor_data(b);
-    double diff = 0, norm = 0, peak = 0;
-    for (int64_t i = 0; x && y && i < n; i++) {
-        double d = (double)x[i] - y[i];
-        diff += d * d;
-        norm += (double)y[i] * y[i];
-        peak = fabs(d) > peak ? fabs(d) : peak;
-    }
-    *relative = sqrt(diff / (norm > 0 ? norm : 1));
-    *largest = peak;
-}
-
 /* The per-layer table: one batch goes through the layers in order, exactly; each quantized
  * layer also runs in int8 on the same input (its snapshot is set aside for the exact call). */
 static eg_status approx_layer_table(eg_model *model, const mlp_data *data, bool cnn) {
@@ -87,7 +72,7 @@ static eg_status approx_layer_table(eg_model *model, const mlp_data *data, bool 
         }
         if (status != EG_OK) break;
         double relative, largest;
-        compare(approx, exact, &relative, &largest);
+        cli_compare(approx, exact, &relative, &largest);
         printf("%-22s %-7s %10.4f %10.4f %9.2f %9.2f %7.2fx\n", eg_layer_name(layer),
                eg_layer_type(layer), relative, largest, 1e3 * exact_seconds, 1e3 * approx_seconds,
                exact_seconds / approx_seconds);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "approx_train.h"
 #include "cli.h"
 #include "cnn.h"
 #include "mlp.h"
@@ -53,6 +54,11 @@ static void print_help(void) {
         "                       batch normalization stay f32); mixed_float16 scales the loss\n"
         "                       dynamically (from 2^15; halved and the step skipped on inf/NaN\n"
         "                       gradients, doubled after 2000 finite steps)\n"
+        "  --approx sample:F    estimate the kernel gradients of the Dense layers of 64 or\n"
+        "                       more units from the fraction F of each batch's rows\n"
+        "                       (column-row sampling, unbiased); at each epoch's end a shadow\n"
+        "                       check prints each layer's gradient error against the exact\n"
+        "                       gradient on one batch, and both times\n"
         "  --mode MODE          eager (default), lazy or graph: the same step run op by op,\n"
         "                       lazily (fused, memory on demand) or traced once and replayed\n"
         "  --device NAME        where the model trains: cpu (default), cuda or cuda:N\n"
@@ -112,6 +118,7 @@ int train_parse_options(int argc, char **argv, train_options *o) {
         STOP_AFTER,
         DEVICE,
         PRECISION,
+        APPROX,
         REPLICAS,
         DISTRIBUTED,
         SYNC_BATCH_NORM,
@@ -140,6 +147,7 @@ int train_parse_options(int argc, char **argv, train_options *o) {
         {"stop-after", required_argument, NULL, STOP_AFTER},
         {"device", required_argument, NULL, DEVICE},
         {"precision", required_argument, NULL, PRECISION},
+        {"approx", required_argument, NULL, APPROX},
         {"replicas", required_argument, NULL, REPLICAS},
         {"distributed", no_argument, NULL, DISTRIBUTED},
         {"sync-batch-norm", no_argument, NULL, SYNC_BATCH_NORM},
@@ -259,6 +267,13 @@ int train_parse_options(int argc, char **argv, train_options *o) {
                                        optarg);
             }
             o->given |= GIVEN_PRECISION;
+            break;
+        case APPROX:
+            if (!approx_train_parse(optarg, &o->sample_fraction))
+                return cli_usage_error("train",
+                                       "--approx takes sample:F (0 < F <= 1) in training; int8, "
+                                       "lowrank and budget are eagle eval's, got '%s'",
+                                       optarg);
             break;
         case RESUME:
             o->resume_path = optarg;

@@ -40,6 +40,7 @@ typedef struct train_options {
     bool augment;             /* random flips and crops of the training images */
     const char *device;       /* --device: where the model trains (NULL: the host) */
     eg_policy precision;      /* --precision */
+    double sample_fraction;   /* --approx sample:F (0: exact gradients) */
     long replicas;            /* --replicas: mirrored over this many logical CPU devices */
     bool distributed;         /* --distributed: one replica per MPI process */
     bool sync_batch_norm;     /* --sync-batch-norm: the CNN's statistics over every replica */

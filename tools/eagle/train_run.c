@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "approx_train.h"
 #include "cli.h"
 #include "cnn.h"
 #include "mlp.h"
@@ -256,6 +257,8 @@ static eg_status build_model(const build_context *b, eg_model **model, eg_optimi
     if (!*model || !*optimizer) return eg_last_status() ? eg_last_status() : EG_ERR_INTERNAL;
     /* Set on the built model: the variables stay f32 masters, the calls change dtype. */
     eg_status status = eg_model_set_policy(*model, b->o->precision);
+    if (status == EG_OK && b->o->sample_fraction > 0)
+        status = eg_model_set_gradient_sampling(*model, b->o->sample_fraction, false, 64, NULL);
     if (status == EG_OK && b->loss_scaling)
         status = eg_optimizer_enable_loss_scaling(*optimizer, NULL);
     return status;
@@ -324,7 +327,9 @@ typedef struct run_context {
     double train_seconds;
     int64_t samples_trained;
     long epochs_run;
-    run_position *at; /* where the run stands, what a save records */
+    run_position *at;      /* where the run stands, what a save records */
+    const mlp_data *train; /* --approx's shadow check reads its first batch */
+    bool cnn, shadow;
     const output_file *checkpoint;
     bool interrupted, save_failed, saved_here;
 } run_context;
@@ -391,13 +396,16 @@ static eg_status on_epoch_end(eg_fit_state *state, int epoch, const eg_logs *log
     r->train_seconds += epoch_seconds;
     r->samples_trained += seen - r->samples_before;
     printf("  test accuracy %.4f  test loss %.4f\n", test_accuracy, test_loss);
+    eg_status status = EG_OK;
+    if (r->shadow)
+        status = approx_train_shadow(eg_fit_state_model(state), r->train, r->cnn, r->o->batch_size,
+                                     step_seed(r->o->seed, -1 - epoch));
     eg_optimizer *optimizer = eg_fit_state_optimizer(state);
     if (r->loss_scaling)
         printf("  loss scale %g, %lld step(s) skipped for inf/NaN gradients so far\n",
                eg_optimizer_loss_scale(optimizer),
                (long long)eg_optimizer_skipped_steps(optimizer));
-    eg_status status = EG_OK;
-    if (r->summary)
+    if (status == EG_OK && r->summary)
         status =
             log_epoch(r->summary, eg_fit_state_model(state), optimizer, r->loss_scaling, epoch + 1,
                       loss, accuracy, test_accuracy, test_loss,
@@ -518,6 +526,7 @@ int cli_train(int argc, char **argv) {
     if (eg_strategy_num_local_replicas(strategy) > 1)
         eg_device_scope_begin(eg_strategy_device(strategy, 0));
     eg_status built = build_model(&build, &model, &optimizer, &build.initial_rate);
+    if (built == EG_OK && eg_strategy_is_chief(strategy)) approx_train_describe(model);
     if (eg_strategy_num_local_replicas(strategy) > 1) eg_device_scope_end();
     eg_execution_mode mode = !strcmp(o.mode, "graph")  ? EG_EXECUTION_GRAPH
                              : !strcmp(o.mode, "lazy") ? EG_EXECUTION_LAZY
@@ -585,7 +594,11 @@ int cli_train(int argc, char **argv) {
                        .steps = steps,
                        .train_began_ns = train_began_ns,
                        .at = &at,
-                       .checkpoint = &checkpoint};
+                       .checkpoint = &checkpoint,
+                       .train = &train,
+                       .cnn = cnn,
+                       /* one replica: the others' shadows would repeat it */
+                       .shadow = o.sample_fraction > 0 && eg_strategy_num_replicas(strategy) == 1};
     eg_callback callback = {.name = "eagle train",
                             .user = &run,
                             .epoch_begin = on_epoch_begin,

@@ -189,3 +189,18 @@ int cli_bad_option(const char *command, int option, const char *flag) {
     if (option == ':') return cli_usage_error(command, "%s needs a value", flag);
     return cli_usage_error(command, "unknown option '%s'", flag);
 }
+
+/* ||a - b||_F / ||b||_F and max |a - b| of two f32 tensors of one shape. */
+void cli_compare(const eg_tensor *a, const eg_tensor *b, double *relative, double *largest) {
+    int64_t n = eg_tensor_n_elems(b);
+    const float *x = eg_tensor_data(a), *y = eg_tensor_data(b);
+    double diff = 0, norm = 0, peak = 0;
+    for (int64_t i = 0; x && y && i < n; i++) {
+        double d = (double)x[i] - y[i];
+        diff += d * d;
+        norm += (double)y[i] * y[i];
+        peak = fabs(d) > peak ? fabs(d) : peak;
+    }
+    *relative = sqrt(diff / (norm > 0 ? norm : 1));
+    *largest = peak;
+}
