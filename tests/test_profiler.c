@@ -483,6 +483,54 @@ static void test_report(void **state) {
     free(text);
 }
 
+/* The approximate ops say so in the trace: int8 products, sampled draws and dense ops whose
+ * gradient samples, ops built in a fast-math region; exact ops carry no "approx". */
+static void test_trace_marks_approximations(void **state) {
+    (void)state;
+    eg_tensor *x = eg_ones(EG_DTYPE_F32, 2, (int64_t[]){4, 8});
+    eg_tensor *w = eg_ones(EG_DTYPE_F32, 2, (int64_t[]){8, 3});
+    eg_tensor *b = eg_zeros(EG_DTYPE_F32, 1, (int64_t[]){3});
+    eg_tensor *scale = NULL;
+    eg_tensor *q = eg_quantize_int8(w, 7, &scale);
+    assert_non_null(q);
+    assert_int_equal(eg_profiler_start(EG_PROFILE_TRACE), EG_OK);
+    assert_non_null(eg_dense_int8(x, q, scale, b, NULL, EG_ACTIVATION_NONE));
+    assert_non_null(eg_dense_sampled(x, w, b, EG_ACTIVATION_NONE, 0.5, false));
+    assert_non_null(eg_matmul_sampled(x, w, false, false, 0.5, NULL));
+    eg_fast_math_begin();
+    assert_non_null(eg_exp(x));
+    eg_fast_math_end();
+    assert_non_null(eg_log(x));
+    eg__json root;
+    load_trace(&root);
+    assert_int_equal(eg_profiler_stop(), EG_OK);
+    const eg__json *events = eg__json_get(&root, "traceEvents");
+    struct {
+        const char *op, *approx;
+        bool seen;
+    } want[] = {{"dense_int8", "int8", false},
+                {"dense", "sampled", false},
+                {"sample_indices", "sampled", false},
+                {"exp", "fast-math", false},
+                {"log", NULL, false}};
+    for (size_t i = 0; i < events->length; i++) {
+        const eg__json *e = &events->items[i], *name = eg__json_get(e, "name");
+        const eg__json *args = eg__json_get(e, "args");
+        const eg__json *approx = args ? eg__json_get(args, "approx") : NULL;
+        for (size_t k = 0; name && k < sizeof want / sizeof *want; k++) {
+            if (strcmp(name->string, want[k].op) != 0) continue;
+            want[k].seen = true;
+            if (want[k].approx)
+                assert_true(approx && !strcmp(approx->string, want[k].approx));
+            else
+                assert_null(approx);
+        }
+    }
+    for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+        if (!want[k].seen) fail_msg("no '%s' event in the trace", want[k].op);
+    eg__json_free(&root);
+}
+
 static void test_trace_contents(void **state) {
     (void)state;
     int original_threads = eg_get_num_threads();
@@ -703,6 +751,7 @@ int main(int argc, char **argv) {
     if (argc > 1) cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_off_records_nothing, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_trace_marks_approximations, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_counts_of_a_known_sequence, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_ranges_nest, case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_range_misuse, case_setup, case_teardown),

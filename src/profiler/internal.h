@@ -55,11 +55,15 @@ enum { EG__EVF_OUTPUT = 1u << 0, EG__EVF_FAILED = 1u << 1 };
  * then its output when EG__EVF_OUTPUT), each followed by n_dims int64 sizes. */
 typedef struct eg__prof_event {
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
-    uint64_t a, b; /* op: bytes_in_use after it (or NO_SAMPLE) and the backend's note on what
-                      ran (a const char *, static; 0: none); chunk: begin, end */
-    uint16_t kind, id;         /* EG__EV_*; the op or the range name */
-    uint8_t n_shapes, n_inputs, flags, unused;
+    uint64_t a, b;     /* op: bytes_in_use after it (or NO_SAMPLE) and the backend's note on what
+                          ran (a const char *, static; 0: none); chunk: begin, end */
+    uint16_t kind, id; /* EG__EV_*; the op or the range name */
+    uint8_t n_shapes, n_inputs, flags;
+    uint8_t approx; /* op: an EG__APPROX_* (what approximation it computes) */
 } eg__prof_event;
+
+/* The approximations an op event names in the trace ("approx" in its args). */
+enum { EG__APPROX_NONE, EG__APPROX_INT8, EG__APPROX_SAMPLED, EG__APPROX_FAST_MATH };
 
 typedef struct eg__prof_shape {
     uint8_t dtype, n_dims, unused[6];
@@ -79,7 +83,7 @@ typedef struct eg__prof_thread {
     bool recorded; /* something was recorded this session */
     char name[64];
     eg__prof_stat ops[EG__OP_COUNT][EG_DTYPE_COUNT]; /* by op and the dtype it ran in */
-    eg__prof_stat *ranges; /* indexed by name id; n_ranges entries */
+    eg__prof_stat *ranges;                           /* indexed by name id; n_ranges entries */
     int n_ranges;
     eg__prof_chunk *first, *last;
     uint64_t n_events, n_dropped;

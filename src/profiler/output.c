@@ -230,6 +230,9 @@ static const unsigned char *put_event(writer *w, const eg__prof_thread *t, const
             p = put_shape(w, p);
         else
             put(w, "null,\"error\":true");
+        static const char *const approx_names[] = {NULL, "int8", "sampled", "fast-math"};
+        if (e.approx && e.approx < sizeof approx_names / sizeof *approx_names)
+            put(w, ",\"approx\":\"%s\"", approx_names[e.approx]);
         if (e.b) { /* what the backend chose, e.g. the convolution algorithm */
             put(w, ",\"kernel\":");
             put_string(w, (const char *)(uintptr_t)e.b);

@@ -213,10 +213,28 @@ static eg_dtype ran_in(eg__op op, int n_inputs, const eg_tensor *const *inputs,
 }
 
 /* start/end: wall clock (the trace); duration: what the stats count. */
+/* What approximation an op computes (eagle/approx.h): the int8 ops, the sampled products'
+ * draws and dense ops whose gradient samples, ops built in a fast-math region. */
+static uint8_t approx_of(eg__op op, const eg__attrs *attrs) {
+    switch (op) {
+    case EG__OP_QUANTIZE_INT8:
+    case EG__OP_DENSE_INT8:
+    case EG__OP_CONV2D_INT8:
+        return EG__APPROX_INT8;
+    case EG__OP_SAMPLE_INDICES:
+        return EG__APPROX_SAMPLED;
+    default:
+        break;
+    }
+    if (!attrs) return EG__APPROX_NONE;
+    if (op == EG__OP_DENSE && attrs->scalars[1] > 0) return EG__APPROX_SAMPLED;
+    return attrs->fast_math ? EG__APPROX_FAST_MATH : EG__APPROX_NONE;
+}
+
 static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
                       const eg_tensor *const *inputs, const eg__attrs *attrs,
-                      const eg_tensor *output, const char *note,
-                      uint64_t start, uint64_t end, uint64_t duration) {
+                      const eg_tensor *output, const char *note, uint64_t start, uint64_t end,
+                      uint64_t duration) {
     eg__prof_thread *t = thread_buffer();
     if (!t) return;
     bool trace = flags & EG_PROFILE_TRACE;
@@ -245,7 +263,8 @@ static void record_op(unsigned flags, uint64_t gen, eg__op op, int n_inputs,
                                         .id = (uint16_t)op,
                                         .n_shapes = (uint8_t)(n_kept + (output != NULL)),
                                         .n_inputs = (uint8_t)(n_inputs < 255 ? n_inputs : 255),
-                                        .flags = output ? EG__EVF_OUTPUT : EG__EVF_FAILED};
+                                        .flags = output ? EG__EVF_OUTPUT : EG__EVF_FAILED,
+                                        .approx = approx_of(op, attrs)};
                 memcpy(p, &event, sizeof event);
                 p += sizeof event;
                 for (int i = 0; i < n_kept; i++) p = put_shape(p, inputs[i]);
