@@ -86,6 +86,41 @@ static void test_conv2d_error_bound(void **state) {
 }
 
 /* The AVX2 kernel (where the CPU has it) and the portable loop; one thread and two. */
+/* The activation quantization's AVX2 loop writes the portable loop's bytes: ordinary values,
+ * values past both ends, infinities and NaNs, lengths around its 32-element blocks. */
+static void test_quantize_paths_agree(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    static float x[N];
+    static uint8_t fast[N + 8], portable[N + 8];
+    uint64_t z = 12345;
+    for (int i = 0; i < N; i++) {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(z >> 11) * 0x1.0p-53 * 8.0 - 3.0); /* [-3, 5) */
+    }
+    x[3] = NAN;
+    x[40] = INFINITY;
+    x[41] = -INFINITY;
+    x[77] = 1e30f;
+    x[78] = -1e30f;
+    x[90] = -0.0f;
+    eg__int8_activation q = eg__int8_activation_of_range(-2.0f, 4.0f);
+    const int64_t lengths[] = {0, 5, 31, 32, 33, 64, 95, N};
+    for (size_t k = 0; k < sizeof lengths / sizeof *lengths; k++) {
+        int64_t n = lengths[k];
+        memset(fast, 0xAA, sizeof fast);
+        memset(portable, 0x55, sizeof portable);
+        eg__int8_quantize(x, n, n + 8, q, fast);
+        eg__int8_gemm_force_portable(true);
+        eg__int8_quantize(x, n, n + 8, q, portable);
+        eg__int8_gemm_force_portable(false);
+        assert_memory_equal(fast, portable, (size_t)(n + 8));
+    }
+    assert_int_equal(portable[3], 0); /* NaN */
+    assert_int_equal(portable[40], 255);
+    assert_int_equal(portable[41], 0);
+}
+
 static void test_paths_and_threads_agree(void **state) {
     (void)state;
     eg_tensor *x = random_tensor(6, 2, (const int64_t[]){133, 517}, -3, 1);
@@ -262,6 +297,7 @@ int main(void) {
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_conv2d_error_bound, fresh_scope_setup,
                                         strict_scope_teardown),
+        cmocka_unit_test(test_quantize_paths_agree),
         cmocka_unit_test_setup_teardown(test_paths_and_threads_agree, fresh_scope_setup,
                                         strict_scope_teardown),
         cmocka_unit_test_setup_teardown(test_calibrated_range_clips, fresh_scope_setup,

@@ -69,7 +69,8 @@ typedef struct eg__int8_epilogue {
 void eg__int8_gemm(int64_t m, const uint8_t *a, int64_t lda, const eg__int8_weights *w,
                    const eg__int8_epilogue *epilogue, float *c, int64_t ldc);
 
-/* For tests: force the portable loop (true) or let the CPU level decide (false). */
+/* For tests: force the portable loops, of the products and of eg__int8_quantize (true), or let
+ * the CPU level decide (false). */
 void eg__int8_gemm_force_portable(bool portable);
 
 #endif
