@@ -88,7 +88,10 @@ static eg_status choose_for(eg_model *model, int i, const eg_tensor *h, const eg
         int64_t rank = small / div;
         if (rank < 1 || rank * (k + outputs) >= k * outputs) continue;
         eg_layer *thin = eg_dense_lowrank_new(layer, rank, 0, NULL);
-        if (!thin) return eg_last_status();
+        if (!thin) {
+            status = eg_last_status();
+            break;
+        }
         status = timed_call(thin, h, &approx, &ms);
         if (status == EG_OK) status = relative_error(approx, y, &error);
         eg_release(approx);
