@@ -737,25 +737,19 @@ eg_status eg__backward_dense(const eg__backward_call *call) {
             db = cast;
         }
         if (call->needs_grad[2]) call->grad_inputs[2] = db;
-    } else if (dz && call->attrs->scalars[1] > 0) {
-        /* eg_dense_sampled: the products estimated from a sample of their inner terms (the
-         * batch's rows for the kernel's gradient, the units for the input's) */
+    } else if (dz) {
+        /* eg_dense_sampled's fraction (0: exact): the products estimated from a sample of their
+         * inner terms, the batch's rows for the kernel's gradient, the units for the input's */
         double fraction = call->attrs->scalars[1];
-        bool inputs_too = call->attrs->ints[1] == 2;
+        bool sample_input = fraction > 0 && call->attrs->ints[1] == 2;
         if (call->needs_grad[0])
-            call->grad_inputs[0] = inputs_too
+            call->grad_inputs[0] = sample_input
                                        ? eg_matmul_sampled(dz, w, false, true, fraction, NULL)
                                        : eg_matmul_ex(dz, w, false, true);
         if (call->needs_grad[1])
-            call->grad_inputs[1] = eg_matmul_sampled(x, dz, true, false, fraction, NULL);
-        int rows_axis = 0;
-        if (call->needs_grad[2])
-            call->grad_inputs[2] = dz->n_dims == 2 && b->n_dims == 1 && dz->shape[1] == b->shape[0]
-                                       ? eg_sum(dz, 1, &rows_axis, false)
-                                       : eg__sum_to_shape(dz, 1, b->shape);
-    } else if (dz) {
-        if (call->needs_grad[0]) call->grad_inputs[0] = eg_matmul_ex(dz, w, false, true);
-        if (call->needs_grad[1]) call->grad_inputs[1] = eg_matmul_ex(x, dz, true, false);
+            call->grad_inputs[1] = fraction > 0
+                                       ? eg_matmul_sampled(x, dz, true, false, fraction, NULL)
+                                       : eg_matmul_ex(x, dz, true, false);
         /* (N, U) to (U,): the column sum itself, without sum_to_shape's keepdims and reshape */
         int rows_axis = 0;
         if (call->needs_grad[2])

@@ -72,45 +72,35 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
     } else if (scatter) {
         memset(out, 0, (size_t)call->output->n_elems * size);
     }
-    /* A gather along the last axis (columns: eg_matmul_sampled's) moves single elements: a
-     * typed loop over rows instead of a memcpy per element. */
-    if (!scatter && post == 1 && (size == 4 || size == 8) && status == EG_OK) {
-        int64_t *picked = malloc(sizeof(int64_t) * (size_t)(n_indices ? n_indices : 1));
-        if (!picked) status = eg__error(EG_ERR_OUT_OF_MEMORY, "gather: out of host memory");
-        for (int64_t j = 0; j < n_indices && status == EG_OK; j++) {
-            int64_t index = load_index(indices, index_base, j);
-            picked[j] = index < 0 ? index + axis_size : index;
-            if (picked[j] < 0 || picked[j] >= axis_size)
-                status = eg__error(EG_ERR_INVALID_ARGUMENT,
-                                   "gather: index %lld out of range for axis %d of size %lld",
-                                   (long long)index, axis, (long long)axis_size);
-        }
-        for (int64_t p = 0; p < pre && status == EG_OK; p++) {
-            if (size == 4) {
-                const uint32_t *row = (const uint32_t *)src + p * axis_size;
-                uint32_t *o = (uint32_t *)out + p * n_indices;
-                for (int64_t j = 0; j < n_indices; j++) o[j] = row[picked[j]];
-            } else {
-                const uint64_t *row = (const uint64_t *)src + p * axis_size;
-                uint64_t *o = (uint64_t *)out + p * n_indices;
-                for (int64_t j = 0; j < n_indices; j++) o[j] = row[picked[j]];
-            }
-        }
-        free(picked);
-        eg__unref(indices);
-        eg__unref(dense);
-        return status;
-    }
+    /* Every index checked (negative ones counted from the end) before any data moves. */
+    int64_t *picked = malloc(sizeof(int64_t) * (size_t)(n_indices ? n_indices : 1));
+    if (!picked && status == EG_OK)
+        status = eg__error(EG_ERR_OUT_OF_MEMORY, "%s: out of host memory",
+                           scatter ? "scatter_add" : "gather");
     for (int64_t j = 0; j < n_indices && status == EG_OK; j++) {
         int64_t index = load_index(indices, index_base, j);
-        if (index < 0) index += axis_size;
-        if (index < 0 || index >= axis_size) {
+        picked[j] = index < 0 ? index + axis_size : index;
+        if (picked[j] < 0 || picked[j] >= axis_size)
             status = eg__error(
                 EG_ERR_INVALID_ARGUMENT, "%s: index %lld out of range for axis %d of size %lld",
-                scatter ? "scatter_add" : "gather", (long long)load_index(indices, index_base, j),
-                axis, (long long)axis_size);
-            break;
+                scatter ? "scatter_add" : "gather", (long long)index, axis, (long long)axis_size);
+    }
+    /* A gather along the last axis (columns: eg_matmul_sampled's) moves single elements: a
+     * typed loop over rows instead of a memcpy per element. */
+    bool columns = !scatter && post == 1 && (size == 4 || size == 8);
+    for (int64_t p = 0; columns && p < pre && status == EG_OK; p++) {
+        if (size == 4) {
+            const uint32_t *row = (const uint32_t *)src + p * axis_size;
+            uint32_t *o = (uint32_t *)out + p * n_indices;
+            for (int64_t j = 0; j < n_indices; j++) o[j] = row[picked[j]];
+        } else {
+            const uint64_t *row = (const uint64_t *)src + p * axis_size;
+            uint64_t *o = (uint64_t *)out + p * n_indices;
+            for (int64_t j = 0; j < n_indices; j++) o[j] = row[picked[j]];
         }
+    }
+    for (int64_t j = 0; !columns && j < n_indices && status == EG_OK; j++) {
+        int64_t index = picked[j];
         for (int64_t p = 0; p < pre; p++) {
             int64_t indexed_offset = (p * axis_size + index) * post;
             int64_t packed_offset = (p * n_indices + j) * post;
@@ -138,6 +128,7 @@ static eg_status gather_or_scatter(const eg__kernel_call *call, bool scatter) {
     }
     if (sums && status == EG_OK)
         eg__lowp_narrow(dtype, call->output->n_elems, sums, out, (int64_t)size);
+    free(picked);
     free(sums);
     eg__unref(indices);
     eg__unref(dense);
