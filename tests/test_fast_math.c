@@ -72,13 +72,6 @@ static eg_tensor *inputs(void) {
     return eg_tensor_from_data(x, EG_DTYPE_F32, 1, shape);
 }
 
-static bool same_bits(const eg_tensor *a, const eg_tensor *b) {
-    int64_t n = eg_tensor_n_elems(a);
-    assert_int_equal(n, eg_tensor_n_elems(b));
-    return memcmp(eg_tensor_data(a), eg_tensor_data(b),
-                  (size_t)n * eg_dtype_size(eg_tensor_dtype(a))) == 0;
-}
-
 static void test_region_nesting(void **state) {
     (void)state;
     assert_false(eg_fast_math_enabled());
@@ -107,7 +100,7 @@ static void test_ops_inside_region(void **state) {
         eg_tensor *again = ops[k].op(x); /* the region has ended */
         assert_non_null(exact);
         assert_non_null(fast);
-        assert_true(same_bits(exact, again));
+        assert_true(tensors_same_bits(exact, again));
         static float expected[N];
         eg__vecmath_f32(ops[k].fast, N, expected, in);
         if (memcmp(expected, eg_tensor_data(fast), sizeof expected) != 0)
@@ -158,8 +151,8 @@ static void test_modes_agree(void **state) {
     assert_int_equal(eg_realize(1, &lazy), EG_OK);
     assert_int_equal(eg_lazy_end(), EG_OK);
     eg_fast_math_end();
-    assert_true(same_bits(eager, lazy));
-    assert_false(same_bits(eager, exact));
+    assert_true(tensors_same_bits(eager, lazy));
+    assert_false(tensors_same_bits(eager, exact));
 
     /* the same structure lazily outside the region: a cached schedule may be reused (it holds
      * no attributes), the values are the exact ones */
@@ -167,7 +160,7 @@ static void test_modes_agree(void **state) {
     eg_tensor *lazy_exact = chain(x);
     assert_int_equal(eg_realize(1, &lazy_exact), EG_OK);
     assert_int_equal(eg_lazy_end(), EG_OK);
-    assert_true(same_bits(lazy_exact, exact));
+    assert_true(tensors_same_bits(lazy_exact, exact));
 
     /* built inside a region, realized after it: fast (the region is read when the op is built) */
     eg_lazy_begin();
@@ -176,7 +169,7 @@ static void test_modes_agree(void **state) {
     eg_fast_math_end();
     assert_int_equal(eg_realize(1, &late), EG_OK);
     assert_int_equal(eg_lazy_end(), EG_OK);
-    assert_true(same_bits(late, eager));
+    assert_true(tensors_same_bits(late, eager));
 
     /* graph: traced inside a region; a call outside traces again and is exact */
     eg_function *f = eg_function_new("fast_chain", traced_chain, 1, 1, NULL);
@@ -184,9 +177,9 @@ static void test_modes_agree(void **state) {
     eg_fast_math_begin();
     assert_int_equal(eg_function_call(f, &x, &graph), EG_OK);
     eg_fast_math_end();
-    assert_true(same_bits(graph, eager));
+    assert_true(tensors_same_bits(graph, eager));
     assert_int_equal(eg_function_call(f, &x, &graph_exact), EG_OK);
-    assert_true(same_bits(graph_exact, exact));
+    assert_true(tensors_same_bits(graph_exact, exact));
     eg_function_stats stats;
     assert_int_equal(eg_function_stats_get(f, &stats), EG_OK);
     assert_int_equal(stats.n_traces, 2);
@@ -194,7 +187,7 @@ static void test_modes_agree(void **state) {
     eg_fast_math_begin();
     assert_int_equal(eg_function_call(f, &x, &graph_again), EG_OK);
     eg_fast_math_end();
-    assert_true(same_bits(graph_again, eager));
+    assert_true(tensors_same_bits(graph_again, eager));
     assert_int_equal(eg_function_stats_get(f, &stats), EG_OK);
     assert_int_equal(stats.n_traces, 2); /* the first trace again */
     eg_release(graph);
@@ -227,10 +220,10 @@ static void test_dense_epilogue(void **state) {
             eg_tensor *args[3] = {x, w, b}, *graph = NULL;
             assert_int_equal(eg_function_call(f, args, &graph), EG_OK);
             eg_fast_math_end();
-            assert_true(same_bits(fused, chained));
-            assert_true(same_bits(fused, graph));
+            assert_true(tensors_same_bits(fused, chained));
+            assert_true(tensors_same_bits(fused, graph));
             /* relu has no fast variant */
-            assert_true(same_bits(fused, exact) == (acts[k] == EG_ACTIVATION_RELU));
+            assert_true(tensors_same_bits(fused, exact) == (acts[k] == EG_ACTIVATION_RELU));
             assert_all_close(fused, exact, 1e-5);
             eg_release(graph);
             eg_function_free(f);
@@ -247,7 +240,7 @@ static void test_f64_exact(void **state) {
         eg_fast_math_begin();
         eg_tensor *fast = ops[k].op(x);
         eg_fast_math_end();
-        assert_true(same_bits(exact, fast));
+        assert_true(tensors_same_bits(exact, fast));
     }
 }
 

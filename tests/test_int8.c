@@ -24,25 +24,6 @@ static eg_tensor *random_tensor(uint64_t seed, int n_dims, const int64_t *shape,
     return t;
 }
 
-/* ||a - b||_F / ||b||_F */
-static double relative_error(const eg_tensor *a, const eg_tensor *b) {
-    int64_t n = eg_tensor_n_elems(b);
-    assert_int_equal(eg_tensor_n_elems(a), n);
-    const float *x = eg_tensor_data(a), *y = eg_tensor_data(b);
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < n; i++) {
-        diff += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
-        norm += (double)y[i] * y[i];
-    }
-    return sqrt(diff / norm);
-}
-
-static bool same_bits(const eg_tensor *a, const eg_tensor *b) {
-    int64_t n = eg_tensor_n_elems(a);
-    return n == eg_tensor_n_elems(b) &&
-           memcmp(eg_tensor_data(a), eg_tensor_data(b), (size_t)n * sizeof(float)) == 0;
-}
-
 /* Dense (64, 300) x (300, 70) relu: 7-bit weights and 8-bit activations keep the relative error
  * near 1 %; 8-bit weights lower it; 4-bit weights raise it (the bound is not vacuous). */
 static void test_dense_error_bounds(void **state) {
@@ -60,7 +41,7 @@ static void test_dense_error_bounds(void **state) {
         assert_int_equal(eg_tensor_dtype(q), EG_DTYPE_I8);
         eg_tensor *y = eg_dense_int8(x, q, scale, b, NULL, EG_ACTIVATION_NONE);
         assert_non_null(y);
-        errors[i] = relative_error(y, exact);
+        errors[i] = tensors_relative_error(y, exact);
         print_message("dense int8, %d-bit weights: relative error %.4f\n", bits[i], errors[i]);
     }
     assert_true(errors[1] < 0.02);
@@ -80,7 +61,7 @@ static void test_conv2d_error_bound(void **state) {
     eg_tensor *q = eg_quantize_int8(f, 7, &scale);
     eg_tensor *y = eg_conv2d_int8(x, q, scale, NULL, &o);
     assert_non_null(y);
-    double error = relative_error(y, exact);
+    double error = tensors_relative_error(y, exact);
     print_message("conv2d int8: relative error %.4f\n", error);
     assert_true(error < 0.02);
 }
@@ -143,8 +124,8 @@ static void test_paths_and_threads_agree(void **state) {
     }
     eg__int8_gemm_force_portable(false);
     for (int run = 1; run < 3; run++) {
-        assert_true(same_bits(dense[0], dense[run]));
-        assert_true(same_bits(conv[0], conv[run]));
+        assert_true(tensors_same_bits(dense[0], dense[run]));
+        assert_true(tensors_same_bits(conv[0], conv[run]));
     }
 }
 
@@ -167,10 +148,10 @@ static void test_calibrated_range_clips(void **state) {
     eg_tensor *a = eg_dense_int8(x, q, scale, NULL, range, EG_ACTIVATION_NONE);
     eg_tensor *b = eg_dense_int8(clipped, q, scale, NULL, range, EG_ACTIVATION_NONE);
     assert_non_null(a);
-    assert_true(same_bits(a, b));
+    assert_true(tensors_same_bits(a, b));
     /* dynamic: the clipped input has its own (narrower) range, the full one differs */
     eg_tensor *full = eg_dense_int8(x, q, scale, NULL, NULL, EG_ACTIVATION_NONE);
-    assert_false(same_bits(a, full));
+    assert_false(tensors_same_bits(a, full));
 }
 
 static void test_bad_arguments(void **state) {
@@ -225,12 +206,12 @@ static void test_layer_snapshot(void **state) {
     assert_true(eg_layer_is_quantized(dense));
     eg_tensor *approx = eg_layer_call(dense, x, false);
     eg_tensor *trained = eg_layer_call(dense, x, true);
-    assert_false(same_bits(approx, exact));
-    assert_true(relative_error(approx, exact) < 0.02);
-    assert_true(same_bits(trained, exact));
+    assert_false(tensors_same_bits(approx, exact));
+    assert_true(tensors_relative_error(approx, exact) < 0.02);
+    assert_true(tensors_same_bits(trained, exact));
     assert_int_equal(eg_layer_quantize_int8(dense, 0), EG_OK);
     assert_false(eg_layer_is_quantized(dense));
-    assert_true(same_bits(eg_layer_call(dense, x, false), exact));
+    assert_true(tensors_same_bits(eg_layer_call(dense, x, false), exact));
     eg_layer *flatten = eg_flatten_new(NULL);
     assert_int_equal(eg_layer_quantize_int8(flatten, 7), EG_ERR_UNSUPPORTED);
     expect_error_containing(EG_ERR_UNSUPPORTED, "only Dense and Conv2D", NULL);
@@ -262,7 +243,8 @@ static void test_snapshot_round_trip(void **state) {
     assert_int_equal(eg_layer_set_int8(target, q, scale), EG_OK);
     assert_true(eg_layer_is_quantized(target));
     eg_tensor *x = random_tensor(5, 2, (const int64_t[]){6, 48}, -1, 1);
-    assert_true(same_bits(eg_layer_call(source, x, false), eg_layer_call(target, x, false)));
+    assert_true(
+        tensors_same_bits(eg_layer_call(source, x, false), eg_layer_call(target, x, false)));
 
     /* refusals: dtypes, shapes, scales, layers */
     eg_tensor *wide = eg_cast(q, EG_DTYPE_F32);
@@ -283,7 +265,8 @@ static void test_snapshot_round_trip(void **state) {
     assert_int_equal(eg_layer_set_int8(unbuilt, q, scale), EG_ERR_STATE);
     eg_clear_error();
     /* the refusals left the installed snapshot alone */
-    assert_true(same_bits(eg_layer_call(source, x, false), eg_layer_call(target, x, false)));
+    assert_true(
+        tensors_same_bits(eg_layer_call(source, x, false), eg_layer_call(target, x, false)));
     eg_release(q);
     eg_release(scale);
     eg_layer_free(unbuilt);

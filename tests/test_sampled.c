@@ -23,27 +23,6 @@ static eg_tensor *random_matrix(uint64_t seed, int64_t rows, int64_t cols) {
     return t;
 }
 
-/* ||a - b||_F / ||b||_F */
-static double relative_error(const eg_tensor *a, const eg_tensor *b) {
-    int64_t n = eg_tensor_n_elems(b);
-    assert_int_equal(eg_tensor_n_elems(a), n);
-    const float *x = eg_tensor_data(a), *y = eg_tensor_data(b);
-    assert_non_null(x);
-    assert_non_null(y);
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < n; i++) {
-        diff += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
-        norm += (double)y[i] * y[i];
-    }
-    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
-}
-
-static bool same_bits(const eg_tensor *a, const eg_tensor *b) {
-    int64_t n = eg_tensor_n_elems(a);
-    return n == eg_tensor_n_elems(b) &&
-           memcmp(eg_tensor_data(a), eg_tensor_data(b), (size_t)n * sizeof(float)) == 0;
-}
-
 /* The mean of `draws` results of estimate(context, i), each made in a scope of its own. */
 static eg_tensor *mean_of_draws(eg_tensor *(*estimate)(void *context), void *context, int draws) {
     eg_tensor *sum = NULL;
@@ -89,9 +68,9 @@ static void test_mean_converges(void **state) {
     eg_generator *g = eg_generator_new(9);
     for (int form = 0; form < 2; form++) {
         const eg_tensor *l = form ? x : a, *r = form ? dz : b;
-        double one = relative_error(mean_of(l, r, form, 1, g), exact[form]);
-        double few = relative_error(mean_of(l, r, form, 25, g), exact[form]);
-        double many = relative_error(mean_of(l, r, form, 400, g), exact[form]);
+        double one = tensors_relative_error(mean_of(l, r, form, 1, g), exact[form]);
+        double few = tensors_relative_error(mean_of(l, r, form, 25, g), exact[form]);
+        double many = tensors_relative_error(mean_of(l, r, form, 400, g), exact[form]);
         print_message("form %d: relative error of the mean of 1, 25, 400 estimates: %.4f %.4f "
                       "%.4f\n",
                       form, one, few, many);
@@ -176,9 +155,9 @@ static void test_dense_gradients(void **state) {
     eg_tensor *eager[3], *lazy[3], *graph[3], *replay[3];
     eg_manual_seed(21);
     assert_int_equal(sampled_step(in, eager, NULL), EG_OK);
-    assert_true(same_bits(eager[0], y));
-    assert_true(same_bits(eager[2], exact[1])); /* the bias's gradient stays exact */
-    assert_false(same_bits(eager[1], exact[0]));
+    assert_true(tensors_same_bits(eager[0], y));
+    assert_true(tensors_same_bits(eager[2], exact[1])); /* the bias's gradient stays exact */
+    assert_false(tensors_same_bits(eager[1], exact[0]));
     eg_manual_seed(21);
     eg_lazy_begin();
     assert_int_equal(sampled_step(in, lazy, NULL), EG_OK);
@@ -189,18 +168,19 @@ static void test_dense_gradients(void **state) {
     assert_int_equal(eg_function_call(f, in, graph), EG_OK);
     assert_int_equal(eg_function_call(f, in, replay), EG_OK);
     for (int k = 0; k < 3; k++) {
-        assert_true(same_bits(eager[k], lazy[k]));
-        assert_true(same_bits(eager[k], graph[k]));
+        assert_true(tensors_same_bits(eager[k], lazy[k]));
+        assert_true(tensors_same_bits(eager[k], graph[k]));
     }
-    assert_false(same_bits(graph[1], replay[1])); /* drawn anew */
-    assert_true(same_bits(graph[0], replay[0]));
+    assert_false(tensors_same_bits(graph[1], replay[1])); /* drawn anew */
+    assert_true(tensors_same_bits(graph[0], replay[0]));
     for (int k = 0; k < 3; k++) eg_release(replay[k]);
     eg_function_free(f);
 
     /* unbiased: the mean of the sampled kernel gradients nears the exact one */
     const int draws = 200;
     eg_tensor *mean = mean_of_draws(kernel_gradient, in, draws);
-    double one = relative_error(eager[1], exact[0]), averaged = relative_error(mean, exact[0]);
+    double one = tensors_relative_error(eager[1], exact[0]),
+           averaged = tensors_relative_error(mean, exact[0]);
     print_message("dense kernel gradient: relative error %.4f for one draw, %.4f for the mean of "
                   "%d\n",
                   one, averaged, draws);
@@ -225,9 +205,9 @@ static void test_layer_policy(void **state) {
                          EG_OK);
         eg_tape_free(tape);
     }
-    assert_false(same_bits(sampled_grads[0], exact_grads[0]));
-    assert_true(same_bits(sampled_grads[1], exact_grads[1]));
-    assert_true(relative_error(sampled_grads[0], exact_grads[0]) < 1.5);
+    assert_false(tensors_same_bits(sampled_grads[0], exact_grads[0]));
+    assert_true(tensors_same_bits(sampled_grads[1], exact_grads[1]));
+    assert_true(tensors_relative_error(sampled_grads[0], exact_grads[0]) < 1.5);
     eg_layer *flatten = eg_flatten_new(NULL);
     assert_int_equal(eg_layer_set_gradient_sampling(flatten, 0.5, false), EG_ERR_UNSUPPORTED);
     eg_clear_error();

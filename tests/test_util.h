@@ -1,6 +1,6 @@
 /* What many of the cmocka tests share: each case in a fresh scope, a teardown that fails on a
- * pending error, expecting an error, and random f32 inputs. Include after cmocka.h. Header-only:
- * static inline, so a test that uses part of it gets no unused-function warnings. */
+ * pending error, expecting an error, random f32 inputs, comparing results. Include after cmocka.h.
+ * Header-only: static inline, so a test that uses part of it gets no unused-function warnings. */
 #ifndef EAGLE_TESTS_TEST_UTIL_H
 #define EAGLE_TESTS_TEST_UTIL_H
 
@@ -75,6 +75,29 @@ static inline void assert_all_close(const eg_tensor *a, const eg_tensor *b, doub
             fail_msg("element %lld: %.9g against %.9g", (long long)i, x[i], y[i]);
     eg_release(ac);
     eg_release(bc);
+}
+
+/* Whether the tensors a and b hold the same bytes (fails the test unless their counts agree). */
+static inline bool tensors_same_bits(const eg_tensor *a, const eg_tensor *b) {
+    int64_t n = eg_tensor_n_elems(a);
+    assert_int_equal(n, eg_tensor_n_elems(b));
+    return memcmp(eg_tensor_data(a), eg_tensor_data(b),
+                  (size_t)n * eg_dtype_size(eg_tensor_dtype(a))) == 0;
+}
+
+/* ||a - b||_F / ||b||_F of two f32 tensors of one count (||a - b||_F when b is all zeros). */
+static inline double tensors_relative_error(const eg_tensor *a, const eg_tensor *b) {
+    int64_t n = eg_tensor_n_elems(b);
+    assert_int_equal(eg_tensor_n_elems(a), n);
+    const float *x = eg_tensor_data(a), *y = eg_tensor_data(b);
+    assert_non_null(x);
+    assert_non_null(y);
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < n; i++) {
+        diff += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        norm += (double)y[i] * y[i];
+    }
+    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
 }
 
 #endif

@@ -23,26 +23,11 @@ eg_tensor *eg_sample_indices(const eg_tensor *weights, int64_t count, eg_generat
     return indices;
 }
 
-/* The temporaries of one product, released together (nn's eg__temps sits above api). */
-typedef struct temp_list {
-    eg_tensor *items[24];
-    int n;
-} temp_list;
-
-static eg_tensor *keep(temp_list *t, eg_tensor *x) {
-    if (x) t->items[t->n++] = x; /* the product makes fewer than 24 */
-    return x;
-}
-
-static void release_all(temp_list *t) {
-    while (t->n > 0) eg_release(t->items[--t->n]);
-}
-
 /* sqrt(sum(t^2)) over `axis` of a 2-d t: (the other axis's length,). */
-static eg_tensor *norms(temp_list *temps, const eg_tensor *t, int axis) {
-    eg_tensor *square = keep(temps, eg_square(t));
-    eg_tensor *sum = square ? keep(temps, eg_sum(square, 1, &axis, false)) : NULL;
-    return sum ? keep(temps, eg_sqrt(sum)) : NULL;
+static eg_tensor *norms(eg__temps *temps, const eg_tensor *t, int axis) {
+    eg_tensor *square = eg__temp(temps, eg_square(t));
+    eg_tensor *sum = square ? eg__temp(temps, eg_sum(square, 1, &axis, false)) : NULL;
+    return sum ? eg__temp(temps, eg_sqrt(sum)) : NULL;
 }
 
 eg_tensor *eg_matmul_sampled(const eg_tensor *a, const eg_tensor *b, bool transpose_a,
@@ -68,32 +53,34 @@ eg_tensor *eg_matmul_sampled(const eg_tensor *a, const eg_tensor *b, bool transp
     if (inner == 0) return eg_matmul_ex(a, b, transpose_a, transpose_b);
     int64_t count = (int64_t)ceil(fraction * (double)inner);
     if (count < 1) count = 1;
-    temp_list temps = {0};
+    eg__temps temps = {0};
     /* A = op(a)'s columns and B = op(b)'s rows are a's and b's rows or columns */
     int a_axis = transpose_a ? 1 : 0, b_axis = transpose_b ? 0 : 1;
     eg_tensor *na = norms(&temps, a, a_axis), *nb = na ? norms(&temps, b, b_axis) : NULL;
-    eg_tensor *p = nb ? keep(&temps, eg_mul(na, nb)) : NULL;
-    eg_tensor *drawn = p ? keep(&temps, eg_sample_indices(p, count, generator)) : NULL;
+    eg_tensor *p = nb ? eg__temp(&temps, eg_mul(na, nb)) : NULL;
+    eg_tensor *drawn = p ? eg__temp(&temps, eg_sample_indices(p, count, generator)) : NULL;
     /* weights total / (s p_l) for the drawn l; 0 where p_l = 0, drawn only when every p is 0
      * (then A B = 0: the estimate is exact) */
-    eg_tensor *total = drawn ? keep(&temps, eg_sum(p, 0, NULL, false)) : NULL;
-    eg_tensor *p_drawn = total ? keep(&temps, eg_gather(p, drawn, 0)) : NULL;
-    eg_tensor *zero = p_drawn ? keep(&temps, eg_full_like(p_drawn, 0)) : NULL;
-    eg_tensor *one = zero ? keep(&temps, eg_full_like(p_drawn, 1)) : NULL;
-    eg_tensor *positive = one ? keep(&temps, eg_greater(p_drawn, zero)) : NULL;
-    eg_tensor *safe = positive ? keep(&temps, eg_where(positive, p_drawn, one)) : NULL;
-    eg_tensor *scaled = safe ? keep(&temps, eg_mul_scalar(safe, (double)count)) : NULL;
-    eg_tensor *ratio = scaled ? keep(&temps, eg_div(total, scaled)) : NULL;
-    eg_tensor *weight = ratio ? keep(&temps, eg_where(positive, ratio, zero)) : NULL;
+    eg_tensor *total = drawn ? eg__temp(&temps, eg_sum(p, 0, NULL, false)) : NULL;
+    eg_tensor *p_drawn = total ? eg__temp(&temps, eg_gather(p, drawn, 0)) : NULL;
+    eg_tensor *zero = p_drawn ? eg__temp(&temps, eg_full_like(p_drawn, 0)) : NULL;
+    eg_tensor *one = zero ? eg__temp(&temps, eg_full_like(p_drawn, 1)) : NULL;
+    eg_tensor *positive = one ? eg__temp(&temps, eg_greater(p_drawn, zero)) : NULL;
+    eg_tensor *safe = positive ? eg__temp(&temps, eg_where(positive, p_drawn, one)) : NULL;
+    eg_tensor *scaled = safe ? eg__temp(&temps, eg_mul_scalar(safe, (double)count)) : NULL;
+    eg_tensor *ratio = scaled ? eg__temp(&temps, eg_div(total, scaled)) : NULL;
+    eg_tensor *weight = ratio ? eg__temp(&temps, eg_where(positive, ratio, zero)) : NULL;
     /* the drawn terms, the weight applied to a's side */
-    eg_tensor *a_drawn = weight ? keep(&temps, eg_gather(a, drawn, transpose_a ? 0 : 1)) : NULL;
-    eg_tensor *b_drawn = a_drawn ? keep(&temps, eg_gather(b, drawn, transpose_b ? 1 : 0)) : NULL;
+    eg_tensor *a_drawn = weight ? eg__temp(&temps, eg_gather(a, drawn, transpose_a ? 0 : 1)) : NULL;
+    eg_tensor *b_drawn =
+        a_drawn ? eg__temp(&temps, eg_gather(b, drawn, transpose_b ? 1 : 0)) : NULL;
     int64_t column[2] = {count, 1};
-    eg_tensor *w = b_drawn && transpose_a ? keep(&temps, eg_reshape(weight, 2, column)) : weight;
-    eg_tensor *a_weighted = w && b_drawn ? keep(&temps, eg_mul(a_drawn, w)) : NULL;
+    eg_tensor *w =
+        b_drawn && transpose_a ? eg__temp(&temps, eg_reshape(weight, 2, column)) : weight;
+    eg_tensor *a_weighted = w && b_drawn ? eg__temp(&temps, eg_mul(a_drawn, w)) : NULL;
     eg_tensor *product =
         a_weighted ? eg_matmul_ex(a_weighted, b_drawn, transpose_a, transpose_b) : NULL;
-    release_all(&temps);
+    eg__temps_release(&temps);
     return product;
 }
 

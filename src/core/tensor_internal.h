@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 
+#include "base/error.h"
 #include "eagle/tensor.h"
 
 /* Library code reads dtype sizes on every op: the inline form of eg_dtype_size (same contract:
@@ -297,6 +298,31 @@ static inline const eg_tensor *const *eg__const_tensors(eg_tensor *const *tensor
 }
 static inline eg_tensor *const *eg__tensor_handles(const eg_tensor *const *tensors) {
     return (eg_tensor *const *)tensors;
+}
+
+/* Temporaries of one computation: released together by eg__temps_release. */
+#define EG__TEMPS_MAX 64
+typedef struct eg__temps {
+    eg_tensor *items[EG__TEMPS_MAX];
+    int n;
+} eg__temps;
+
+/* Remembers t (may be NULL) for release; returns t. */
+static inline eg_tensor *eg__temp(eg__temps *temps, eg_tensor *t) {
+    if (!t) return NULL;
+    if (temps->n == EG__TEMPS_MAX) {
+        eg__error(EG_ERR_INTERNAL, "internal: too many temporaries (%d)", EG__TEMPS_MAX);
+        eg_release(t);
+        return NULL;
+    }
+    temps->items[temps->n++] = t;
+    return t;
+}
+
+/* Releases every temporary (eg_release: scope-owned ones leave their scope). */
+static inline void eg__temps_release(eg__temps *temps) {
+    for (int i = temps->n; i-- > 0;) eg_release(temps->items[i]);
+    temps->n = 0;
 }
 
 #endif

@@ -170,31 +170,6 @@ eg_status eg__layer_rename_variables(eg_layer *layer);
 /* Frees the layer and releases its variables, whoever owns it. */
 void eg__layer_destroy(eg_layer *layer);
 
-/* Temporaries of one computation: released together by eg__temps_release. */
-#define EG__TEMPS_MAX 64
-typedef struct eg__temps {
-    eg_tensor *items[EG__TEMPS_MAX];
-    int n;
-} eg__temps;
-
-/* Remembers t (may be NULL) for release; returns t. */
-static inline eg_tensor *eg__temp(eg__temps *temps, eg_tensor *t) {
-    if (!t) return NULL;
-    if (temps->n == EG__TEMPS_MAX) {
-        eg__error(EG_ERR_INTERNAL, "internal: too many temporaries (%d)", EG__TEMPS_MAX);
-        eg_release(t);
-        return NULL;
-    }
-    temps->items[temps->n++] = t;
-    return t;
-}
-
-/* Releases every temporary (eg_release: scope-owned ones leave their scope). */
-static inline void eg__temps_release(eg__temps *temps) {
-    for (int i = temps->n; i-- > 0;) eg_release(temps->items[i]);
-    temps->n = 0;
-}
-
 /* ---- models (model.c: Sequential; functional.c: the functional API) ---- */
 
 struct eg_model {

@@ -17,9 +17,9 @@ bool approx_train_parse(const char *text, double *fraction);
 void approx_train_describe(eg_model *model);
 /* The shadow check on the first batch_size training examples: for each sampled layer, the
  * relative Frobenius and largest absolute error of its kernel gradient against the exact one,
- * and the time of the step's gradients each way (the fastest of three). The model's variables are left as they were
- * (batch normalization's moving statistics too); the default generator is seeded (the caller's
- * next step seeds it again). */
+ * and the time of the step's gradients each way (the fastest of three). The model's variables are
+ * left as they were (batch normalization's moving statistics too); the default generator is seeded
+ * (the caller's next step seeds it again). */
 eg_status approx_train_shadow(eg_model *model, const mlp_data *train, bool cnn, int64_t batch_size,
                               uint64_t seed);
 

@@ -75,15 +75,8 @@ int cli_quantize(int argc, char **argv) {
         status = eg_model_quantize_int8(saved.model, (int)bits, min_inner, &n_quantized);
     for (int i = 0; status == EG_OK && i < n_vars; i++) {
         const char *name = eg_variable_name(vars[i]);
-        eg_layer *layer = NULL;
-        for (int l = 0; !layer && l < eg_model_n_layers(saved.model); l++) {
-            eg_layer *candidate = eg_model_layer(saved.model, l);
-            int n_layer = 0;
-            eg_tensor *const *layer_vars = eg_layer_variables(candidate, &n_layer);
-            if (eg_layer_is_quantized(candidate) && n_layer > 0 && layer_vars[0] == vars[i])
-                layer = candidate;
-        }
-        if (!layer) {
+        eg_layer *layer = saved_model_layer_of_kernel(saved.model, vars[i]);
+        if (!eg_layer_is_quantized(layer)) {
             names[n] = strdup(name);
             tensors[n++] = vars[i];
             continue;

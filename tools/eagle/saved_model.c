@@ -6,8 +6,7 @@
 
 #include "cnn.h"
 
-/* The Dense or Conv2D layer whose kernel is `variable`, or NULL. */
-static eg_layer *layer_of_kernel(eg_model *model, const eg_tensor *variable) {
+eg_layer *saved_model_layer_of_kernel(eg_model *model, const eg_tensor *variable) {
     for (int i = 0; i < eg_model_n_layers(model); i++) {
         eg_layer *layer = eg_model_layer(model, i);
         int n = 0;
@@ -22,7 +21,7 @@ static eg_status load_int8(saved_model *saved, eg_tensor *variable, const char *
                            eg_tensor *q) {
     char scale_name[256];
     snprintf(scale_name, sizeof scale_name, "%s%s", name, SAVED_SCALE_SUFFIX);
-    eg_layer *layer = layer_of_kernel(saved->model, variable);
+    eg_layer *layer = saved_model_layer_of_kernel(saved->model, variable);
     if (!layer) return EG_ERR_FORMAT; /* the caller names it */
     eg_scope_begin();
     eg_tensor *scale = eg_safetensors_get(saved->file, scale_name);

@@ -26,5 +26,7 @@ typedef struct saved_model {
  * printing "eagle COMMAND: ..." to stderr; out is then closed. */
 bool saved_model_open(const char *command, const char *path, saved_model *out);
 void saved_model_close(saved_model *saved);
+/* The layer whose first variable (a Dense or Conv2D kernel) is `variable`, or NULL. */
+eg_layer *saved_model_layer_of_kernel(eg_model *model, const eg_tensor *variable);
 
 #endif

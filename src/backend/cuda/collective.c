@@ -9,24 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/copy_launch.h"
 #include "backend/cuda/kernels.h"
 #include "base/error.h"
 #include "device/collective.h"
-
-/* dst (dense, dst_n_elems of part's size) = part's elements in row-major order, enqueued. */
-static eg_status copy_dense(eg__cuda_device *d, void *dst, const eg_tensor *part) {
-    size_t size = eg__dtype_size(part->dtype);
-    if (eg__is_contiguous(part)) {
-        cudaError_t e = cudaMemcpyAsync(dst, eg__data(part), (size_t)part->n_elems * size,
-                                        cudaMemcpyDeviceToDevice, eg__cuda_stream(d));
-        return e == cudaSuccess ? EG_OK : eg__cuda_error(e, d->device, "all_reduce: packing");
-    }
-    eg__cuda_strided_copy(dst, (const char *)part->storage->data + part->offset * (int64_t)size,
-                          size, part->n_dims, part->shape, part->strides, part->n_elems,
-                          eg__cuda_stream(d));
-    return EG_OK;
-}
 
 /* Sums the dense device tensor out over the group `handle` (not 0): out -> host, start, wait,
  * host -> out. */
@@ -67,7 +52,7 @@ static eg_status cuda_all_reduce_start(const eg__kernel_call *call) {
     for (int i = 0; i < call->n_inputs; i++) {
         const eg_tensor *part = call->inputs[i];
         if (part->n_elems) {
-            eg_status status = copy_dense(d, out + (size_t)start * size, part);
+            eg_status status = eg__cuda_copy_dense(d, out + (size_t)start * size, part);
             if (status != EG_OK) return status;
         }
         start += part->n_elems;
@@ -82,7 +67,7 @@ static eg_status cuda_all_reduce_start(const eg__kernel_call *call) {
 static eg_status cuda_all_reduce_done(const eg__kernel_call *call) {
     eg__cuda_device *d = eg__cuda_call_device(call);
     if (!d) return eg_last_status();
-    eg_status status = copy_dense(d, eg__data(call->output), call->inputs[0]);
+    eg_status status = eg__cuda_copy_dense(d, eg__data(call->output), call->inputs[0]);
     return status == EG_OK ? eg__cuda_launched(call) : status;
 }
 
@@ -90,7 +75,7 @@ static eg_status cuda_all_reduce_done(const eg__kernel_call *call) {
 static eg_status cuda_all_reduce(const eg__kernel_call *call) {
     eg__cuda_device *d = eg__cuda_call_device(call);
     if (!d) return eg_last_status();
-    eg_status status = copy_dense(d, eg__data(call->output), call->inputs[0]);
+    eg_status status = eg__cuda_copy_dense(d, eg__data(call->output), call->inputs[0]);
     if (status == EG_OK) status = eg__cuda_launched(call);
     if (status == EG_OK && call->attrs->ints[0] != 0)
         status = sum_through_host(d, call, call->output);

@@ -6,28 +6,30 @@
 #include "backend/cuda/kernels.h"
 #include "base/error.h"
 
+eg_status eg__cuda_copy_dense(eg__cuda_device *d, void *dst, const eg_tensor *x) {
+    size_t size = eg__dtype_size(x->dtype);
+    if (eg__is_contiguous(x)) {
+        cudaError_t e = cudaMemcpyAsync(dst, eg__data(x), (size_t)x->n_elems * size,
+                                        cudaMemcpyDeviceToDevice, eg__cuda_stream(d));
+        return e == cudaSuccess ? EG_OK : eg__cuda_error(e, d->device, "copy");
+    }
+    eg__cuda_strided_copy(dst, (const char *)x->storage->data + x->offset * (int64_t)size, size,
+                          x->n_dims, x->shape, x->strides, x->n_elems, eg__cuda_stream(d));
+    return EG_OK;
+}
+
 static eg_status cuda_copy_kernel(const eg__kernel_call *call) {
     eg__cuda_device *d = eg__cuda_call_device(call);
     if (!d) return eg_last_status();
     const eg_tensor *x = call->inputs[0];
-    size_t size = eg__dtype_size(x->dtype);
     /* Like the CPU's copy: x's elements in row-major order into a dense result of the same
      * count (a reshaping copy when the shapes differ). */
     if (x->n_elems != call->output->n_elems || !eg__is_contiguous(call->output))
         return eg__op_error(call->op, EG_ERR_INTERNAL,
                             "copy on %s: the result must be dense with the input's count",
                             d->device->name);
-    if (eg__is_contiguous(x)) {
-        cudaError_t e =
-            cudaMemcpyAsync(eg__data(call->output), eg__data(x), (size_t)x->n_elems * size,
-                            cudaMemcpyDeviceToDevice, eg__cuda_stream(d));
-        if (e != cudaSuccess) return eg__cuda_error(e, d->device, "copy");
-    } else {
-        eg__cuda_strided_copy(eg__data(call->output),
-                              (const char *)x->storage->data + x->offset * (int64_t)size, size,
-                              x->n_dims, x->shape, x->strides, x->n_elems, eg__cuda_stream(d));
-    }
-    return eg__cuda_launched(call);
+    eg_status status = eg__cuda_copy_dense(d, eg__data(call->output), x);
+    return status == EG_OK ? eg__cuda_launched(call) : status;
 }
 
 static eg_status cuda_to_device(const eg__kernel_call *call) {

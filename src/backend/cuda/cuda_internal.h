@@ -129,6 +129,10 @@ void eg__cuda_refresh_scalars(eg__cuda_device *d, const void *packed, size_t byt
  * contiguous (scratch untouched, pointer NULL), else a copy enqueued into scratch. */
 const void *eg__cuda_contiguous(eg__cuda_device *d, const eg_tensor *x, eg__cuda_scratch *scratch);
 
+/* Enqueues dst (dense device memory for x->n_elems elements) = x's elements in row-major order
+ * on d's stream (copies.c). */
+eg_status eg__cuda_copy_dense(eg__cuda_device *d, void *dst, const eg_tensor *x);
+
 /* The CUDA backend's devices (runtime.c). */
 int eg__cuda_device_count(void);
 const eg_device *eg__cuda_device_at(int index);
